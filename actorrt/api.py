@@ -1,0 +1,345 @@
+"""The public functions: ``start``, ``shutdown``, ``is_initialized``, ``get_actor``, ``kill``."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from actorrt.actor import ActorHandle
+from actorrt.errors import ActorRtError, ClusterError
+from actorrt.runtime import runtime as rt_mod
+from actorrt.runtime.directory import ClusterDirectory, ProcessSlot
+from actorrt.runtime.runtime import Runtime, current, is_initialized
+
+__all__ = ["get_actor", "is_initialized", "kill", "shutdown", "start"]
+
+_TRANSPORTS = ("auto", "cpu", "cuda")
+_start_lock = threading.Lock()
+
+
+def start(
+    init_method: str | None = None,
+    *,
+    num_workers: int | None = None,
+    rank: int = 0,
+    world_size: int | None = None,
+    token: str | None = None,
+    transport: str = "auto",
+    cuda_device_map: str | None = None,
+    local_cuda_devices: str | Sequence[int] | None = None,
+    timeout: float = 60.0,
+    shutdown_timeout: float = 10.0,
+    rpc_timeout: float = 60.0,
+    num_worker_threads: int = 16,
+) -> Runtime:
+    """Starts actorrt in this process, which becomes the driver (rank 0).
+
+    With no ``init_method``, starts a local cluster: ``num_workers`` worker processes on
+    this machine, joined with the driver in one torch RPC group over loopback only.
+    With ``init_method="tcp://HOST:PORT"``, serves the rendezvous on HOST:PORT (an address
+    of this machine) and waits for ``world_size - 1`` workers started with
+    ``actorrt worker``, torchrun or srun.
+
+    Args:
+        init_method: ``tcp://HOST:PORT`` of a multi-node cluster; None for a local one.
+        num_workers: Local worker processes (default: CPU count, at most 8).
+        rank: Must be 0: the driver is rank 0 (workers use ``actorrt worker``).
+        world_size: Processes in all, the driver included (multi-node only).
+        token: Shared secret workers must present (default: ``ACTORRT_TOKEN`` if set);
+            a local cluster always makes its own.
+        transport: ``"auto"`` (device maps where both ends have GPUs), ``"cuda"`` (require
+            them), or ``"cpu"`` (no device maps; CUDA tensors are staged through host memory).
+        cuda_device_map: DI-engine style override, ``"<peer rank>_<local gpu>_<peer gpu>,..."``.
+        local_cuda_devices: GPUs this process (and each local worker) may use, e.g. ``"0,1"``.
+        timeout: Seconds to wait for every process to join.
+        shutdown_timeout: Bound on :func:`shutdown`.
+        rpc_timeout: Default timeout of control messages (actor calls never time out).
+        num_worker_threads: TensorPipe's RPC thread pool size per process.
+
+    Returns:
+        The :class:`Runtime`; ``with actorrt.start(): ...`` shuts down at the end.
+
+    Raises:
+        RuntimeError: actorrt is already started in this process.
+        ValueError: An argument is invalid (the message says which and how to fix it).
+        ClusterError: The cluster could not be formed (missing ranks, bad port, ...).
+        PlacementError: The plan is infeasible (e.g. ``transport="cuda"`` without GPUs).
+    """
+    if transport not in _TRANSPORTS:
+        raise ValueError(f"transport={transport!r}: choose one of {', '.join(_TRANSPORTS)}.")
+    if rank != 0:
+        raise ValueError(
+            f"rank={rank}: the process calling actorrt.start() is the driver, rank 0. Start "
+            "the other ranks with `actorrt worker --init-method ... --rank N --world-size W`."
+        )
+    for name, value in (("timeout", timeout), ("shutdown_timeout", shutdown_timeout)):
+        if not value > 0:
+            raise ValueError(f"{name}={value!r} must be a number of seconds > 0.")
+    gpus = _parse_gpus(local_cuda_devices)
+    if init_method is not None:
+        from actorrt.cluster.rendezvous import parse_tcp_init_method
+
+        host, port = parse_tcp_init_method(init_method)
+    with _start_lock:
+        if is_initialized():
+            raise RuntimeError(
+                "actorrt is already started in this process: call actorrt.shutdown() before "
+                "starting again (or use `with actorrt.start(): ...`)."
+            )
+        if init_method is None:
+            if world_size is not None:
+                raise ValueError(
+                    "world_size is for multi-node clusters (with init_method); a local cluster "
+                    "takes num_workers=N."
+                )
+            n = num_workers if num_workers is not None else min(os.cpu_count() or 1, 8)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"num_workers={num_workers!r} must be an int >= 1.")
+            return _start_driver(
+                host="127.0.0.1",
+                port=0,
+                world_size=n + 1,
+                token=None,
+                local_workers=n,
+                transport=transport,
+                cuda_device_map=cuda_device_map,
+                gpus=gpus,
+                timeout=timeout,
+                shutdown_timeout=shutdown_timeout,
+                rpc_timeout=rpc_timeout,
+                num_worker_threads=num_worker_threads,
+            )
+        if num_workers is not None:
+            raise ValueError(
+                "num_workers is for local clusters; with init_method, pass world_size=W and "
+                "start W-1 workers with `actorrt worker`."
+            )
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+            raise ValueError(
+                f"world_size={world_size!r}: a multi-node cluster needs world_size=W >= 2 "
+                "(the driver plus at least one worker)."
+            )
+        return _start_driver(
+            host=host,
+            port=port,
+            world_size=world_size,
+            token=token if token is not None else os.environ.get("ACTORRT_TOKEN", ""),
+            local_workers=0,
+            transport=transport,
+            cuda_device_map=cuda_device_map,
+            gpus=gpus,
+            timeout=timeout,
+            shutdown_timeout=shutdown_timeout,
+            rpc_timeout=rpc_timeout,
+            num_worker_threads=num_worker_threads,
+        )
+
+
+def _parse_gpus(value: str | Sequence[int] | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        if isinstance(value, str):
+            return tuple(int(x) for x in value.split(",") if x.strip())
+        return tuple(int(x) for x in value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"local_cuda_devices={value!r} must be GPU indices like '0,1' or [0, 1]."
+        ) from None
+
+
+def _start_driver(
+    *,
+    host: str,
+    port: int,
+    world_size: int,
+    token: str | None,
+    local_workers: int,
+    transport: str,
+    cuda_device_map: str | None,
+    gpus: tuple[int, ...] | None,
+    timeout: float,
+    shutdown_timeout: float,
+    rpc_timeout: float,
+    num_worker_threads: int,
+) -> Runtime:
+    from actorrt.cluster import planning, rendezvous
+    from actorrt.runtime.local import LocalCluster
+
+    os.environ.setdefault("IBV_FORK_SAFE", "1")
+    os.environ.setdefault("RDMAV_FORK_SAFE", "1")
+    server = rendezvous.StoreServer(host, port, timeout)
+    cluster: LocalCluster | None = None
+    local = local_workers > 0
+    if local:
+        token = rendezvous.new_token()
+        visible = gpus if gpus is not None else tuple(range(_cuda_count()))
+        cluster = LocalCluster(
+            local_workers,
+            server.port,
+            token,
+            gpus_per_worker=[
+                (visible[i % len(visible)],) if visible else () for i in range(local_workers)
+            ],
+            labels_per_worker=[() for _ in range(local_workers)],
+            timeout=timeout,
+            rpc_timeout=rpc_timeout,
+            num_worker_threads=num_worker_threads,
+        )
+    assert token is not None
+
+    def abandon() -> None:
+        if cluster is not None:
+            cluster.stop(timeout=2.0)
+        server.close()
+
+    try:
+        own = planning.describe_process((), gpus, cuda_device_map)
+        others = rendezvous.gather(
+            server, world_size, token, timeout, cluster.check_alive if cluster else None
+        )
+        descriptions = [own, *others]
+        plan = planning.plan_cluster(
+            descriptions,
+            transport=transport,
+            socket_ifname="lo" if local else os.environ.get("TP_SOCKET_IFNAME"),
+        )
+    except BaseException as exc:
+        reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
+        try:
+            rendezvous.publish_abort(server.store, reason)
+        finally:
+            abandon()
+        raise
+    rendezvous.publish_plan(server.store, plan)
+    setup = planning.setup_for(plan, 0)
+    setup.apply_env()
+    directory = ClusterDirectory(_slots(setup.plan, descriptions))
+    state: dict[str, Any] = {}
+    rt = Runtime(
+        name=setup.name,
+        rank=0,
+        world_size=world_size,
+        directory=directory,
+        cuda_peers=setup.cuda_peers,
+        on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
+    )
+    rt_mod._install(rt)
+    try:
+        rt_mod.init_rpc(
+            setup.name,
+            0,
+            world_size,
+            rendezvous.store_init_method(server.store),
+            setup.backend_kwargs,
+            num_worker_threads=num_worker_threads,
+            rpc_timeout=rpc_timeout,
+        )
+    except BaseException as exc:
+        rt_mod._install(None)
+        abandon()
+        raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
+    state["workers"] = [p.name for p in setup.plan.processes if p.rank != 0]
+    if cluster is not None:
+        rt.local_worker_pids = cluster.pids
+        _watch_local_workers(rt, cluster)
+    atexit.register(shutdown)
+    return rt
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _slots(plan: Any, descriptions: list[dict[str, Any]]) -> list[ProcessSlot]:
+    per_host: dict[str, int] = {}
+    for d in descriptions[1:]:
+        per_host[d.get("boot_id", "") + d.get("hostname", "")] = (
+            per_host.get(d.get("boot_id", "") + d.get("hostname", ""), 0) + 1
+        )
+    slots = []
+    for proc in plan.processes:
+        if proc.rank == 0:
+            continue  # the driver hosts no actors, as in Ray
+        d = descriptions[proc.rank]
+        share = per_host[d.get("boot_id", "") + d.get("hostname", "")]
+        slots.append(
+            ProcessSlot(
+                name=proc.name,
+                rank=proc.rank,
+                labels=tuple(d.get("labels", ())),
+                num_cpus=float(d.get("num_cpus", 1)) / share,
+                gpus=tuple(int(g["index"]) for g in d.get("gpus", ())),
+            )
+        )
+    return slots
+
+
+def _watch_local_workers(rt: Runtime, cluster: Any) -> None:
+    def watch() -> None:
+        reported: set[int] = set()
+        while not rt.stopped.wait(0.2):
+            for rank in cluster.dead_ranks():
+                if rank not in reported:
+                    reported.add(rank)
+                    from actorrt.cluster.planning import process_name
+
+                    rt.mark_worker_dead(process_name(rank))
+
+    threading.Thread(target=watch, name="actorrt-worker-watch", daemon=True).start()
+
+
+def _stop_driver(rt: Runtime, cluster: Any, server: Any, timeout: float, state: dict) -> None:
+    import torch.distributed.rpc as rpc
+
+    from actorrt.runtime.runtime import rpc_stop
+
+    futures = []
+    for name in state.get("workers", []):
+        if name in rt.dead_workers:
+            continue
+        try:
+            futures.append(rpc.rpc_async(name, rpc_stop, timeout=min(timeout, 5.0)))
+        except Exception:
+            pass
+    for fut in futures:
+        try:
+            fut.wait()
+        except Exception:  # a dead worker cannot be told; it is killed below
+            pass
+    rt_mod.shutdown_rpc(timeout)
+    if cluster is not None:
+        cluster.stop(timeout=timeout)
+    server.close()
+
+
+def shutdown() -> None:
+    """Stops every actor and worker process, and ends RPC; returns within a bound.
+
+    Safe to call twice or when actorrt was never started.
+    """
+    rt = rt_mod._current
+    if rt is None or rt.rank != 0:
+        return
+    try:
+        rt.shutdown()
+    finally:
+        rt_mod._install(None)
+        atexit.unregister(shutdown)
+
+
+def get_actor(name: str) -> ActorHandle:
+    """Returns the handle of the live actor registered as ``name``."""
+    return current("actorrt.get_actor()").get_actor(name)
+
+
+def kill(handle: ActorHandle) -> None:
+    """Kills an actor now: its queued, running and later calls fail with ActorDiedError."""
+    if not isinstance(handle, ActorHandle):
+        raise TypeError(f"actorrt.kill takes an ActorHandle, got {type(handle)!r}.")
+    current("actorrt.kill()").kill(handle)

@@ -1,0 +1,1 @@
+"""Getting processes together before ``init_rpc``: store, rendezvous, launch glue."""

@@ -1,0 +1,85 @@
+"""Glue between the rendezvous and :mod:`actorrt.placement`: describe, plan, apply.
+
+Every process describes itself as a JSON-safe dict; rank 0 turns the descriptions into a
+:class:`~actorrt.placement.Plan` and publishes it; each process applies its own part
+(environment, TensorPipe options) before ``init_rpc``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from actorrt.placement.dicompat import device_map_override_from_di
+from actorrt.placement.discovery import describe_node
+from actorrt.placement.node import NodeDescription, ProcessInfo
+from actorrt.placement.plan import Plan, make_plan
+
+__all__ = ["describe_process", "plan_cluster", "process_name", "ProcessSetup", "setup_for"]
+
+
+def process_name(rank: int) -> str:
+    """RPC name of a rank: rank 0 is the driver."""
+    return "driver" if rank == 0 else f"worker{rank}"
+
+
+def describe_process(
+    labels: Sequence[str] = (),
+    gpus: Sequence[int] | None = None,
+    cuda_device_map: str | None = None,
+) -> dict:
+    """This process's node description (host, container, GPUs, HCAs, labels) as a dict.
+
+    ``cuda_device_map`` is this process's own DI-engine style map
+    (``<peer rank>_<local gpu>_<peer gpu>,...``); it travels with the description so rank 0
+    can apply every process's override when it plans.
+    """
+    description = describe_node(tuple(labels), gpus=gpus).to_dict()
+    if cuda_device_map:
+        description["cuda_device_map"] = cuda_device_map
+    return description
+
+
+def plan_cluster(
+    descriptions: Sequence[dict[str, Any]],
+    *,
+    transport: str = "auto",
+    socket_ifname: str | None = None,
+) -> dict[str, Any]:
+    """On rank 0: the plan for ranks ``0..len(descriptions)-1``, as a JSON-safe dict."""
+    processes = [
+        ProcessInfo(rank=r, name=process_name(r), node=NodeDescription.from_dict(d))
+        for r, d in enumerate(descriptions)
+    ]
+    di_maps = {
+        r: d["cuda_device_map"] for r, d in enumerate(descriptions) if d.get("cuda_device_map")
+    }
+    override = device_map_override_from_di(di_maps, processes) if di_maps else None
+    plan = make_plan(
+        processes,
+        transport=transport,
+        device_map_override=override,
+        socket_ifname=socket_ifname,
+    )
+    return plan.to_dict()
+
+
+class ProcessSetup:
+    """What one process needs from the plan: its name, RPC options, and who it maps GPUs to."""
+
+    def __init__(self, plan: dict[str, Any], rank: int) -> None:
+        self.plan = Plan.from_dict(plan)
+        self.process = self.plan.for_rank(rank)
+        self.name = self.process.name
+        self.backend_kwargs = self.process.backend_options_kwargs()
+        self.cuda_peers = frozenset(self.process.device_maps)
+        self.env = dict(self.process.env)
+
+    def apply_env(self) -> None:
+        """Sets the environment TensorPipe reads when the agent starts."""
+        os.environ.update(self.env)
+
+
+def setup_for(plan: dict[str, Any], rank: int) -> ProcessSetup:
+    return ProcessSetup(plan, rank)

@@ -1,0 +1,63 @@
+"""The few exception types actorrt raises; each message says what to do next."""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorDiedError",
+    "ActorError",
+    "ActorRtError",
+    "ClusterError",
+    "GetTimeoutError",
+    "NotInitializedError",
+    "PlacementError",
+]
+
+
+class ActorRtError(Exception):
+    """Base class of every error actorrt raises on purpose."""
+
+
+class NotInitializedError(ActorRtError, RuntimeError):
+    """An actor was created or called before ``actorrt.start()``."""
+
+    def __init__(self, what: str = "this call") -> None:
+        super().__init__(
+            f"{what} needs a running cluster: call actorrt.start() first "
+            "(or actorrt.start(init_method='tcp://HOST:PORT', ...) to join a multi-node cluster)."
+        )
+
+
+class ActorError(ActorRtError):
+    """An actor method (or constructor) raised; the actor itself stays usable.
+
+    Attributes:
+        cause: The exception the method raised, when it could be sent back; otherwise None.
+        remote_traceback: The traceback text printed on the actor's process.
+    """
+
+    def __init__(self, message: str, cause: BaseException | None, remote_traceback: str) -> None:
+        super().__init__(f"{message}\n\nRemote traceback:\n{remote_traceback}")
+        self.cause = cause
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):  # keep the fields when the error is pickled onwards
+        return (
+            type(self),
+            (self.args[0].split("\n\nRemote traceback:")[0], self.cause, self.remote_traceback),
+        )
+
+
+class ActorDiedError(ActorRtError):
+    """The actor is gone: it was killed, its constructor failed, or its process died."""
+
+
+class GetTimeoutError(ActorRtError, TimeoutError):
+    """``actorrt.get`` or ``actorrt.wait`` ran past its ``timeout``."""
+
+
+class PlacementError(ActorRtError):
+    """No process in the cluster can host an actor, or a cluster plan is infeasible."""
+
+
+class ClusterError(ActorRtError):
+    """The cluster could not be started, joined or reached (rendezvous, token, ports)."""

@@ -1,0 +1,75 @@
+"""Actor options: parsed and validated once, when the class is decorated.
+
+Bad options fail here, at decoration or ``.options()`` time, never later on a worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ActorOptions"]
+
+_LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorOptions:
+    """How an actor is placed and run.
+
+    Attributes:
+        label: Role of the actor (``"learner"``, ``"collector"``...). Labelled actors only go
+            to processes that offer the label, when any process offers labels at all.
+        num_cpus: CPUs reserved on the hosting process (0 reserves none, as Ray does for
+            running actors).
+        num_gpus: GPUs reserved; the actor's threads get that GPU as their current device.
+        name: Registers the actor under this name for ``actorrt.get_actor(name)``; a named
+            actor lives until it is killed or the cluster shuts down.
+        max_concurrency: How many calls may run at once. 1 (the default) runs one caller's
+            calls one at a time in the order they were made.
+    """
+
+    label: str | None = None
+    num_cpus: float = 0.0
+    num_gpus: float = 0.0
+    name: str | None = None
+    max_concurrency: int = 1
+
+    def __post_init__(self) -> None:
+        if self.label is not None and (
+            not isinstance(self.label, str) or not _LABEL_RE.match(self.label)
+        ):
+            raise ValueError(
+                f"label={self.label!r} is not a valid label: use letters, digits, '_', '.', '-' "
+                "(starting with a letter or '_'), e.g. label='learner'."
+            )
+        for field in ("num_cpus", "num_gpus"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{field}={value!r} must be a number >= 0, e.g. {field}=1.")
+        if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
+            raise ValueError(
+                f"num_gpus={self.num_gpus!r}: fractions are only allowed below 1 (a share of "
+                "one GPU); use a whole number of GPUs above 1."
+            )
+        if self.name is not None and (not isinstance(self.name, str) or not self.name):
+            raise ValueError(f"name={self.name!r} must be a non-empty string.")
+        mc = self.max_concurrency
+        if isinstance(mc, bool) or not isinstance(mc, int) or mc < 1:
+            raise ValueError(f"max_concurrency={mc!r} must be an int >= 1, e.g. max_concurrency=4.")
+
+    @classmethod
+    def from_kwargs(
+        cls, kwargs: Mapping[str, Any], base: ActorOptions | None = None
+    ) -> ActorOptions:
+        """Builds options from keyword arguments, naming any unknown key and the valid ones."""
+        valid = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(kwargs) - set(valid))
+        if unknown:
+            raise TypeError(
+                f"unknown actor option(s) {', '.join(map(repr, unknown))}; "
+                f"valid options are: {', '.join(valid)}."
+            )
+        return dataclasses.replace(base or cls(), **dict(kwargs))

@@ -1,0 +1,66 @@
+"""Placement: node descriptions in, a :class:`Plan` out.
+
+Pure computation over plain data: which process hosts which label and GPU, the
+TensorPipe device maps, transports and channels of every process, and the transport
+every pair of processes will use. No processes, sockets or GPUs are touched, except by
+:func:`describe_node`, which reads the local machine.
+"""
+
+from actorrt.placement.clusterfile import ClusterSpec, load_cluster, parse_cluster
+from actorrt.placement.dicompat import (
+    device_map_override_from_di,
+    di_device_map_for,
+    format_cuda_device_map,
+    format_local_cuda_devices,
+    parse_cuda_device_map,
+    parse_local_cuda_devices,
+)
+from actorrt.placement.discovery import describe_node
+from actorrt.placement.node import (
+    ContainerIdentity,
+    GpuInfo,
+    HcaInfo,
+    NodeDescription,
+    ProcessInfo,
+)
+from actorrt.placement.plan import TRANSPORT_MODES, Pair, Plan, ProcessPlan, make_plan
+from actorrt.placement.scheduler import STRATEGIES, LabelSpec, Slot, parse_label_specs
+from actorrt.placement.topology import BANDWIDTH_CLASS, LINK_KINDS, build_topology
+from actorrt.placement.transports import (
+    GDR_MIN_BYTES,
+    guard_tiny_cuda_tensors,
+    registered_tensorpipe_backends,
+)
+
+__all__ = [
+    "BANDWIDTH_CLASS",
+    "GDR_MIN_BYTES",
+    "LINK_KINDS",
+    "STRATEGIES",
+    "TRANSPORT_MODES",
+    "ClusterSpec",
+    "ContainerIdentity",
+    "GpuInfo",
+    "HcaInfo",
+    "LabelSpec",
+    "NodeDescription",
+    "Pair",
+    "Plan",
+    "ProcessInfo",
+    "ProcessPlan",
+    "Slot",
+    "build_topology",
+    "describe_node",
+    "device_map_override_from_di",
+    "di_device_map_for",
+    "format_cuda_device_map",
+    "format_local_cuda_devices",
+    "guard_tiny_cuda_tensors",
+    "load_cluster",
+    "make_plan",
+    "parse_cluster",
+    "parse_cuda_device_map",
+    "parse_label_specs",
+    "parse_local_cuda_devices",
+    "registered_tensorpipe_backends",
+]

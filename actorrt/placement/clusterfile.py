@@ -1,0 +1,319 @@
+"""Cluster files: a TOML description of nodes, processes and labels, for ``actorrt plan``.
+
+See ``docs/placement.md`` for the format; ``examples/clusters/`` has one file per
+typical layout. A cluster file turns into exactly the ``ProcessInfo`` list that the
+runtime would have gathered from the processes themselves, so ``actorrt plan`` shows
+what the runtime would do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actorrt.errors import PlacementError
+from actorrt.placement.dicompat import device_map_override_from_di
+from actorrt.placement.node import (
+    ContainerIdentity,
+    GpuInfo,
+    HcaInfo,
+    NodeDescription,
+    ProcessInfo,
+    normalize_bus_id,
+)
+from actorrt.placement.plan import Plan, make_plan
+from actorrt.placement.scheduler import LabelSpec, parse_label_specs
+
+__all__ = ["ClusterSpec", "load_cluster", "parse_cluster"]
+
+_PLAN_KEYS = {"transport", "strategy", "socket_ifname"}
+_TOP_KEYS = {"plan", "labels", "nodes", "device_maps", "cuda_device_map"}
+_NODE_KEYS = {
+    "hostname",
+    "name",
+    "boot_id",
+    "container",
+    "num_cpus",
+    "gpus",
+    "gpu_name",
+    "nvlink",
+    "hcas",
+    "processes",
+    "gpus_per_process",
+    "labels",
+}
+_GROUP_KEYS = {"count", "name", "labels", "gpus", "gpus_per_process"}
+_WORKER_NAME = re.compile(r"[^A-Za-z0-9_:\-]")  # what torch accepts in an RPC worker name
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A parsed cluster file: the processes and everything ``make_plan`` takes."""
+
+    processes: tuple[ProcessInfo, ...]
+    specs: tuple[LabelSpec, ...] = ()
+    transport: str = "auto"
+    strategy: str = "pack"
+    socket_ifname: str | None = None
+    device_map_override: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
+
+    def plan(self, *, transport: str | None = None, strategy: str | None = None) -> Plan:
+        """Plan this cluster (optionally with another transport mode or strategy)."""
+        return make_plan(
+            self.processes,
+            self.specs,
+            transport=transport or self.transport,
+            strategy=strategy or self.strategy,
+            device_map_override=self.device_map_override or None,
+            socket_ifname=self.socket_ifname,
+        )
+
+
+def _load_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        try:
+            import tomli as tomllib
+        except ImportError as e:
+            raise PlacementError(
+                "reading a cluster file on Python 3.10 needs the 'tomli' package: pip install tomli"
+            ) from e
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except OSError as e:
+        raise PlacementError(f"cannot read cluster file {path}: {e.strerror or e}") from e
+    except tomllib.TOMLDecodeError as e:
+        raise PlacementError(f"cluster file {path} is not valid TOML: {e}") from e
+
+
+def load_cluster(path: str | os.PathLike[str]) -> ClusterSpec:
+    """Read and check a TOML cluster file.
+
+    Raises:
+        PlacementError: The file is missing, not TOML, or has a bad field (named).
+    """
+    p = Path(path)
+    return parse_cluster(_load_toml(p), source=str(p))
+
+
+def _check_keys(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(d) - allowed)
+    if unknown:
+        raise PlacementError(f"{where}: unknown field(s) {unknown}; known: {sorted(allowed)}")
+
+
+def _gpu_tables(node: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
+    raw = node.get("gpus", 0)
+    if isinstance(raw, bool) or not isinstance(raw, (int, list)):
+        raise PlacementError(f"{where}.gpus: expected a count or a list of tables, got {raw!r}")
+    if isinstance(raw, int):
+        raw = [{} for _ in range(raw)]
+    tables = []
+    for i, g in enumerate(raw):
+        if not isinstance(g, Mapping):
+            raise PlacementError(f"{where}.gpus[{i}]: expected a table, got {g!r}")
+        _check_keys(g, {"pci_bus_id", "name", "nvlink_peers"}, f"{where}.gpus[{i}]")
+        tables.append(
+            {
+                # Synthetic but unique bus ids: processes that see the same GPU agree on it.
+                "bus": normalize_bus_id(str(g.get("pci_bus_id", f"0000:{0x10 + i:02x}:00.0"))),
+                "name": str(g.get("name", node.get("gpu_name", ""))),
+                "peers": {int(x) for x in g.get("nvlink_peers", ())},
+            }
+        )
+    nvlink = node.get("nvlink", "none")
+    n = len(tables)
+    if nvlink == "all":
+        for i in range(n):
+            tables[i]["peers"] |= set(range(n)) - {i}
+    elif isinstance(nvlink, list):
+        for link in nvlink:
+            if not (isinstance(link, list) and len(link) == 2 and all(0 <= x < n for x in link)):
+                raise PlacementError(
+                    f"{where}.nvlink: {link!r} is not a pair of GPU indices below {n}"
+                )
+            a, b = link
+            tables[a]["peers"].add(b)
+            tables[b]["peers"].add(a)
+    elif nvlink != "none":
+        raise PlacementError(
+            f'{where}.nvlink: expected "all", "none" or a list of [a, b] pairs, got {nvlink!r}'
+        )
+    for i, t in enumerate(tables):
+        bad = [x for x in t["peers"] if not 0 <= x < n or x == i]
+        if bad:
+            raise PlacementError(f"{where}.gpus[{i}].nvlink_peers: invalid GPU index {bad[0]}")
+    return tables
+
+
+def _container(node: Mapping[str, Any], where: str) -> ContainerIdentity:
+    c = node.get("container")
+    if c is None:
+        return ContainerIdentity(net="net:host", pid="pid:host", ipc="ipc:host", mnt="mnt:host")
+    if isinstance(c, str):
+        return ContainerIdentity(
+            net=f"net:{c}", pid=f"pid:{c}", ipc=f"ipc:{c}", mnt=f"mnt:{c}", cgroup=f"/{c}"
+        )
+    if isinstance(c, Mapping):
+        _check_keys(c, {"net", "pid", "ipc", "mnt", "cgroup"}, f"{where}.container")
+        return ContainerIdentity.from_dict(c)
+    raise PlacementError(f"{where}.container: expected a name or a table, got {c!r}")
+
+
+def _visible_sets(
+    group: Mapping[str, Any], count: int, n_gpus: int, default_per: Any, where: str
+) -> list[list[int]]:
+    pool = group.get("gpus", "all")
+    if pool == "all":
+        pool = list(range(n_gpus))
+    if not isinstance(pool, list) or not all(isinstance(g, int) and 0 <= g < n_gpus for g in pool):
+        raise PlacementError(
+            f'{where}.gpus: expected "all" or a list of the node\'s GPU indices '
+            f"(0..{n_gpus - 1}), got {group.get('gpus')!r}"
+        )
+    per = group.get("gpus_per_process", default_per)
+    if per == "all":
+        return [list(pool) for _ in range(count)]
+    if not isinstance(per, int) or isinstance(per, bool) or per < 1:
+        raise PlacementError(
+            f'{where}.gpus_per_process: expected "all" or a positive integer, got {per!r}'
+        )
+    if not pool:
+        return [[] for _ in range(count)]
+    # Like CUDA_VISIBLE_DEVICES slices handed out round-robin by a launcher.
+    return [[pool[(k * per + m) % len(pool)] for m in range(per)] for k in range(count)]
+
+
+def parse_cluster(data: Mapping[str, Any], source: str = "<cluster>") -> ClusterSpec:
+    """Turn a parsed cluster file (a dict) into a :class:`ClusterSpec`."""
+    _check_keys(data, _TOP_KEYS, source)
+    plan_opts = data.get("plan", {})
+    _check_keys(plan_opts, _PLAN_KEYS, f"{source} [plan]")
+    specs = parse_label_specs(data.get("labels", {}))
+    nodes = data.get("nodes")
+    if not nodes or not isinstance(nodes, list):
+        raise PlacementError(f"{source}: needs at least one [[nodes]] table")
+
+    processes: list[ProcessInfo] = []
+    for n_idx, node in enumerate(nodes):
+        where = f"{source} nodes[{n_idx}]"
+        _check_keys(node, _NODE_KEYS, where)
+        if "hostname" not in node:
+            raise PlacementError(f"{where}: needs a hostname")
+        hostname = str(node["hostname"])
+        tables = _gpu_tables(node, where)
+        container = _container(node, where)
+        node_name = _WORKER_NAME.sub(
+            "_",
+            str(
+                node.get(
+                    "name",
+                    hostname
+                    + (f"-{node['container']}" if isinstance(node.get("container"), str) else ""),
+                )
+            ),
+        )
+        hca_raw = node.get("hcas", [])
+        hcas: list[tuple[HcaInfo, set[int]]] = []
+        for h_idx, h in enumerate(hca_raw):
+            hw = f"{where}.hcas[{h_idx}]"
+            _check_keys(
+                h, {"name", "pci_bus_id", "port_state", "gdr_capable", "near_gpus", "numa_node"}, hw
+            )
+            if "name" not in h:
+                raise PlacementError(f"{hw}: needs a name (e.g. mlx5_0)")
+            hcas.append((HcaInfo.from_dict({**h, "near_gpus": ()}), set(h.get("near_gpus", ()))))
+        groups = node.get("processes", 1)
+        if isinstance(groups, int) and not isinstance(groups, bool):
+            groups = [{"count": groups}]
+        if not isinstance(groups, list):
+            raise PlacementError(f"{where}.processes: expected a count or a list of tables")
+        k = 0
+        for g_idx, group in enumerate(groups):
+            gw = f"{where}.processes[{g_idx}]"
+            _check_keys(group, _GROUP_KEYS, gw)
+            count = group.get("count", 1)
+            if not isinstance(count, int) or count < 0:
+                raise PlacementError(f"{gw}.count: expected an integer >= 0, got {count!r}")
+            labels = tuple(group.get("labels", node.get("labels", ())))
+            visible_sets = _visible_sets(
+                group, count, len(tables), node.get("gpus_per_process", "all"), gw
+            )
+            for c, visible in enumerate(visible_sets):
+                local = {phys: i for i, phys in enumerate(visible)}
+                gpus = tuple(
+                    GpuInfo(
+                        index=i,
+                        pci_bus_id=tables[phys]["bus"],
+                        name=tables[phys]["name"],
+                        nvlink_peers=tuple(
+                            sorted(local[q] for q in tables[phys]["peers"] if q in local)
+                        ),
+                        nvlink_peer_bus_ids=tuple(
+                            tables[q]["bus"] for q in sorted(tables[phys]["peers"])
+                        ),
+                    )
+                    for i, phys in enumerate(visible)
+                )
+                hca_infos = tuple(
+                    HcaInfo(
+                        name=h.name,
+                        pci_bus_id=h.pci_bus_id,
+                        port_state=h.port_state,
+                        gdr_capable=h.gdr_capable,
+                        near_gpus=tuple(sorted(local[q] for q in near if q in local)),
+                        numa_node=h.numa_node,
+                    )
+                    for h, near in hcas
+                )
+                if "name" in group:
+                    gname = str(group["name"]) + (str(c) if count > 1 else "")
+                else:
+                    gname = f"{node_name}-{k}"
+                k += 1
+                processes.append(
+                    ProcessInfo(
+                        rank=len(processes),
+                        name=_WORKER_NAME.sub("_", gname),
+                        node=NodeDescription(
+                            hostname=hostname,
+                            boot_id=str(node.get("boot_id", f"boot-{hostname}")),
+                            container=container,
+                            num_cpus=int(node.get("num_cpus", 8)),
+                            gpus=gpus,
+                            hcas=hca_infos,
+                            labels=labels,
+                        ),
+                    )
+                )
+    override: dict[str, dict[str, dict[str, str]]] = {}
+    for src, per_peer in data.get("device_maps", {}).items():
+        override[str(src)] = {
+            str(p): {str(a): str(b) for a, b in m.items()} for p, m in per_peer.items()
+        }
+    di = data.get("cuda_device_map", {})
+    if di:
+        bad = [k for k in di if not str(k).isdigit()]
+        if bad:
+            raise PlacementError(
+                f'{source} [cuda_device_map]: keys are ranks ("0" = "1_0_1"), got {bad[0]!r}'
+            )
+        for src, per_peer in device_map_override_from_di(
+            {int(k): str(v) for k, v in di.items()}, processes
+        ).items():
+            override.setdefault(src, {}).update(per_peer)
+    return ClusterSpec(
+        processes=tuple(processes),
+        specs=specs,
+        transport=str(plan_opts.get("transport", "auto")),
+        strategy=str(plan_opts.get("strategy", "pack")),
+        socket_ifname=plan_opts.get("socket_ifname"),
+        device_map_override=override,
+    )

@@ -1,0 +1,383 @@
+"""``make_plan``: node descriptions and label specs in, a :class:`Plan` out.
+
+Pure computation over plain data (no processes, sockets or GPUs), so rank 0 can plan
+for the whole cluster and publish the plan as JSON, and tests can plan clusters of any
+size. The same inputs give the same plan in every process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from actorrt.errors import PlacementError
+from actorrt.placement.devicemap import (
+    DeviceMapOverride,
+    apply_device_map_override,
+    compute_device_maps,
+    devices_in_use,
+)
+from actorrt.placement.node import ProcessInfo, check_processes
+from actorrt.placement.scheduler import LabelSpec, Slot, schedule
+from actorrt.placement.topology import container_key, host_key
+from actorrt.placement.transports import (
+    pair_transports,
+    process_channels,
+    process_env,
+    process_facts,
+    process_transports,
+)
+
+__all__ = ["TRANSPORT_MODES", "Pair", "Plan", "ProcessPlan", "make_plan"]
+
+TRANSPORT_MODES = ("auto", "cpu", "cuda")
+
+
+class Pair(NamedTuple):
+    """The transport two processes use (symmetric; listed once, ``src`` has the lower rank)."""
+
+    src: str
+    dst: str
+    transport: str
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """Everything one process needs from the plan.
+
+    Attributes:
+        name: RPC worker name.
+        rank: RPC rank.
+        node: Node id: the host name, with ``/cN`` appended when several containers share
+            the host.
+        labels: Labels of the slots it hosts, in order, without repeats.
+        slots: The slots it hosts (label, slot index, GPUs).
+        gpus: Local CUDA indices its slots were given.
+        devices: ``devices`` for TensorPipe: every device its maps (and its peers' maps
+            to it) use.
+        device_maps: ``{peer: {"cuda:a": "cuda:b"}}``.
+        transports: ``_transports``, or None for TensorPipe's default.
+        channels: ``_channels``, or None for TensorPipe's default.
+        env: Environment to set before torch loads (fork safety, TP_SOCKET_IFNAME).
+        guard_tiny_cuda: Its CUDA tensors may travel over cuda_gdr: pass payloads
+            through ``guard_tiny_cuda_tensors``.
+    """
+
+    name: str
+    rank: int
+    node: str
+    labels: tuple[str, ...] = ()
+    slots: tuple[Slot, ...] = ()
+    gpus: tuple[int, ...] = ()
+    devices: list[str] = field(default_factory=list)
+    device_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    transports: list[str] | None = None
+    channels: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    guard_tiny_cuda: bool = False
+
+    def backend_options_kwargs(
+        self,
+        available_transports: Collection[str] | None = None,
+        available_channels: Collection[str] | None = None,
+    ) -> dict[str, Any]:
+        """Keyword arguments for ``TensorPipeRpcBackendOptions`` (empty ones left out).
+
+        Args:
+            available_transports: When given, transports outside it are dropped.
+            available_channels: When given, channels outside it are dropped. torch
+                refuses names its build lacks (``registered_tensorpipe_backends()``
+                gives both sets); dropping one it lacks changes nothing, since
+                TensorPipe could not have used it.
+        """
+        kwargs: dict[str, Any] = {}
+        if self.device_maps:
+            kwargs["device_maps"] = {k: dict(v) for k, v in self.device_maps.items()}
+        if self.devices:
+            kwargs["devices"] = list(self.devices)
+        if self.transports:
+            kwargs["_transports"] = [
+                t
+                for t in self.transports
+                if available_transports is None or t in available_transports
+            ]
+        if self.channels:
+            kwargs["_channels"] = [
+                c for c in self.channels if available_channels is None or c in available_channels
+            ]
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rank": self.rank,
+            "node": self.node,
+            "labels": list(self.labels),
+            "slots": [s.to_dict() for s in self.slots],
+            "gpus": list(self.gpus),
+            "devices": list(self.devices),
+            "device_maps": {k: dict(v) for k, v in self.device_maps.items()},
+            "transports": None if self.transports is None else list(self.transports),
+            "channels": None if self.channels is None else list(self.channels),
+            "env": dict(self.env),
+            "guard_tiny_cuda": self.guard_tiny_cuda,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProcessPlan:
+        return cls(
+            name=str(d["name"]),
+            rank=int(d["rank"]),
+            node=str(d["node"]),
+            labels=tuple(d.get("labels", ())),
+            slots=tuple(Slot.from_dict(s) for s in d.get("slots", ())),
+            gpus=tuple(int(g) for g in d.get("gpus", ())),
+            devices=list(d.get("devices", ())),
+            device_maps={k: dict(v) for k, v in d.get("device_maps", {}).items()},
+            transports=None if d.get("transports") is None else list(d["transports"]),
+            channels=None if d.get("channels") is None else list(d["channels"]),
+            env=dict(d.get("env", {})),
+            guard_tiny_cuda=bool(d.get("guard_tiny_cuda", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The placement of a whole cluster.
+
+    Attributes:
+        processes: One entry per process, by rank.
+        pairs: The transport of every pair of processes (each pair once).
+        transport: The mode it was planned in (auto / cpu / cuda).
+        strategy: The placement strategy used.
+        specs: The label specs it satisfies.
+    """
+
+    processes: tuple[ProcessPlan, ...]
+    pairs: tuple[Pair, ...] = ()
+    transport: str = "auto"
+    strategy: str = "pack"
+    specs: tuple[LabelSpec, ...] = ()
+    _by_rank: dict[int, ProcessPlan] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _by_pair: dict[tuple[str, str], str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        self._by_rank.update((p.rank, p) for p in self.processes)
+
+    def for_rank(self, rank: int) -> ProcessPlan:
+        """The plan of the process with this rank."""
+        try:
+            return self._by_rank[rank]
+        except KeyError:
+            raise PlacementError(
+                f"rank {rank} is not in the plan (ranks 0..{len(self.processes) - 1})"
+            ) from None
+
+    def for_name(self, name: str) -> ProcessPlan:
+        """The plan of the process with this RPC name."""
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise PlacementError(f"no process named {name!r} in the plan")
+
+    def transport_between(self, a: str, b: str) -> str:
+        """The transport between two processes (by name); ``same_process`` when equal."""
+        if a == b:
+            return "same_process"
+        if not self._by_pair:  # built on first use: most callers never need it
+            for pair in self.pairs:
+                self._by_pair[(pair.src, pair.dst)] = pair.transport
+                self._by_pair[(pair.dst, pair.src)] = pair.transport
+        try:
+            return self._by_pair[(a, b)]
+        except KeyError:
+            raise PlacementError(f"no pair {a!r} <-> {b!r} in the plan") from None
+
+    def holders(self, label: str) -> Iterator[tuple[ProcessPlan, Slot]]:
+        """Every (process, slot) that carries ``label``, by rank then slot index."""
+        for p in self.processes:
+            for s in p.slots:
+                if s.label == label:
+                    yield p, s
+
+    def to_dict(self, include_pairs: bool = True) -> dict[str, Any]:
+        """JSON-safe form; ``include_pairs=False`` halves it (pairs are for display)."""
+        d: dict[str, Any] = {
+            "transport": self.transport,
+            "strategy": self.strategy,
+            "specs": [s.to_dict() for s in self.specs],
+            "processes": [p.to_dict() for p in self.processes],
+        }
+        if include_pairs:
+            d["pairs"] = [{"src": s, "dst": t, "transport": k} for s, t, k in self.pairs]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Plan:
+        return cls(
+            processes=tuple(ProcessPlan.from_dict(p) for p in d["processes"]),
+            pairs=tuple(Pair(p["src"], p["dst"], p["transport"]) for p in d.get("pairs", ())),
+            transport=str(d.get("transport", "auto")),
+            strategy=str(d.get("strategy", "pack")),
+            specs=tuple(
+                LabelSpec(s["label"], s.get("count", 1), s.get("num_gpus", 0))
+                for s in d.get("specs", ())
+            ),
+        )
+
+    def to_json(self, include_pairs: bool = True, **kwargs: Any) -> str:
+        return json.dumps(self.to_dict(include_pairs), **kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return cls.from_dict(json.loads(text))
+
+
+def _node_ids(processes: Sequence[ProcessInfo]) -> list[str]:
+    containers: dict[str, list[tuple[str, ...]]] = {}
+    for p in processes:
+        seen = containers.setdefault(host_key(p.node), [])
+        if container_key(p.node) not in seen:
+            seen.append(container_key(p.node))
+    out = []
+    for p in processes:
+        seen = containers[host_key(p.node)]
+        suffix = f"/c{seen.index(container_key(p.node))}" if len(seen) > 1 else ""
+        out.append(p.node.hostname + suffix)
+    return out
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    # A big plan allocates ~10^5 small dicts and tuples, none of them cyclic; the
+    # cyclic collector would walk the growing heap again and again (more than half of
+    # the time at 512 processes), so it waits until the plan is built.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def make_plan(
+    processes: Sequence[ProcessInfo],
+    specs: Sequence[LabelSpec] = (),
+    *,
+    transport: str = "auto",
+    strategy: str = "pack",
+    device_map_override: DeviceMapOverride | None = None,
+    socket_ifname: str | None = None,
+) -> Plan:
+    """Plan a cluster: placement, device maps, transports and environment of every process.
+
+    Args:
+        processes: One entry per RPC process (any order; planned by rank).
+        specs: Label specs to place.
+        transport: ``auto`` (device maps between processes that both use GPUs),
+            ``cuda`` (every process must have a GPU) or ``cpu`` (no device maps: CUDA
+            tensors are staged through host memory by the runtime).
+        strategy: ``pack``, ``spread``, ``nearest`` or ``nearest:LABEL``.
+        device_map_override: ``{process: {peer: {"cuda:0": "cuda:1"}}}``; replaces the
+            computed maps of those pairs after validation.
+        socket_ifname: Network interface TensorPipe listens on (``TP_SOCKET_IFNAME``).
+
+    Returns:
+        The plan.
+
+    Raises:
+        PlacementError: The spec cannot be met, the mode does not fit the hardware or
+            an override is invalid; the message says which and what to change.
+    """
+    if transport not in TRANSPORT_MODES:
+        raise PlacementError(f"unknown transport {transport!r}; use auto, cuda or cpu")
+    with _gc_paused():
+        return _make_plan(processes, specs, transport, strategy, device_map_override, socket_ifname)
+
+
+def _make_plan(
+    processes: Sequence[ProcessInfo],
+    specs: Sequence[LabelSpec],
+    transport: str,
+    strategy: str,
+    device_map_override: DeviceMapOverride | None,
+    socket_ifname: str | None,
+) -> Plan:
+    procs = check_processes(processes)
+    slots = schedule(procs, tuple(specs), strategy)
+
+    # Which GPUs each process offers to device maps.
+    offered: list[tuple[int, ...]] = []
+    for p, ps in zip(procs, slots, strict=True):
+        assigned = tuple(sorted({g for s in ps for g in s.gpus}))
+        visible = tuple(sorted(g.index for g in p.node.gpus))
+        if transport == "cpu":
+            offered.append(())
+        elif transport == "cuda":
+            if not visible:
+                raise PlacementError(
+                    f"transport='cuda' needs a GPU in every process, but process {p.name!r} "
+                    f"(rank {p.rank}, host {p.node.hostname}) has none; use transport='cpu' "
+                    "(CUDA tensors staged through host memory) or 'auto' (device maps only "
+                    "where both ends have GPUs)"
+                )
+            offered.append(assigned or visible)
+        else:
+            # A process hosting only CPU slots keeps its GPUs out of RPC; a process with
+            # no slot yet may host GPU actors later, so it offers what it sees.
+            offered.append(assigned or (() if ps else visible))
+
+    maps = compute_device_maps(procs, offered)
+    touched: set[tuple[int, int]] = set()
+    if device_map_override:
+        if transport == "cpu":
+            raise PlacementError(
+                "a device map override was given with transport='cpu', which uses no device "
+                "maps; use transport='cuda' or 'auto'"
+            )
+        touched = apply_device_map_override(procs, maps, device_map_override)
+    devices = devices_in_use(procs, maps, touched)
+    facts = process_facts(procs, [tuple(int(d[5:]) for d in ds) for ds in devices])
+    node_ids = _node_ids(procs)
+    names = [p.name for p in procs]
+
+    plans = []
+    for i, p in enumerate(procs):
+        f = facts[i]
+        labels = tuple(dict.fromkeys(s.label for s in slots[i]))
+        plans.append(
+            ProcessPlan(
+                name=p.name,
+                rank=p.rank,
+                node=node_ids[i],
+                labels=labels,
+                slots=slots[i],
+                gpus=tuple(sorted({g for s in slots[i] for g in s.gpus})),
+                devices=devices[i],
+                device_maps=maps[i],
+                transports=process_transports(f),
+                channels=process_channels(f),
+                env=process_env(f, socket_ifname),
+                guard_tiny_cuda=f.gdr,
+            )
+        )
+    make_pair = Pair._make  # tuple.__new__: 3x cheaper than Pair(...) over ~10^5 pairs
+    pairs = tuple(
+        make_pair((names[i], names[j], t)) for i, j, t in pair_transports(names, facts, maps)
+    )
+    return Plan(
+        processes=tuple(plans),
+        pairs=pairs,
+        transport=transport,
+        strategy=strategy,
+        specs=tuple(specs),
+    )

@@ -1,0 +1,77 @@
+"""``actorrt plan CLUSTER_FILE``: print (or draw) what the planner does with a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from actorrt.errors import PlacementError
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``plan`` subcommand's arguments."""
+    parser.add_argument("cluster_file", help="TOML cluster file (see docs/placement.md)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the plan as JSON instead of tables"
+    )
+    parser.add_argument(
+        "--draw", metavar="FILE", help="draw the topology with actors placed (.png, .svg, .pdf)"
+    )
+    parser.add_argument(
+        "--transport", choices=("auto", "cuda", "cpu"), help="override the file's transport mode"
+    )
+    parser.add_argument(
+        "--strategy", help="override the file's strategy (pack, spread, nearest, nearest:LABEL)"
+    )
+    parser.add_argument(
+        "--max-matrix",
+        type=int,
+        default=40,
+        metavar="N",
+        help="print the transport matrix up to N processes, a summary beyond (default 40)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan the cluster file and print it; returns the exit status (2 on a bad plan)."""
+    from actorrt.placement.clusterfile import load_cluster
+    from actorrt.placement.render import draw_topology, placement_table, transport_matrix
+
+    try:
+        cluster = load_cluster(args.cluster_file)
+        plan = cluster.plan(transport=args.transport, strategy=args.strategy)
+        if args.draw:
+            draw_topology(cluster.processes, plan, args.draw)
+    except PlacementError as e:
+        print(f"actorrt plan: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(plan.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print(
+        f"{args.cluster_file}: {len(plan.processes)} processes, transport={plan.transport}, "
+        f"strategy={plan.strategy}"
+    )
+    print()
+    print(placement_table(plan))
+    print()
+    print(transport_matrix(plan, max_processes=args.max_matrix))
+    envs = {tuple(sorted(p.env.items())) for p in plan.processes if p.env}
+    if envs:
+        print()
+        for env in sorted(envs):
+            who = [p.name for p in plan.processes if tuple(sorted(p.env.items())) == env]
+            shown = ", ".join(who[:6]) + (f", ... ({len(who)})" if len(who) > 6 else "")
+            print(f"env for {shown}: " + " ".join(f"{k}={v}" for k, v in env))
+    guarded = [p.name for p in plan.processes if p.guard_tiny_cuda]
+    if guarded:
+        print(
+            f"cuda_gdr possible ({len(guarded)} processes): CUDA tensors < 32 B are staged via CPU"
+        )
+    if args.draw:
+        print(f"\ndrawing written to {args.draw}")
+    return 0

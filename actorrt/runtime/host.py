@@ -1,0 +1,188 @@
+"""The actor host: every process's registry of the actors it runs, and the RPC entry points.
+
+Callers reach actors only through the module-level functions here, sent with plain
+``rpc_async`` / ``rpc.remote`` (never ``RRef.rpc_async``: see DESIGN.md). They look up
+the process's :class:`ActorHost` and hand the call to the actor's :class:`Mailbox`.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.distributed.rpc as rpc
+
+from actorrt.runtime.mailbox import Call, Mailbox
+
+__all__ = ["ActorHost", "ActorLease"]
+
+
+class ActorLease:
+    """The value an actor's RRef holds: when the last handle goes, the actor is released."""
+
+    def __init__(self, host: ActorHost, actor_id: str) -> None:
+        self._host = host
+        self.actor_id = actor_id
+
+    def __del__(self) -> None:
+        # __del__ may run inside any code that holds the host's lock (garbage collection
+        # runs anywhere), so it only queues the release; a thread of the host does it.
+        try:
+            self._host._released.put(self.actor_id)
+        except Exception:  # interpreter teardown: nothing left to release
+            pass
+
+
+class ActorHost:
+    """Owns the mailboxes of the actors living in this process."""
+
+    def __init__(self, on_actor_end=None, reply_filter=None) -> None:
+        self._lock = threading.Lock()
+        self._mailboxes: dict[str, Mailbox] = {}
+        self._tombstones: dict[str, str] = {}  # actor id -> why it is gone
+        self._classes: dict[str, type] = {}
+        self._pinned: dict[str, ActorLease] = {}  # named actors live until killed
+        self._on_actor_end = on_actor_end
+        self._reply_filter = reply_filter
+        self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
+        threading.Thread(target=self._release_loop, name="actorrt-release", daemon=True).start()
+
+    def _release_loop(self) -> None:
+        while True:
+            self.release(self._released.get(), "no handle refers to the actor any more")
+
+    def _mailbox(self, actor_id: str) -> Mailbox:
+        # Calls may arrive before the creation request (RPC threads race), so the first
+        # message for an actor makes its mailbox; calls wait there for the constructor.
+        with self._lock:
+            box = self._mailboxes.get(actor_id)
+            if box is None:
+                box = Mailbox(actor_id, self._forget, self._reply_filter)
+                reason = self._tombstones.get(actor_id)
+                if reason is not None:
+                    box.mark_dead(reason)  # answers every call with why the actor is gone
+                else:
+                    self._mailboxes[actor_id] = box
+            return box
+
+    def create(
+        self,
+        actor_id: str,
+        class_key: str,
+        class_blob: bytes | None,
+        args: tuple,
+        kwargs: dict,
+        *,
+        class_name: str,
+        max_concurrency: int,
+        gpu_ids: tuple[int, ...],
+        pinned: bool,
+    ) -> ActorLease:
+        lease = ActorLease(self, actor_id)
+        box = self._mailbox(actor_id)
+        try:
+            with self._lock:
+                cls = self._classes.get(class_key)
+                if cls is None:
+                    if class_blob is None:
+                        raise RuntimeError(f"class {class_name} was never shipped to this process")
+                    cls = self._classes[class_key] = cloudpickle.loads(class_blob)
+                if pinned:
+                    self._pinned[actor_id] = lease
+        except BaseException as exc:  # e.g. the class's module does not import here
+            box.kill(
+                f"{class_name} actor {actor_id} could not be created on "
+                f"{rpc.get_worker_info().name}: {type(exc).__name__}: {exc}"
+            )
+            return lease
+        box.open(
+            cls,
+            args,
+            kwargs,
+            class_name=class_name,
+            max_concurrency=max_concurrency,
+            gpu_ids=gpu_ids,
+        )
+        return lease
+
+    def deliver(self, actor_id: str, call: Call) -> None:
+        self._mailbox(actor_id).deliver(call)
+
+    def kill(self, actor_id: str, reason: str) -> bool:
+        with self._lock:
+            box = self._mailboxes.get(actor_id)
+            self._tombstones.setdefault(actor_id, reason)
+            self._pinned.pop(actor_id, None)
+        if box is None:
+            return False
+        box.kill(reason)
+        return True
+
+    def release(self, actor_id: str, reason: str) -> None:
+        with self._lock:
+            box = self._mailboxes.get(actor_id)
+            self._tombstones.setdefault(actor_id, reason)
+        if box is not None:
+            box.release(reason)
+
+    def kill_all(self, reason: str) -> None:
+        with self._lock:
+            ids = list(self._mailboxes)
+        for actor_id in ids:
+            self.kill(actor_id, reason)
+
+    def _forget(self, actor_id: str, reason: str) -> None:
+        with self._lock:
+            gone = self._mailboxes.pop(actor_id, None)
+            self._tombstones.setdefault(actor_id, reason)
+        if gone is not None and self._on_actor_end is not None:
+            self._on_actor_end(actor_id)
+
+    def num_actors(self) -> int:
+        with self._lock:
+            return len(self._mailboxes)
+
+    def has_actor(self, actor_id: str) -> bool:
+        with self._lock:
+            return actor_id in self._mailboxes
+
+
+# -- RPC entry points (module level so every process can resolve them by name) ---------
+
+
+def _host() -> ActorHost:
+    from actorrt.runtime.runtime import current
+
+    return current().host
+
+
+def rpc_create(actor_id: str, class_key: str, class_blob: bytes | None, args, kwargs, meta):
+    """Runs on the chosen process under ``rpc.remote``; returns the lease the RRef holds."""
+    return _host().create(actor_id, class_key, class_blob, args, kwargs, **meta)
+
+
+@rpc.functions.async_execution
+def rpc_call(actor_id: str, caller: str, seq: int, method: str | None, args, kwargs):
+    """Hands one call to the actor's mailbox; the reply is sent when its future completes."""
+    future: torch.futures.Future = torch.futures.Future()
+    _host().deliver(actor_id, Call(caller, seq, method, args, kwargs, future))
+    return future
+
+
+def rpc_kill(actor_id: str, reason: str) -> bool:
+    return _host().kill(actor_id, reason)
+
+
+def rpc_num_actors() -> int:
+    return _host().num_actors()
+
+
+def rpc_has_actor(actor_id: str) -> bool:
+    return _host().has_actor(actor_id)
+
+
+def rpc_ping(value: Any = None) -> Any:
+    return value

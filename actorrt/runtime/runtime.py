@@ -1,0 +1,427 @@
+"""``Runtime``: the one object holding a process's actorrt state.
+
+Only this module calls ``init_rpc`` and ``rpc.shutdown``. The driver (rank 0) and every
+worker have one ``Runtime``; a call travels ``ActorMethod.remote`` -> ``Runtime.submit``
+-> ``rpc_async(worker, host.rpc_call)`` -> mailbox -> method -> reply -> ``ObjectRef``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed.rpc as rpc
+
+from actorrt.actor import ActorClass, ActorHandle
+from actorrt.errors import ActorDiedError, ActorRtError, NotInitializedError
+from actorrt.options import ActorOptions
+from actorrt.refs import ObjectRef
+from actorrt.runtime import host as host_mod
+from actorrt.runtime.directory import ClusterDirectory, Placement
+from actorrt.runtime.host import ActorHost
+from actorrt.runtime.protocol import decode_reply, rpc_failure
+from actorrt.runtime.staging import to_cpu
+
+__all__ = ["Runtime", "current", "is_initialized"]
+
+DRIVER = "driver"
+
+_current: Runtime | None = None
+_current_lock = threading.Lock()
+
+
+def current(what: str = "this call") -> Runtime:
+    """The process's running ``Runtime``; raises ``NotInitializedError`` before ``start``."""
+    rt = _current
+    if rt is None:
+        raise NotInitializedError(what)
+    return rt
+
+
+def is_initialized() -> bool:
+    """True between ``actorrt.start()`` and ``actorrt.shutdown()`` (and inside workers)."""
+    return _current is not None
+
+
+def _install(rt: Runtime | None) -> None:
+    global _current
+    with _current_lock:
+        if rt is not None and _current is not None:
+            raise RuntimeError(
+                "actorrt is already started in this process: call actorrt.shutdown() before "
+                "starting again (or use `with actorrt.start(): ...`)."
+            )
+        _current = rt
+
+
+class Runtime:
+    """Process-wide actorrt state: the RPC agent, actor host, sequence numbers, directory.
+
+    Args:
+        name: This process's RPC name (``"driver"`` for rank 0).
+        rank: This process's rank.
+        directory: The cluster directory (rank 0 only).
+        cuda_peers: Peers this process has a device map to; CUDA tensors going anywhere
+            else are staged through host memory.
+        on_shutdown: Called by :meth:`shutdown` after the RPC agent is down (rank 0 stops
+            its local workers and store there).
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        rank: int,
+        world_size: int,
+        directory: ClusterDirectory | None = None,
+        cuda_peers: frozenset[str] = frozenset(),
+        on_shutdown: Callable[[], None] | None = None,
+    ) -> None:
+        self.name = name
+        self.rank = rank
+        self.world_size = world_size
+        self.directory = directory
+        self._cuda_peers = cuda_peers
+        self._stage_cuda = torch.cuda.is_available()
+        self.host = ActorHost(
+            on_actor_end=self._actor_ended,
+            reply_filter=self.stage_reply if self._stage_cuda else None,
+        )
+        self._seqs: dict[str, Any] = {}
+        self._dead_workers: set[str] = set()
+        self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
+        self._on_shutdown = on_shutdown
+        self.stopped = threading.Event()  # set once this runtime is shutting down
+        self.stop_requested = threading.Event()  # a worker's cue (from the driver) to stop
+
+    # -- context manager: `with actorrt.start(): ...` -----------------------------
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        from actorrt.api import shutdown
+
+        shutdown()
+
+    # -- actors ----------------------------------------------------------------
+    def create_actor(
+        self, actor_class: ActorClass, options: ActorOptions, args: tuple, kwargs: dict
+    ) -> ActorHandle:
+        """Places the actor, ships its class and constructor arguments, returns its handle."""
+        class_name = actor_class.__name__
+        actor_id = uuid.uuid4().hex
+        args, kwargs = _resolve_now(args, kwargs)
+        placement = self._place(actor_id, options, class_name)
+        handle = ActorHandle(actor_id, placement.worker, class_name, actor_class._methods, None)
+        try:
+            if options.name is not None:
+                self._directory_call(rpc_register_name, options.name, handle)
+            key, blob = actor_class.shipment()
+            meta = {
+                "class_name": class_name,
+                "max_concurrency": options.max_concurrency,
+                "gpu_ids": placement.gpu_ids,
+                "pinned": options.name is not None,
+            }
+            args, kwargs = self._stage(placement.worker, args, kwargs)
+            try:
+                rref = rpc.remote(
+                    placement.worker,
+                    host_mod.rpc_create,
+                    args=(actor_id, key, blob, args, kwargs, meta),
+                )
+            except (TypeError, AttributeError, pickle.PicklingError) as exc:
+                raise TypeError(
+                    f"{class_name}.remote(): a constructor argument cannot be sent ({exc}). "
+                    "Arguments travel through torch RPC's pickler: use tensors, plain data "
+                    "and importable classes."
+                ) from exc
+        except BaseException:
+            self._directory_call(rpc_released, actor_id)
+            raise
+        if options.name is None:
+            handle._rref = rref  # the RRef keeps an unnamed actor alive (Ray's semantics)
+        return handle
+
+    def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+        return self._directory_call(rpc_place, actor_id, options, class_name)
+
+    def _directory_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.directory is not None:
+            return fn(*args)
+        return rpc.rpc_sync(DRIVER, fn, args=args)
+
+    def submit(self, handle: ActorHandle, method: str, args: tuple, kwargs: dict) -> ObjectRef:
+        """Sends one method call; returns its ``ObjectRef`` at once."""
+        actor_id = handle.actor_id
+        try:
+            seq = next(self._seqs[actor_id])
+        except KeyError:
+            seq = next(self._seqs.setdefault(actor_id, itertools.count()))
+        ref = ObjectRef(f"{handle.class_name}.{method}")
+        deps = [a for a in args if type(a) is ObjectRef]
+        deps += [v for v in kwargs.values() if type(v) is ObjectRef]
+        if not deps:
+            self._send(handle, seq, method, args, kwargs, ref, raise_now=True)
+            return ref
+        # As in Ray, ObjectRef arguments are resolved before the call is sent; the seq was
+        # taken now, so the call still runs in the order it was made.
+        remaining = [len(deps)]
+        lock = threading.Lock()
+
+        def on_dep_done(_: object) -> None:
+            with lock:
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            failed = next((d for d in deps if d._future.exception() is not None), None)
+            if failed is not None:
+                self._skip(handle, seq)
+                ref._future.set_exception(failed._future.exception())
+                return
+            a = tuple(x._future.result() if type(x) is ObjectRef else x for x in args)
+            kw = {k: v._future.result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
+            self._send(handle, seq, method, a, kw, ref, raise_now=False)
+
+        for dep in deps:
+            dep._future.add_done_callback(on_dep_done)
+        return ref
+
+    def _send(
+        self,
+        handle: ActorHandle,
+        seq: int,
+        method: str,
+        args: tuple,
+        kwargs: dict,
+        ref: ObjectRef,
+        raise_now: bool,
+    ) -> None:
+        worker = handle.worker
+        if worker in self._dead_workers:
+            self._fail(
+                ref,
+                ActorDiedError(
+                    f"{ref._what}: the actor's process {worker!r} has died; create a new actor."
+                ),
+            )
+            return
+        if self._stage_cuda:
+            args, kwargs = self._stage(worker, args, kwargs)
+        try:
+            fut = rpc.rpc_async(
+                worker,
+                host_mod.rpc_call,
+                args=(handle.actor_id, self.name, seq, method, args, kwargs),
+                timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
+            )
+        except (TypeError, AttributeError, pickle.PicklingError) as exc:
+            self._skip(handle, seq)
+            err = TypeError(
+                f"{ref._what}.remote(): an argument cannot be sent ({exc}). Arguments travel "
+                "through torch RPC's pickler: use tensors, plain data and importable classes "
+                "(no lambdas or local classes)."
+            )
+            if raise_now:
+                raise err from exc
+            self._fail(ref, err)
+            return
+        except Exception as exc:  # the agent could not even queue the call
+            self._fail(ref, rpc_failure(ref._what, worker, exc))
+            return
+
+        def on_reply(f: torch.futures.Future, ref: ObjectRef = ref, handle=handle) -> None:
+            # `handle` is kept alive until the reply, so the actor outlives calls in flight.
+            try:
+                reply = f.value()
+            except Exception as exc:
+                self._fail(ref, rpc_failure(ref._what, handle.worker, exc))
+                return
+            try:
+                ref._future.set_result(decode_reply(reply))
+            except ActorRtError as exc:
+                ref._future.set_exception(exc)
+
+        fut.add_done_callback(on_reply)
+
+    def _skip(self, handle: ActorHandle, seq: int) -> None:
+        # The seq was taken but its call cannot be sent: tell the mailbox to move past it,
+        # or every later call from this process would wait for it forever.
+        try:
+            rpc.rpc_async(
+                handle.worker,
+                host_mod.rpc_call,
+                args=(handle.actor_id, self.name, seq, None, (), {}),
+                timeout=0,
+            )
+        except Exception:  # the worker is gone: nothing waits for the seq any more
+            pass
+
+    @staticmethod
+    def _fail(ref: ObjectRef, exc: BaseException) -> None:
+        if not ref._future.done():
+            ref._future.set_exception(exc)
+
+    def _stage(self, peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if not self._stage_cuda or peer in self._cuda_peers:
+            return args, kwargs
+        return to_cpu(args), to_cpu(kwargs)
+
+    def stage_reply(self, caller: str, value: Any) -> Any:
+        """Used by mailboxes: a reply to a caller without a device map leaves the GPU."""
+        if not self._stage_cuda or caller in self._cuda_peers:
+            return value
+        return to_cpu(value)
+
+    def kill(self, handle: ActorHandle, timeout: float = 10.0) -> None:
+        reason = f"{handle.class_name} actor {handle.actor_id[:8]} was killed by actorrt.kill()"
+        if handle.worker not in self._dead_workers:
+            try:
+                rpc.rpc_sync(
+                    handle.worker,
+                    host_mod.rpc_kill,
+                    args=(handle.actor_id, reason),
+                    timeout=timeout,
+                )
+            except Exception as exc:
+                if not isinstance(rpc_failure("kill", handle.worker, exc), ActorDiedError):
+                    raise
+        self._directory_call(rpc_released, handle.actor_id)
+
+    def get_actor(self, name: str) -> ActorHandle:
+        handle = self._directory_call(rpc_lookup, name)
+        if handle is None:
+            raise ValueError(
+                f"no actor named {name!r} is alive; create it with "
+                f"Cls.options(name={name!r}).remote()."
+            )
+        return handle
+
+    def _actor_ended(self, actor_id: str) -> None:
+        if self.stopped.is_set():
+            return
+        if self.directory is not None:
+            rpc_released(actor_id)
+            return
+        try:
+            rpc.rpc_async(DRIVER, rpc_released, args=(actor_id,))
+        except Exception:  # the driver is gone or shutting down: nothing to release
+            pass
+
+    def mark_worker_dead(self, worker: str) -> None:
+        """Calls to actors on ``worker`` fail at once from now on."""
+        self._dead_workers.add(worker)
+        if self.directory is not None:
+            self.directory.mark_dead(worker)
+
+    @property
+    def dead_workers(self) -> frozenset[str]:
+        return frozenset(self._dead_workers)
+
+    def shutdown(self) -> None:
+        """Stops the actors here; the caller (api.shutdown / worker main) ends RPC."""
+        self.stopped.set()
+        self.host.kill_all("the cluster is shutting down")
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+
+
+def _resolve_now(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    if not any(type(a) is ObjectRef for a in args) and not any(
+        type(v) is ObjectRef for v in kwargs.values()
+    ):
+        return args, kwargs
+    from actorrt.refs import get
+
+    args = tuple(get(a) if type(a) is ObjectRef else a for a in args)
+    kwargs = {k: get(v) if type(v) is ObjectRef else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+# -- directory RPC entry points (run on rank 0) ---------------------------------------
+
+
+def _directory() -> ClusterDirectory:
+    directory = current().directory
+    if directory is None:
+        raise RuntimeError("the cluster directory lives on rank 0 only")
+    return directory
+
+
+def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+    return _directory().place(actor_id, options, class_name)
+
+
+def rpc_released(actor_id: str) -> None:
+    directory = _directory()
+    directory.release(actor_id)
+    directory.unregister_actor(actor_id)
+
+
+def rpc_register_name(name: str, handle: ActorHandle) -> None:
+    _directory().register_name(name, handle)
+
+
+def rpc_lookup(name: str) -> ActorHandle | None:
+    return _directory().lookup(name)  # type: ignore[return-value]
+
+
+def rpc_stop() -> None:
+    """Sent by the driver to each worker at shutdown."""
+    current().stop_requested.set()
+
+
+# -- the only calls of init_rpc / rpc.shutdown ----------------------------------------
+
+
+def init_rpc(
+    name: str,
+    rank: int,
+    world_size: int,
+    init_method: str,
+    backend_kwargs: dict[str, Any],
+    *,
+    num_worker_threads: int = 16,
+    rpc_timeout: float = 60.0,
+) -> None:
+    """Starts this process's TensorPipe agent with the options the plan gave it."""
+    options = rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=num_worker_threads,
+        rpc_timeout=rpc_timeout,
+        init_method=init_method,
+        **backend_kwargs,
+    )
+    rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
+
+
+def shutdown_rpc(timeout: float) -> bool:
+    """Ends the RPC agent within about ``timeout`` seconds; True if it went gracefully.
+
+    A graceful shutdown waits for every peer, so it hangs when one is dead; it runs in a
+    thread with a bound, and a local (non-graceful) shutdown follows when it fails.
+    """
+    if _run_bounded(lambda: rpc.shutdown(graceful=True, timeout=timeout), timeout + 2.0):
+        return True
+    _run_bounded(lambda: rpc.shutdown(graceful=False), 5.0)
+    return False
+
+
+def _run_bounded(fn: Callable[[], None], timeout: float) -> bool:
+    outcome: list[bool] = []
+
+    def target() -> None:
+        try:
+            fn()
+            outcome.append(True)
+        except Exception:
+            outcome.append(False)
+
+    thread = threading.Thread(target=target, name="actorrt-shutdown", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(outcome and outcome[0])

@@ -1,0 +1,143 @@
+"""A worker process: join the rendezvous, start RPC with the plan, host actors until told to stop.
+
+Local clusters start it as ``python -m actorrt.runtime.worker``; ``actorrt worker`` (see
+:mod:`actorrt.cluster.worker_cli`) builds the same :class:`WorkerConfig` from flags or
+from torchrun / SLURM variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import threading
+
+__all__ = ["WorkerConfig", "run_worker"]
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    """Everything a worker needs to join a cluster."""
+
+    host: str
+    port: int
+    rank: int
+    world_size: int
+    token: str
+    labels: tuple[str, ...] = ()
+    gpus: tuple[int, ...] | None = None
+    timeout: float = 60.0
+    watch_stdin: bool = False
+    num_worker_threads: int = 16
+    rpc_timeout: float = 60.0
+    shutdown_timeout: float = 10.0
+
+
+def run_worker(cfg: WorkerConfig) -> int:
+    """Runs a worker until the driver shuts the cluster down; returns the exit status."""
+    # ibverbs must see these before it loads, or fork() after RDMA set-up corrupts memory.
+    os.environ.setdefault("IBV_FORK_SAFE", "1")
+    os.environ.setdefault("RDMAV_FORK_SAFE", "1")
+    if not 0 < cfg.rank < cfg.world_size:
+        raise SystemExit(
+            f"actorrt worker: rank {cfg.rank} is out of range for world size {cfg.world_size}: "
+            f"workers take ranks 1..{cfg.world_size - 1} (rank 0 is the driver)."
+        )
+    from actorrt.cluster import planning, rendezvous
+    from actorrt.runtime import runtime as rt_mod
+
+    store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
+    description = planning.describe_process(cfg.labels, cfg.gpus)
+    plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
+    setup = planning.setup_for(plan, cfg.rank)
+    setup.apply_env()
+    rt = rt_mod.Runtime(
+        name=setup.name, rank=cfg.rank, world_size=cfg.world_size, cuda_peers=setup.cuda_peers
+    )
+    rt_mod._install(rt)
+    rt_mod.init_rpc(
+        setup.name,
+        cfg.rank,
+        cfg.world_size,
+        rendezvous.store_init_method(store),
+        setup.backend_kwargs,
+        num_worker_threads=cfg.num_worker_threads,
+        rpc_timeout=cfg.rpc_timeout,
+    )
+    _watch_driver(cfg, rt)
+    rt.stop_requested.wait()
+    rt.shutdown()
+    graceful = rt_mod.shutdown_rpc(cfg.shutdown_timeout)
+    rt_mod._install(None)
+    return 0 if graceful else 3
+
+
+def _watch_driver(cfg: WorkerConfig, rt) -> None:
+    """Ends this process when the driver is gone, so no worker outlives its cluster."""
+
+    def exit_now(why: str) -> None:
+        if rt.stop_requested.is_set():
+            return  # a normal shutdown is under way; the store closing is expected
+        print(f"actorrt worker rank {cfg.rank}: {why}; exiting.", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+
+    def watch_stdin() -> None:
+        # A local cluster's driver holds our stdin pipe: EOF means it died.
+        while sys.stdin.buffer.read(1):
+            pass
+        exit_now("the driver process ended")
+
+    def watch_store() -> None:
+        from actorrt.cluster.rendezvous import connect_store
+
+        try:
+            store = connect_store(cfg.host, cfg.port, cfg.timeout)
+        except Exception:
+            exit_now("lost the driver's rendezvous store")
+            return
+        while not rt.stop_requested.wait(1.0):
+            try:
+                store.check(["actorrt/session"])
+            except Exception:
+                exit_now("lost the connection to the driver")
+                return
+
+    if cfg.watch_stdin:
+        threading.Thread(target=watch_stdin, name="actorrt-parent-watch", daemon=True).start()
+    threading.Thread(target=watch_store, name="actorrt-driver-watch", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m actorrt.runtime.worker`` (used by local clusters)."""
+    p = argparse.ArgumentParser(prog="python -m actorrt.runtime.worker")
+    p.add_argument("--config", required=True, help="WorkerConfig as JSON (token from env)")
+    args = p.parse_args(argv)
+    fields = json.loads(args.config)
+    for key in ("labels", "gpus"):
+        if fields.get(key) is not None:
+            fields[key] = tuple(fields[key])
+    # Local workers see the driver's import path, so classes defined in its modules
+    # (tests, scripts next to it) import here too, as with multiprocessing's spawn.
+    for entry in reversed(json.loads(os.environ.pop("ACTORRT_SYS_PATH", "[]"))):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    cfg = WorkerConfig(token=os.environ.pop("ACTORRT_TOKEN", ""), **fields)
+    try:
+        code = run_worker(cfg)
+    except Exception as exc:
+        from actorrt.errors import ActorRtError
+
+        if not isinstance(exc, ActorRtError):
+            raise
+        print(f"actorrt worker rank {cfg.rank}: {exc}", file=sys.stderr, flush=True)
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown: actor threads may still be blocked
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Runnable examples built on actorrt (``python -m examples.<name>``)."""

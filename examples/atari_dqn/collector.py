@@ -1,0 +1,353 @@
+"""Collectors: step environments with an epsilon-greedy local policy, stream records out.
+
+Three layers, so the same loop runs with and without actorrt:
+
+* :class:`CollectorCore` - environments, local policy copy, record building. No I/O.
+* :func:`run_collect_loop` - the loop: collect, push with bounded in-flight pushes,
+  refresh weights every K steps. Talks to the learner through a :class:`LearnerLink`.
+* :class:`Collector` - the actor: builds a core and an :class:`ActorLink` over the
+  learner's handle and runs the loop. ``examples.atari_dqn.bench_support`` runs the same
+  loop against an in-process learner.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from examples.atari_dqn.config import DQNConfig
+from examples.atari_dqn.envs import EnvPool, newest_frame
+from examples.atari_dqn.exploration import epsilon_greedy, linear_epsilon
+from examples.atari_dqn.networks import build_q_network
+from examples.atari_dqn.replay import PREV_EARLIER_PUSH, PREV_NONE
+
+__all__ = ["ActorLink", "Collector", "CollectorCore", "LearnerLink", "run_collect_loop"]
+
+# Stream ids: collector id in the high bits, env index in the low ones; stable and unique
+# across the cluster, which is all the replay needs.
+_STREAM_SHIFT = 16
+
+
+class CollectorCore:
+    """Environments plus a local policy copy; turns env steps into replay records.
+
+    Args:
+        cfg: Experiment configuration.
+        collector_id: 0-based index of this collector (seeds, stream ids).
+        num_collectors: How many collectors run; the epsilon schedule uses
+            ``frame_offset + own frames * num_collectors`` as its estimate of global frames.
+        device: Where the local policy runs and where pushed tensors are put.
+        frame_offset: Global frames already done before this run (``--resume``).
+        pool: Use this environment pool instead of building one from ``cfg`` (tests).
+    """
+
+    def __init__(
+        self,
+        cfg: DQNConfig,
+        collector_id: int = 0,
+        num_collectors: int = 1,
+        device: str | torch.device = "cpu",
+        frame_offset: int = 0,
+        pool: EnvPool | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.collector_id = collector_id
+        self.num_collectors = max(1, num_collectors)
+        self.device = torch.device(device)
+        self.frame_offset = frame_offset
+        seed = cfg.seed + 1000 * (collector_id + 1)
+        self.rng = np.random.default_rng(seed)
+        self.pool = pool if pool is not None else EnvPool(cfg, cfg.num_envs_per_collector, seed)
+        obs_shape = self.pool.obs.shape[1:]
+        self.n_actions = int(self.pool.envs[0].action_space.n)
+        self.q_net = build_q_network(cfg, obs_shape, self.n_actions).to(self.device).eval()
+        self.weight_version = -1  # nothing from the learner yet
+        self.weight_refreshes = 0
+        self.frames = 0  # emulator frames this collector produced
+        self.agent_steps = 0
+        self.episodes = 0
+        self._streams = [(collector_id << _STREAM_SHIFT) + j for j in range(len(self.pool))]
+        self._new_push()
+        # The first observation of every env starts an episode: it goes out in the first
+        # push, so the learner can build that episode's first stacks.
+        for j in range(len(self.pool)):
+            self._add_record(j, self.pool.obs[j], PREV_NONE, 0, 0.0, False)
+
+    # ----------------------------------------------------------------- records
+    def _new_push(self) -> None:
+        self._frames: list[np.ndarray] = []
+        self._stream: list[int] = []
+        self._prev: list[int] = []
+        self._action: list[int] = []
+        self._reward: list[float] = []
+        self._term: list[bool] = []
+        self._ep_return: list[float] = []
+        self._ep_length: list[int] = []
+        # Index in this push of each env's newest record; earlier pushes are named by
+        # PREV_EARLIER_PUSH and resolved by the learner.
+        self._last_index = [PREV_EARLIER_PUSH] * len(self.pool)
+
+    def _add_record(
+        self, j: int, obs: np.ndarray, prev: int, action: int, reward: float, term: bool
+    ) -> None:
+        self._frames.append(newest_frame(obs, self.cfg.frame_stack))
+        self._stream.append(self._streams[j])
+        self._prev.append(prev)
+        self._action.append(action)
+        self._reward.append(reward)
+        self._term.append(term)
+        self._last_index[j] = len(self._frames) - 1
+
+    def _take_push(self) -> dict[str, torch.Tensor]:
+        batch = {
+            "frame": torch.from_numpy(np.stack(self._frames)),
+            "stream": torch.tensor(self._stream, dtype=torch.int64),
+            "prev": torch.tensor(self._prev, dtype=torch.int64),
+            "action": torch.tensor(self._action, dtype=torch.int64),
+            "reward": torch.tensor(self._reward, dtype=torch.float32),
+            "terminated": torch.tensor(self._term, dtype=torch.bool),
+            "ep_return": torch.tensor(self._ep_return, dtype=torch.float32),
+            "ep_length": torch.tensor(self._ep_length, dtype=torch.int64),
+        }
+        self._new_push()
+        if self.device.type != "cpu":
+            # CUDA transport: the push leaves from this GPU and the device map lands it on
+            # the learner's GPU without a trip through host memory.
+            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        return batch
+
+    # ----------------------------------------------------------------- acting
+    def epsilon(self) -> float:
+        """Current exploration epsilon (linear schedule over estimated global frames)."""
+        global_frames = self.frame_offset + self.frames * self.num_collectors
+        cfg = self.cfg
+        return linear_epsilon(global_frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames)
+
+    def collect(self, steps: int) -> dict[str, torch.Tensor]:
+        """Steps every env ``steps`` times and returns the push payload.
+
+        Returns:
+            Records (see :meth:`FrameReplay.add`) plus ``ep_return`` / ``ep_length`` of
+            the episodes that ended (raw game scores, before reward clipping).
+        """
+        pool = self.pool
+        for _ in range(steps):
+            actions = epsilon_greedy(
+                self.q_net, pool.obs, self.epsilon(), self.n_actions, self.rng, self.device
+            )
+            next_obs, rewards, term, trunc, reset_obs, infos = pool.step(actions)
+            for j in range(len(pool)):
+                self._add_record(
+                    j,
+                    next_obs[j],
+                    self._last_index[j],
+                    int(actions[j]),
+                    float(rewards[j]),
+                    bool(term[j]),
+                )
+                if term[j] or trunc[j]:
+                    episode = infos[j].get("episode")
+                    if episode is not None:
+                        self._ep_return.append(float(episode["r"]))
+                        self._ep_length.append(int(episode["l"]))
+                    self.episodes += 1
+                    self._add_record(j, reset_obs[j], PREV_NONE, 0, 0.0, False)
+            self.agent_steps += len(pool)
+            self.frames += len(pool) * self.cfg.frame_skip
+        return self._take_push()
+
+    def load_weights(self, reply: tuple[int, dict[str, torch.Tensor]] | None) -> bool:
+        """Applies a ``Learner.get_weights`` reply; returns whether weights changed."""
+        if reply is None:
+            return False
+        version, state = reply
+        self.q_net.load_state_dict(state)
+        self.weight_version = version
+        self.weight_refreshes += 1
+        return True
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class LearnerLink(Protocol):
+    """How the collect loop reaches a learner: asynchronously (actors) or directly."""
+
+    def push(self, batch: dict[str, torch.Tensor]) -> Any:
+        """Starts a push; returns a pending handle."""
+
+    def request_weights(self, known_version: int) -> Any:
+        """Starts a ``get_weights`` call; returns a pending handle."""
+
+    def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
+        """Like ``actorrt.wait``: ``(ready, not_ready)``."""
+
+    def ready(self, handle: Any) -> bool:
+        """Whether a pending handle has its result."""
+
+    def result(self, handle: Any, timeout: float) -> Any:
+        """The handle's result; raises the remote error if the call failed."""
+
+
+class ActorLink:
+    """:class:`LearnerLink` over an actorrt handle of the learner actor."""
+
+    def __init__(self, learner: Any) -> None:
+        import actorrt  # imported here so the in-process path never needs the runtime
+
+        self._rt = actorrt
+        self._learner = learner
+
+    def push(self, batch: dict[str, torch.Tensor]) -> Any:
+        return self._learner.push.remote(batch)
+
+    def request_weights(self, known_version: int) -> Any:
+        return self._learner.get_weights.remote(known_version)
+
+    def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
+        return self._rt.wait(pending, num_returns=num_returns, timeout=timeout)
+
+    def ready(self, handle: Any) -> bool:
+        return handle.done()
+
+    def result(self, handle: Any, timeout: float) -> Any:
+        return self._rt.get(handle, timeout=timeout)
+
+
+def run_collect_loop(
+    core: CollectorCore,
+    link: LearnerLink,
+    max_frames: int,
+    *,
+    timeout: float = 300.0,
+) -> dict[str, Any]:
+    """Collects until ``core`` has produced ``max_frames`` frames, streaming to ``link``.
+
+    Backpressure: at most ``cfg.max_in_flight`` pushes are outstanding; the loop waits on
+    the oldest before sending more, so a slow learner bounds the memory held in flight.
+    Weights: every ``cfg.weight_refresh_every`` vector steps a ``get_weights`` request is
+    started; it is applied when its reply is there, while collection goes on.
+
+    Args:
+        core: The collector core.
+        link: Connection to the learner.
+        max_frames: Frame budget of this collector.
+        timeout: Longest wait for one learner reply before giving up (seconds).
+
+    Returns:
+        ``frames``, ``agent_steps``, ``episodes``, ``pushes``, ``weight_refreshes``,
+        ``weight_version``, ``max_in_flight_seen``, ``seconds``, ``fps``.
+
+    Raises:
+        TimeoutError: The learner did not answer within ``timeout``.
+    """
+    cfg = core.cfg
+    in_flight: list[Any] = []
+    weights_req: Any = None
+    # Start "due", so the first request goes out with the first push.
+    steps_since_refresh = cfg.weight_refresh_every
+    pushes = 0
+    max_seen = 0
+    start_frames = core.frames
+    t0 = time.perf_counter()
+
+    def apply_weights_if_ready(block: bool) -> None:
+        nonlocal weights_req
+        if weights_req is not None and (block or link.ready(weights_req)):
+            core.load_weights(link.result(weights_req, timeout))
+            weights_req = None
+
+    while core.frames - start_frames < max_frames:
+        batch = core.collect(cfg.steps_per_push)
+        while len(in_flight) >= cfg.max_in_flight:
+            ready, in_flight = link.wait(in_flight, 1, timeout)
+            if not ready:
+                raise TimeoutError(
+                    f"collector {core.collector_id}: the learner answered no push in {timeout}s"
+                )
+            for ref in ready:
+                link.result(ref, timeout)  # raises the learner's error, if any
+        in_flight.append(link.push(batch))
+        pushes += 1
+        max_seen = max(max_seen, len(in_flight))
+        steps_since_refresh += cfg.steps_per_push
+        apply_weights_if_ready(block=False)
+        if weights_req is None and steps_since_refresh >= cfg.weight_refresh_every:
+            weights_req = link.request_weights(core.weight_version)
+            steps_since_refresh = 0
+    for ref in in_flight:
+        link.result(ref, timeout)
+    apply_weights_if_ready(block=True)
+    seconds = time.perf_counter() - t0
+    frames = core.frames - start_frames
+    return {
+        "collector_id": core.collector_id,
+        "frames": frames,
+        "agent_steps": core.agent_steps,
+        "episodes": core.episodes,
+        "pushes": pushes,
+        "weight_refreshes": core.weight_refreshes,
+        "weight_version": core.weight_version,
+        "max_in_flight_seen": max_seen,
+        "seconds": seconds,
+        "fps": frames / seconds if seconds > 0 else 0.0,
+    }
+
+
+class Collector:
+    """The collector actor (label ``collector``): runs the loop against the learner actor.
+
+    Args:
+        cfg: Experiment configuration (DQNConfig or dict).
+        learner: The learner's actor handle.
+        collector_id: 0-based index.
+        num_collectors: Number of collectors in the run (epsilon schedule estimate).
+        transport: ``"cuda"`` puts the policy and the pushed tensors on this process's GPU
+            (when it has one); ``"cpu"`` keeps everything on the host.
+        frame_offset: Global frames done before this run (``--resume``).
+    """
+
+    def __init__(
+        self,
+        cfg: DQNConfig | dict[str, Any],
+        learner: Any,
+        collector_id: int = 0,
+        num_collectors: int = 1,
+        *,
+        transport: str = "cpu",
+        frame_offset: int = 0,
+    ) -> None:
+        if isinstance(cfg, dict):
+            cfg = DQNConfig.from_dict(cfg)
+        # Acting is batch-of-a-few inference: one thread each leaves the cores to the
+        # environments, the other collectors and the learner.
+        torch.set_num_threads(1)
+        if transport == "cuda" and torch.cuda.is_available():
+            device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            device = torch.device("cpu")
+        self.core = CollectorCore(cfg, collector_id, num_collectors, device, frame_offset)
+        self.link = ActorLink(learner)
+        self.last_result: dict[str, Any] = {}
+
+    def run(self, max_frames: int, timeout: float = 300.0) -> dict[str, Any]:
+        """Collects ``max_frames`` frames; returns the loop's counters."""
+        self.last_result = run_collect_loop(self.core, self.link, max_frames, timeout=timeout)
+        return self.last_result
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of the collector so far (and of its last finished run)."""
+        core = self.core
+        return {
+            "collector_id": core.collector_id,
+            "frames": core.frames,
+            "episodes": core.episodes,
+            "weight_refreshes": core.weight_refreshes,
+            "weight_version": core.weight_version,
+            "epsilon": core.epsilon(),
+            "device": str(core.device),
+            "last_run": dict(self.last_result),
+        }

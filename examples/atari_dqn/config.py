@@ -1,0 +1,163 @@
+"""Hyperparameters: one small preset per environment family, plus overrides.
+
+Atari values follow the Nature DQN paper (Mnih et al. 2015) and Dopamine, with the replay
+size and schedules shortened so that the default run fits a laptop. The classic-control
+values (CartPole) follow the rl-baselines3-zoo DQN preset, which solves CartPole-v1 in
+about 50k environment steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+__all__ = ["DQNConfig", "config_for_env", "is_atari"]
+
+
+@dataclasses.dataclass
+class DQNConfig:
+    """Everything the learner, the collectors and the driver need to agree on.
+
+    A plain dataclass of numbers and strings, so it pickles into actor constructors and
+    into checkpoints unchanged.
+
+    Attributes:
+        env_id: Gymnasium environment id (``"ALE/Pong-v5"``, ``"CartPole-v1"``...).
+        atari: Whether the Atari preprocessing and the Nature CNN are used.
+        frame_skip: Emulator frames per agent step (4 on Atari, 1 elsewhere); frame budgets
+            count emulator frames, as the Atari literature does.
+        frame_stack: Observations stacked into one network input (4 on Atari, 1 elsewhere).
+        total_frames: Emulator frames to collect, summed over all collectors.
+        num_envs_per_collector: Environments each collector steps in lockstep.
+        steps_per_push: Vector steps a collector batches into one push to the learner.
+        max_in_flight: Pushes a collector may have outstanding before it waits (backpressure).
+        weight_refresh_every: Vector steps between two weight requests by a collector.
+        replay_capacity: Frames held by the replay ring (one frame per agent step).
+        batch_size: Transitions per gradient step.
+        learning_starts: Transitions in replay before the first gradient step.
+        train_every: Transitions received per gradient step (sets the replay ratio:
+            ``batch_size / train_every`` samples per transition, independent of speed).
+        target_update_every: Gradient steps between two hard target-network copies.
+        gamma: Discount factor.
+        lr: Adam learning rate.
+        adam_eps: Adam epsilon (1.5e-4 for Atari as in Dopamine's Rainbow/DQN-Adam).
+        max_grad_norm: Global gradient-norm clip (None: no clipping).
+        hidden_sizes: MLP hidden layers (non-Atari envs).
+        eps_start: Exploration epsilon at frame 0.
+        eps_end: Exploration epsilon after ``eps_decay_frames``.
+        eps_decay_frames: Frames over which epsilon decays linearly.
+        eval_episodes: Episodes of the final (and periodic) evaluation.
+        eval_epsilon: Epsilon used during evaluation.
+        eval_max_steps: Agent-step cap of one evaluation episode (None: the env's own limit).
+        seed: Base seed; collector ``i`` env ``j`` uses ``seed + 1000 * (i + 1) + j``.
+    """
+
+    env_id: str = "ALE/Pong-v5"
+    atari: bool = True
+    frame_skip: int = 4
+    frame_stack: int = 4
+    total_frames: int = 40_000
+    num_envs_per_collector: int = 4
+    steps_per_push: int = 16
+    max_in_flight: int = 4
+    weight_refresh_every: int = 64
+    replay_capacity: int = 200_000
+    batch_size: int = 32
+    learning_starts: int = 2_000
+    train_every: int = 4
+    target_update_every: int = 1_000
+    gamma: float = 0.99
+    lr: float = 1e-4
+    adam_eps: float = 1.5e-4
+    max_grad_norm: float | None = 10.0
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    eps_start: float = 1.0
+    eps_end: float = 0.01
+    eps_decay_frames: int = 1_000_000
+    eval_episodes: int = 2
+    eval_epsilon: float = 0.05
+    eval_max_steps: int | None = 27_000
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (for checkpoints and logs)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DQNConfig:
+        """Inverse of :meth:`to_dict`; unknown keys (from newer versions) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        if "hidden_sizes" in kwargs:
+            kwargs["hidden_sizes"] = tuple(kwargs["hidden_sizes"])
+        return cls(**kwargs)
+
+
+def is_atari(env_id: str) -> bool:
+    """True for ALE ids (``ALE/Pong-v5``, ``PongNoFrameskip-v4``-style names are not used)."""
+    return env_id.startswith("ALE/")
+
+
+# Per-family presets. Only the differences from the DQNConfig defaults (the Atari preset)
+# are listed, so each family reads as "Atari, except ...".
+_CLASSIC_CONTROL: dict[str, Any] = {
+    "atari": False,
+    "frame_skip": 1,
+    "frame_stack": 1,
+    "total_frames": 60_000,
+    "num_envs_per_collector": 4,
+    "steps_per_push": 8,
+    "weight_refresh_every": 16,
+    "replay_capacity": 100_000,
+    "batch_size": 64,
+    "learning_starts": 1_000,
+    # 1 gradient step per 2 transitions at batch 64: the zoo preset's replay ratio
+    # (128 gradient steps every 256 steps).
+    "train_every": 2,
+    "target_update_every": 128,
+    "lr": 2.3e-3,
+    "adam_eps": 1e-8,
+    "eps_end": 0.04,
+    "eps_decay_frames": 8_000,
+    "eval_episodes": 20,
+    "eval_epsilon": 0.0,
+    "eval_max_steps": None,  # keep CartPole-v1's own 500-step limit
+}
+
+_PRESETS: dict[str, dict[str, Any]] = {
+    "CartPole-v1": _CLASSIC_CONTROL,
+    "CartPole-v0": _CLASSIC_CONTROL,
+    "Acrobot-v1": _CLASSIC_CONTROL,
+    "MountainCar-v0": _CLASSIC_CONTROL,
+}
+
+
+def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
+    """Returns the preset for ``env_id`` with ``overrides`` applied (None values skipped).
+
+    Args:
+        env_id: Gymnasium id. ``ALE/*`` ids get the Atari preset; ids listed in the
+            classic-control table get the MLP preset; anything else is an error.
+        **overrides: DQNConfig fields to change; a value of None keeps the preset's value,
+            so argparse defaults of None can be passed straight through.
+
+    Raises:
+        ValueError: For an unknown env family or an unknown field name.
+    """
+    if is_atari(env_id):
+        preset: dict[str, Any] = {}
+    elif env_id in _PRESETS:
+        preset = dict(_PRESETS[env_id])
+    else:
+        known = ", ".join(sorted(_PRESETS))
+        raise ValueError(
+            f"no DQN preset for env {env_id!r}: use an Atari id such as 'ALE/Pong-v5' or one "
+            f"of {known} (or add a preset to examples/atari_dqn/config.py)."
+        )
+    names = {f.name for f in dataclasses.fields(DQNConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown DQNConfig field(s): {', '.join(unknown)}")
+    preset.update({k: v for k, v in overrides.items() if v is not None})
+    preset["env_id"] = env_id
+    return DQNConfig(**preset)

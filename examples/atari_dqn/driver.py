@@ -1,0 +1,426 @@
+"""The driver: parse flags, start (or join) the cluster, launch actors, watch, evaluate.
+
+Process layout::
+
+    driver (rank 0)  --stats/weights-->  learner actor (label "learner", GPU if any)
+                                            ^   ^
+                       push(records) ------/     \\------ push(records)
+                 collector actor 0 (label "collector")   collector actor 1 ...
+
+The driver hosts no actor. It polls the learner's ``stats()`` for the progress bar and
+the logs, evaluates a copy of the learner's network in-process, and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import actorrt
+from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
+from examples.atari_dqn.collector import Collector
+from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari
+from examples.atari_dqn.envs import obs_spec
+from examples.atari_dqn.evaluation import evaluate
+from examples.atari_dqn.exploration import linear_epsilon
+from examples.atari_dqn.learner import Learner
+from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
+from examples.atari_dqn.networks import build_q_network
+
+__all__ = ["build_config", "launch_actors", "main", "parse_args", "train"]
+
+_POLL_S = 1.0  # progress / log interval
+_CALL_TIMEOUT_S = 300.0  # bound on any single driver wait for an actor reply
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parses the command line (see ``python -m examples.atari_dqn --help``)."""
+    p = argparse.ArgumentParser(
+        prog="python -m examples.atari_dqn",
+        description="Distributed DQN with actorrt: collector actors stream transitions to a "
+        "learner actor. With no flags: Pong, 2 collectors, a short frame budget, local cluster.",
+    )
+    p.add_argument(
+        "--env",
+        default="ALE/Pong-v5",
+        help="gymnasium id: ALE/<Game>-v5 (CNN) or CartPole-v1 (MLP)",
+    )
+    p.add_argument("--collectors", type=int, default=2, help="collector actors")
+    p.add_argument(
+        "--envs-per-collector",
+        type=int,
+        default=None,
+        help="environments per collector (default: the env preset)",
+    )
+    p.add_argument(
+        "--total-frames",
+        type=int,
+        default=None,
+        help="emulator frames in all, resumed ones included (default: preset)",
+    )
+    p.add_argument("--logdir", default=None, help="output folder (default: runs/<env>-<time>)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="local worker processes (default: collectors + 1)",
+    )
+    p.add_argument(
+        "--init-method",
+        default=None,
+        help="tcp://HOST:PORT: be rank 0 of a multi-node cluster instead of a local one",
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="processes in the multi-node cluster, this driver included",
+    )
+    p.add_argument(
+        "--transport",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="cuda: collectors on GPUs push CUDA tensors through device maps",
+    )
+    p.add_argument(
+        "--cuda-device-map",
+        default=None,
+        help="passed to actorrt.start(cuda_device_map=...), e.g. '1_0_0,2_0_1'",
+    )
+    p.add_argument(
+        "--local-cuda-devices",
+        default=None,
+        help="passed to actorrt.start(local_cuda_devices=...), e.g. '0,1'",
+    )
+    p.add_argument(
+        "--learner-gpus",
+        type=float,
+        default=None,
+        help="GPUs for the learner (default: 1 if CUDA is available here or "
+        "--transport cuda, else 0)",
+    )
+    p.add_argument(
+        "--collector-gpus",
+        type=float,
+        default=None,
+        help="GPUs per collector (default: 1 with --transport cuda, else 0; fractions share a GPU)",
+    )
+    p.add_argument(
+        "--learner-threads",
+        type=int,
+        default=None,
+        help="torch threads of a CPU learner (default: cores left after collectors)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="checkpoint path (default: <logdir>/checkpoint.pt); written at every "
+        "evaluation and at the end",
+    )
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="continue from a checkpoint (PATH, or --checkpoint's path if omitted)",
+    )
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=0,
+        help="evaluate (and checkpoint) every N frames; 0: only at the end",
+    )
+    p.add_argument(
+        "--eval-episodes", type=int, default=None, help="episodes per evaluation (default: preset)"
+    )
+    p.add_argument("--learning-starts", type=int, default=None)
+    p.add_argument("--replay-capacity", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
+    args = p.parse_args(argv)
+    if args.collectors < 1:
+        p.error("--collectors must be >= 1")
+    if args.init_method and not args.world_size:
+        p.error("--init-method needs --world-size (all processes, the driver included)")
+    return args
+
+
+def build_config(args: argparse.Namespace) -> DQNConfig:
+    """The env preset with the command-line overrides applied."""
+    cfg = config_for_env(
+        args.env,
+        total_frames=args.total_frames,
+        seed=args.seed,
+        num_envs_per_collector=args.envs_per_collector,
+        eval_episodes=args.eval_episodes,
+        learning_starts=args.learning_starts,
+        replay_capacity=args.replay_capacity,
+    )
+    # Never reserve more ring than the run can fill: each agent step writes one record,
+    # plus one per episode start (the slack).
+    steps = math.ceil(cfg.total_frames / cfg.frame_skip)
+    cfg.replay_capacity = max(1024, min(cfg.replay_capacity, int(steps * 1.1) + 1024))
+    return cfg
+
+
+def _start_cluster(args: argparse.Namespace) -> None:
+    common: dict[str, Any] = {"transport": args.transport}
+    if args.cuda_device_map:
+        common["cuda_device_map"] = args.cuda_device_map
+    if args.local_cuda_devices:
+        common["local_cuda_devices"] = args.local_cuda_devices
+    if args.init_method:
+        actorrt.start(init_method=args.init_method, rank=0, world_size=args.world_size, **common)
+    else:
+        workers = args.num_workers or args.collectors + 1
+        actorrt.start(num_workers=workers, **common)
+
+
+def launch_actors(
+    cfg: DQNConfig,
+    num_collectors: int,
+    *,
+    transport: str = "cpu",
+    learner_gpus: float | None = None,
+    collector_gpus: float | None = None,
+    learner_threads: int | None = None,
+    frame_offset: int = 0,
+) -> tuple[Any, list[Any]]:
+    """Creates the learner actor and ``num_collectors`` collector actors.
+
+    The plain classes are decorated here rather than where they are defined, so tests
+    and the in-process benchmark use them without a runtime.
+
+    Args:
+        cfg: Configuration (sent to every actor as a dict).
+        num_collectors: Collector actors to start.
+        transport: ``"cpu"`` or ``"cuda"`` (see :class:`Learner`, :class:`Collector`).
+        learner_gpus: GPUs for the learner (None: 1 when this process sees CUDA or the
+            transport is cuda, else 0).
+        collector_gpus: GPUs per collector (None: 1 with cuda transport, else 0).
+        learner_threads: torch threads of a CPU learner (None: the cores the collectors
+            leave, at least 1; oversubscribed torch threads are many times slower).
+        frame_offset: Global frames already done (resume), for the epsilon schedule.
+
+    Returns:
+        ``(learner_handle, [collector_handles])``, ready (constructors have finished).
+    """
+    if learner_gpus is None:
+        learner_gpus = 1.0 if (transport == "cuda" or torch.cuda.is_available()) else 0.0
+    if collector_gpus is None:
+        collector_gpus = 1.0 if transport == "cuda" else 0.0
+    if learner_threads is None and not learner_gpus:
+        learner_threads = max(1, (os.cpu_count() or 1) - num_collectors)
+    learner_cls = actorrt.actor(label="learner", num_gpus=learner_gpus, max_concurrency=1)(Learner)
+    collector_cls = actorrt.actor(label="collector", num_gpus=collector_gpus)(Collector)
+    cfg_dict = cfg.to_dict()
+    learner = learner_cls.remote(cfg_dict, transport=transport, num_threads=learner_threads)
+    collectors = [
+        collector_cls.remote(
+            cfg_dict, learner, i, num_collectors, transport=transport, frame_offset=frame_offset
+        )
+        for i in range(num_collectors)
+    ]
+    # Constructors build envs and networks; surface their errors here, not mid-run.
+    actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
+    actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
+    return learner, collectors
+
+
+def _default_logdir(env_id: str) -> Path:
+    name = env_id.replace("ALE/", "").replace("/", "_")
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+class _Evaluator:
+    """Evaluates the learner's current weights in the driver process."""
+
+    def __init__(self, cfg: DQNConfig) -> None:
+        obs_shape, _, n_actions = obs_spec(cfg)
+        self.cfg = cfg
+        self.q_net = build_q_network(cfg, obs_shape, n_actions)
+
+    def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
+        reply = actorrt.get(learner.get_weights.remote(-1), timeout=_CALL_TIMEOUT_S)
+        _, state = reply
+        self.q_net.load_state_dict({k: v.cpu() for k, v in state.items()})
+        return evaluate(self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999)
+
+
+def train(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs a whole training job; returns a summary (also printed).
+
+    Returns:
+        ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
+        ``checkpoint``, ``updates``, ``weight_refreshes`` (sum over collectors).
+    """
+    cfg = build_config(args)
+    logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
+    ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
+    resume_state = None
+    frame_offset = 0
+    if args.resume is not None:
+        resume_path = Path(args.resume) if args.resume else ckpt_path
+        resume_state = load_checkpoint(resume_path, cfg.env_id)
+        frame_offset = int(resume_state["frames"])
+        print(f"resuming from {resume_path} at {frame_offset:,} frames")
+    logger = MetricsLogger(logdir, resume=resume_state is not None)
+    evaluator = _Evaluator(cfg)
+    t_start = time.monotonic()
+    summary: dict[str, Any] = {"logdir": str(logdir), "checkpoint": str(ckpt_path)}
+
+    _start_cluster(args)
+    try:
+        learner, collectors = launch_actors(
+            cfg,
+            args.collectors,
+            transport=args.transport,
+            learner_gpus=args.learner_gpus,
+            collector_gpus=args.collector_gpus,
+            learner_threads=args.learner_threads,
+            frame_offset=frame_offset,
+        )
+        if resume_state is not None:
+            actorrt.get(
+                learner.load_checkpoint_state.remote(resume_state["learner"]),
+                timeout=_CALL_TIMEOUT_S,
+            )
+        remaining = max(0, cfg.total_frames - frame_offset)
+        per_collector = math.ceil(remaining / args.collectors)
+        runs = [c.run.remote(per_collector) for c in collectors] if remaining else []
+        results = _watch(
+            args, cfg, learner, runs, logger, evaluator, ckpt_path, frame_offset, t_start
+        )
+        state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
+        stats = actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
+        frames = frame_offset + sum(r["frames"] for r in results)
+        save_checkpoint(ckpt_path, state, frames, cfg.env_id)
+        eval_returns = evaluator(learner)
+    finally:
+        actorrt.shutdown()
+    seconds = time.monotonic() - t_start
+    eval_mean = float(np.mean(eval_returns))
+    logger.log({"wall_s": seconds, "frames": frames, "eval_return": eval_mean})
+    logger.close()
+    png = plot_learning_curve(
+        logdir / "metrics.csv",
+        logdir / "learning_curve.png",
+        title=f"DQN on {cfg.env_id}",
+        episodes=state["episodes"],
+    )
+    summary.update(
+        frames=frames,
+        seconds=seconds,
+        updates=stats["updates"],
+        eval_returns=eval_returns,
+        eval_mean=eval_mean,
+        weight_refreshes=sum(r["weight_refreshes"] for r in results),
+        learning_curve=str(png),
+    )
+    print(
+        f"final evaluation: env={cfg.env_id} episodes={len(eval_returns)} "
+        f"mean_return={eval_mean:.2f} min={min(eval_returns):.1f} max={max(eval_returns):.1f} "
+        f"frames={frames:,} updates={stats['updates']:,} wall={seconds:.0f}s logdir={logdir}",
+        flush=True,
+    )
+    return summary
+
+
+def _watch(
+    args: argparse.Namespace,
+    cfg: DQNConfig,
+    learner: Any,
+    runs: list[Any],
+    logger: MetricsLogger,
+    evaluator: _Evaluator,
+    ckpt_path: Path,
+    frame_offset: int,
+    t_start: float,
+) -> list[dict[str, Any]]:
+    """Polls the learner until every collector's run finished; logs, evaluates, saves."""
+    from tqdm import tqdm
+
+    recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
+    seen_episodes = 0
+    next_eval = frame_offset + args.eval_every if args.eval_every else math.inf
+    bar = tqdm(
+        total=cfg.total_frames,
+        initial=frame_offset,
+        unit="frame",
+        unit_scale=True,
+        disable=args.no_progress or None,
+        dynamic_ncols=True,
+        file=sys.stdout,
+    )
+    last_frames, last_t = frame_offset, time.monotonic()
+    # Resumed runs start counting the learner's frames from the checkpoint's transitions.
+    pending = list(runs)
+    try:
+        while pending:
+            _, pending = actorrt.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            stats = actorrt.get(learner.stats.remote(seen_episodes), timeout=_CALL_TIMEOUT_S)
+            for frame, ret, length in stats["episodes"]:
+                recent.append(ret)
+                logger.log_episode(frame, ret, length)
+            seen_episodes = stats["episodes_total"]
+            now = time.monotonic()
+            frames = stats["frames"]
+            fps = (frames - last_frames) / max(now - last_t, 1e-9)
+            last_frames, last_t = frames, now
+            row = {
+                "wall_s": now - t_start,
+                "frames": frames,
+                "fps": fps,
+                "episodes": seen_episodes,
+                "return_mean": float(np.mean(recent)) if recent else math.nan,
+                "loss": stats["loss_mean"],
+                "q_mean": stats["q_mean"],
+                "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
+                "updates": stats["updates"],
+                "replay_size": stats["replay_size"],
+            }
+            if frames >= next_eval and pending:
+                returns = evaluator(learner)
+                row["eval_return"] = float(np.mean(returns))
+                state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
+                save_checkpoint(ckpt_path, state, frames, cfg.env_id)
+                tqdm.write(
+                    f"eval at {frames:,} frames: mean return {row['eval_return']:.2f} "
+                    f"over {len(returns)} episodes (checkpoint {ckpt_path})"
+                )
+                while next_eval <= frames:
+                    next_eval += args.eval_every
+            logger.log(row)
+            bar.update(max(0, min(frames, cfg.total_frames) - bar.n))
+            bar.set_postfix(
+                fps=f"{fps:.0f}",
+                ret=f"{row['return_mean']:.1f}" if recent else "-",
+                loss=f"{stats['last_loss']:.4f}" if math.isfinite(stats["last_loss"]) else "-",
+                eps=f"{row['epsilon']:.2f}",
+                refresh=False,
+            )
+        return actorrt.get(list(runs), timeout=_CALL_TIMEOUT_S)
+    finally:
+        bar.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m examples.atari_dqn``; returns the exit status."""
+    args = parse_args(argv)
+    try:
+        train(args)
+    except KeyboardInterrupt:
+        print("interrupted; cluster shut down", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,178 @@
+"""Environment construction: gymnasium's own Atari preprocessing, nothing hand-rolled.
+
+Wrapper order for Atari (inner to outer)::
+
+    ALE/<Game>-v5 (frameskip=1)        the raw emulator, one frame per step
+    AtariPreprocessing                 noop reset (<=30), max-pool + skip 4, 84x84 grayscale
+    RecordEpisodeStatistics            raw (unclipped) episode return and length in info
+    ClipReward(-1, 1)                  what the learner trains on
+    FrameStackObservation(4)           (4, 84, 84) uint8, padded with the reset frame
+
+RecordEpisodeStatistics sits inside the clipping so reported returns are game scores
+(Pong: -21..21), not sums of clipped rewards. The frame stack is outermost so that the
+newest frame of each observation (``obs[-1]``) is exactly what the replay ring stores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from examples.atari_dqn.config import DQNConfig, is_atari
+
+__all__ = ["EnvPool", "make_env", "newest_frame", "obs_spec"]
+
+_ALE_REGISTERED = False
+
+
+def _register_ale() -> None:
+    """Registers the ALE namespace once per process (ale-py ships the ROMs)."""
+    global _ALE_REGISTERED
+    if not _ALE_REGISTERED:
+        import ale_py
+
+        gym.register_envs(ale_py)
+        _ALE_REGISTERED = True
+
+
+def make_env(
+    env_id: str,
+    seed: int | None = None,
+    *,
+    clip_rewards: bool = True,
+    max_episode_steps: int | None = None,
+    frame_stack: int = 4,
+) -> gym.Env:
+    """Builds one preprocessed environment.
+
+    Args:
+        env_id: ``ALE/*`` ids get the Atari stack described in the module docstring; other
+            ids (CartPole...) get only episode statistics.
+        seed: Seeds the action space here; pass it to the first ``reset`` as well.
+        clip_rewards: Clip rewards to [-1, 1] (Atari only; evaluation turns it off).
+        max_episode_steps: Optional cap in agent steps (truncation), e.g. for tests.
+        frame_stack: Frames stacked by FrameStackObservation (Atari only).
+
+    Returns:
+        The wrapped environment.
+    """
+    if is_atari(env_id):
+        _register_ale()
+        # frameskip=1: AtariPreprocessing does the skipping (with max-pooling of the last
+        # two frames), and it refuses an env that already skips.
+        env = gym.make(env_id, frameskip=1)
+        env = gym.wrappers.AtariPreprocessing(
+            env,
+            noop_max=30,
+            frame_skip=4,
+            screen_size=84,
+            terminal_on_life_loss=False,
+            grayscale_obs=True,
+            scale_obs=False,  # keep uint8: 4x less memory and wire traffic than float
+        )
+        if max_episode_steps is not None:
+            env = gym.wrappers.TimeLimit(env, max_episode_steps)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        if clip_rewards:
+            env = gym.wrappers.ClipReward(env, -1.0, 1.0)
+        env = gym.wrappers.FrameStackObservation(env, frame_stack, padding_type="reset")
+    else:
+        env = gym.make(env_id, max_episode_steps=max_episode_steps)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+    if seed is not None:
+        env.action_space.seed(seed)
+    return env
+
+
+def make_env_for(cfg: DQNConfig, seed: int | None = None, **kwargs: Any) -> gym.Env:
+    """:func:`make_env` with the stacking taken from ``cfg``."""
+    if cfg.atari:
+        kwargs.setdefault("frame_stack", cfg.frame_stack)
+    return make_env(cfg.env_id, seed, **kwargs)
+
+
+def obs_spec(cfg: DQNConfig) -> tuple[tuple[int, ...], np.dtype, int]:
+    """Observation shape, dtype and action count of ``cfg.env_id`` (builds one env)."""
+    env = make_env_for(cfg)
+    try:
+        space = env.observation_space
+        n_actions = int(env.action_space.n)  # DQN needs a Discrete action space
+        return tuple(space.shape), np.dtype(space.dtype), n_actions
+    finally:
+        env.close()
+
+
+def newest_frame(obs: np.ndarray, frame_stack: int) -> np.ndarray:
+    """The part of an observation the replay ring stores: the newest frame of a stack."""
+    return obs[-1] if frame_stack > 1 else obs
+
+
+class EnvPool:
+    """Several environments stepped in lockstep, with resets done here.
+
+    A plain list rather than gymnasium's vector env: the collector must see every
+    episode's last observation and the reset observation that follows it as two separate
+    records (the replay ring stores both), which a list makes explicit.
+
+    Attributes:
+        envs: The environments.
+        obs: Current observation of each env, shape ``(num_envs, *obs_shape)``.
+
+    Args:
+        cfg: Configuration (env id and stacking).
+        num_envs: Environments to build.
+        base_seed: Env ``j`` is seeded with ``base_seed + j``.
+        envs: Use these environments instead of building them (tests).
+    """
+
+    def __init__(
+        self, cfg: DQNConfig, num_envs: int, base_seed: int, envs: list[gym.Env] | None = None
+    ) -> None:
+        if envs is None:
+            envs = [make_env_for(cfg, base_seed + j) for j in range(num_envs)]
+        self.envs = envs
+        self._seeds = [base_seed + j for j in range(len(envs))]
+        first = [env.reset(seed=s)[0] for env, s in zip(self.envs, self._seeds, strict=True)]
+        self.obs = np.stack(first)
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        """Steps every env once; an env whose episode ended is reset.
+
+        Args:
+            actions: One action per env.
+
+        Returns:
+            ``(next_obs, rewards, terminated, truncated, reset_obs, infos)`` where
+            ``next_obs[j]`` is the observation the step produced (the episode's last one if
+            it ended), ``reset_obs[j]`` is the first observation of the next episode for
+            envs that ended (and equals ``next_obs[j]`` otherwise), and ``self.obs`` has
+            moved on to ``reset_obs``.
+        """
+        n = len(self.envs)
+        next_obs = np.empty_like(self.obs)
+        rewards = np.zeros(n, dtype=np.float32)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        infos: list[dict] = []
+        reset_obs = np.empty_like(self.obs)
+        for j, env in enumerate(self.envs):
+            o, r, term, trunc, info = env.step(int(actions[j]))
+            next_obs[j] = o
+            rewards[j] = r
+            terminated[j] = term
+            truncated[j] = trunc
+            infos.append(info)
+            reset_obs[j] = env.reset()[0] if (term or trunc) else o
+        self.obs = reset_obs.copy()
+        return next_obs, rewards, terminated, truncated, reset_obs, infos
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,71 @@
+"""Q-networks: the Nature-DQN CNN for Atari and a small MLP for vector observations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from examples.atari_dqn.config import DQNConfig
+
+__all__ = ["MLPQNetwork", "NatureQNetwork", "build_q_network"]
+
+
+class NatureQNetwork(nn.Module):
+    """The convolutional Q-network of Mnih et al. (2015), "Human-level control...".
+
+    Takes uint8 frame stacks ``(B, C, 84, 84)`` and scales them to [0, 1] itself, so
+    observations stay uint8 everywhere outside the network (replay, wire, env).
+    """
+
+    def __init__(self, in_channels: int, n_actions: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, kernel_size=8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, kernel_size=4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, kernel_size=3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        self.head = nn.Sequential(nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, n_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(obs.float() / 255.0))
+
+
+class MLPQNetwork(nn.Module):
+    """A ReLU MLP over flat float observations (CartPole and friends)."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        last = obs_dim
+        for h in hidden_sizes:
+            layers += [nn.Linear(last, h), nn.ReLU()]
+            last = h
+        layers.append(nn.Linear(last, n_actions))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net(obs.float().flatten(1))
+
+
+def build_q_network(cfg: DQNConfig, obs_shape: Sequence[int], n_actions: int) -> nn.Module:
+    """The Q-network ``cfg`` asks for: Nature CNN on Atari, MLP otherwise.
+
+    Args:
+        cfg: Experiment configuration.
+        obs_shape: Shape of one observation (``(4, 84, 84)`` on Atari).
+        n_actions: Size of the discrete action space.
+    """
+    if cfg.atari:
+        if tuple(obs_shape[1:]) != (84, 84):
+            raise ValueError(f"the Nature CNN expects (C, 84, 84) observations, got {obs_shape}")
+        return NatureQNetwork(obs_shape[0], n_actions)
+    obs_dim = 1
+    for d in obs_shape:
+        obs_dim *= int(d)
+    return MLPQNetwork(obs_dim, n_actions, cfg.hidden_sizes)

@@ -1,0 +1,216 @@
+"""Replay memory that stores every environment frame once and rebuilds stacks by index.
+
+Why this layout: a (4, 84, 84) observation shares 3 of its 4 frames with the next one, so
+storing ``obs`` and ``next_obs`` per transition would keep each frame 8 times. Here the
+ring holds single frames (uint8, on the learner's device) and one record per frame:
+
+    slot of record g:  frame_g, prev_g, action, reward, terminated, first
+
+``prev_g`` is the global id of the previous frame of the same environment stream
+(``g`` itself for the first frame of an episode). A record that is not an episode's first
+frame is also the *destination* of one transition: the action taken at frame ``prev_g``,
+the reward and the terminal flag that led to frame ``g``. Sampling picks destinations and
+follows ``prev`` pointers ``stack`` times:
+
+    chain c0 = g, c1 = prev[c0], c2 = prev[c1], ...
+    next_obs = frames[c_{stack-1} .. c0],  obs = frames[c_stack .. c1]
+
+At an episode's start the chain stops moving (``prev`` of the first frame is itself), so
+stacks are padded with the reset frame: exactly what gymnasium's
+``FrameStackObservation(padding_type="reset")`` feeds the policy. Pointers are global ids
+rather than slots, so a pointer to a frame the ring has overwritten is recognised
+(``id < total - capacity``) and that sample is rejected instead of mixing episodes.
+
+Because records carry their own ``prev`` pointer, many collectors and environments can
+push interleaved batches into one ring: each push only names, per record, the previous
+record of the same stream (inside the push, or "the stream's last record" from an
+earlier push). Collectors therefore send one 84x84 frame per step instead of two stacks:
+8x less traffic than ``(obs, next_obs)`` pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+__all__ = ["PREV_EARLIER_PUSH", "PREV_NONE", "FrameReplay"]
+
+#: ``prev`` value in a push: the previous frame of this stream is the stream's last record
+#: from an earlier push.
+PREV_EARLIER_PUSH = -1
+#: ``prev`` value in a push: this frame starts an episode (no previous frame).
+PREV_NONE = -2
+
+
+class FrameReplay:
+    """Ring of single frames with per-record back pointers (see module docstring).
+
+    Not thread-safe: the learner actor runs with ``max_concurrency=1``.
+
+    Args:
+        capacity: Frames (records) held; the oldest are overwritten first.
+        frame_shape: Shape of one stored frame (``(84, 84)`` on Atari, ``(4,)`` on
+            CartPole).
+        frame_dtype: Dtype of stored frames (uint8 on Atari).
+        stack: Frames per observation (4 on Atari, 1 otherwise). With 1, observations have
+            ``frame_shape``; otherwise ``(stack, *frame_shape)``.
+        device: Where everything lives; the learner's GPU when it has one, so pushes that
+            arrive as CUDA tensors are copied device-to-device.
+        seed: Seed of the sampling generator.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        frame_shape: Sequence[int],
+        frame_dtype: torch.dtype,
+        stack: int,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+    ) -> None:
+        if capacity < 2:
+            raise ValueError(f"capacity={capacity} must be >= 2")
+        if stack < 1:
+            raise ValueError(f"stack={stack} must be >= 1")
+        self.capacity = int(capacity)
+        self.stack = int(stack)
+        self.device = torch.device(device)
+        self.frame_shape = tuple(int(d) for d in frame_shape)
+        # torch.empty: pages are only touched (and on CPU, only committed) as the ring fills.
+        self.frames = torch.empty(
+            (self.capacity, *self.frame_shape), dtype=frame_dtype, device=self.device
+        )
+        self.prev = torch.zeros(self.capacity, dtype=torch.int64, device=self.device)
+        self.first = torch.ones(self.capacity, dtype=torch.bool, device=self.device)
+        self.actions = torch.zeros(self.capacity, dtype=torch.int64, device=self.device)
+        self.rewards = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
+        self.terminated = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
+        self.total = 0  # records ever written; record g lives in slot g % capacity
+        self.transitions_added = 0  # records that are transition destinations
+        self._last: dict[int, int] = {}  # stream -> global id of its newest record
+        self._gen = torch.Generator(device=self.device)
+        self._gen.manual_seed(seed)
+
+    def __len__(self) -> int:
+        """Records currently held."""
+        return min(self.total, self.capacity)
+
+    @property
+    def oldest(self) -> int:
+        """Global id of the oldest record still in the ring."""
+        return max(0, self.total - self.capacity)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of frame storage (the bulk of the memory)."""
+        return self.frames.numel() * self.frames.element_size()
+
+    def add(self, batch: Mapping[str, torch.Tensor]) -> int:
+        """Appends one push of records.
+
+        Args:
+            batch: ``frame`` (n, *frame_shape); ``stream`` (n,) int64, any stable id per
+                environment; ``prev`` (n,) int64, the index inside this push of the
+                previous record of the same stream, or :data:`PREV_EARLIER_PUSH`, or
+                :data:`PREV_NONE` for an episode's first frame; ``action`` (n,) int64,
+                ``reward`` (n,) float32, ``terminated`` (n,) bool: the transition that
+                ended at this frame (ignored for first frames).
+
+        Returns:
+            Number of transitions (non-first records) added.
+        """
+        frame = batch["frame"]
+        n = int(frame.shape[0])
+        if n == 0:
+            return 0
+        if n > self.capacity:
+            raise ValueError(f"a push of {n} records does not fit a ring of {self.capacity}")
+        if tuple(frame.shape[1:]) != self.frame_shape:
+            raise ValueError(f"frame shape {tuple(frame.shape[1:])} != {self.frame_shape}")
+        # Pointer arithmetic on the CPU (a few hundred ints); bulk data goes straight to
+        # the device.
+        prev_local = batch["prev"].to("cpu", torch.int64)
+        streams = batch["stream"].to("cpu", torch.int64).tolist()
+        ids = torch.arange(self.total, self.total + n, dtype=torch.int64)
+        prev_ids = torch.where(prev_local >= 0, self.total + prev_local, ids)
+        for k in torch.nonzero(prev_local == PREV_EARLIER_PUSH).flatten().tolist():
+            # Unknown stream (e.g. after a learner restart): treat as an episode start, so
+            # no transition is made up from a frame we never saw.
+            prev_ids[k] = self._last.get(streams[k], int(ids[k]))
+        for k, s in enumerate(streams):
+            self._last[s] = int(ids[k])
+        first = prev_ids == ids
+
+        slots = (ids % self.capacity).to(self.device)
+        self.frames[slots] = frame.to(self.device, non_blocking=True)
+        self.prev[slots] = prev_ids.to(self.device)
+        self.first[slots] = first.to(self.device)
+        self.actions[slots] = batch["action"].to(self.device, torch.int64)
+        self.rewards[slots] = batch["reward"].to(self.device, torch.float32)
+        self.terminated[slots] = batch["terminated"].to(self.device, torch.float32)
+        self.total += n
+        added = int((~first).sum())
+        self.transitions_added += added
+        return added
+
+    def _chains(self, batch_size: int, max_tries: int = 100) -> torch.Tensor:
+        """Samples ``batch_size`` valid destinations; returns chains ``(stack+1, B)``."""
+        oldest, total = self.oldest, self.total
+        if total == 0:
+            raise RuntimeError("cannot sample from an empty replay")
+        found: list[torch.Tensor] = []
+        have = 0
+        for _ in range(max_tries):
+            # Rejection sampling from uniform ids gives uniform valid transitions;
+            # invalid ids (episode starts, chains running off the ring's tail) are rare.
+            cand = torch.randint(
+                oldest, total, (2 * batch_size,), device=self.device, generator=self._gen
+            )
+            chain = [cand]
+            ok = ~self.first[cand % self.capacity]
+            cur = cand
+            for _ in range(self.stack):
+                # Read a pointer, then check it still names a live frame. A garbage
+                # pointer read from an overwritten slot only matters if every earlier hop
+                # was valid, and then this check catches it.
+                cur = self.prev[cur % self.capacity]
+                ok &= cur >= oldest
+                chain.append(cur)
+            chains = torch.stack(chain)[:, ok]
+            found.append(chains)
+            have += chains.shape[1]
+            if have >= batch_size:
+                return torch.cat(found, dim=1)[:, :batch_size]
+        raise RuntimeError(
+            f"replay has too few valid transitions to sample {batch_size} "
+            f"({have} found in {max_tries} tries); wait for more data before sampling"
+        )
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """Uniformly samples transitions.
+
+        Returns:
+            ``obs`` and ``next_obs`` (B, stack, *frame_shape) (or (B, *frame_shape) when
+            ``stack == 1``), ``action`` (B,) int64, ``reward`` (B,) float32,
+            ``terminated`` (B,) float32, and ``index`` (B,) the global ids of the
+            destination frames (for tests and debugging). All on the replay's device.
+        """
+        chains = self._chains(batch_size)
+        slots = chains % self.capacity  # (stack+1, B)
+        dest = slots[0]
+        # chains[k] is k frames back from the destination; observations are oldest-first.
+        obs_slots = slots[1:].flip(0).T  # (B, stack): c_stack .. c1
+        next_slots = slots[:-1].flip(0).T  # (B, stack): c_{stack-1} .. c0
+        obs = self.frames[obs_slots]
+        next_obs = self.frames[next_slots]
+        if self.stack == 1:
+            obs, next_obs = obs[:, 0], next_obs[:, 0]
+        return {
+            "obs": obs,
+            "next_obs": next_obs,
+            "action": self.actions[dest],
+            "reward": self.rewards[dest],
+            "terminated": self.terminated[dest],
+            "index": chains[0],
+        }

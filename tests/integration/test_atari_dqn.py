@@ -1,0 +1,134 @@
+"""The DQN example on a real local actorrt cluster: collectors stream Pong to the learner.
+
+Starts worker processes; every wait is bounded and the cluster is always shut down.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ale_py", reason="needs the atari extra: pip install -e '.[atari]'")
+pytest.importorskip("cv2", reason="AtariPreprocessing needs opencv-python-headless")
+
+import torch  # noqa: E402
+
+_ROOT = Path(__file__).resolve().parents[2]
+if str(_ROOT) not in sys.path:  # `examples` is a repository folder, not an installed package
+    sys.path.insert(0, str(_ROOT))
+
+import actorrt  # noqa: E402
+from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from examples.atari_dqn.config import config_for_env  # noqa: E402
+from examples.atari_dqn.driver import launch_actors  # noqa: E402
+from examples.atari_dqn.learner import Learner  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+_T = 120  # seconds: bound on any single wait below
+
+
+@pytest.fixture
+def cluster():
+    actorrt.start(num_workers=3, timeout=60)
+    try:
+        yield
+    finally:
+        actorrt.shutdown()
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
+
+
+def test_pong_collectors_stream_to_learner(cluster, tmp_path):
+    cfg = config_for_env(
+        "ALE/Pong-v5",
+        num_envs_per_collector=2,
+        steps_per_push=8,
+        max_in_flight=2,
+        weight_refresh_every=16,
+        learning_starts=64,
+        batch_size=16,
+        train_every=4,
+        target_update_every=10,
+        replay_capacity=4096,
+    )
+    learner, collectors = launch_actors(cfg, 2, learner_threads=1)
+    _, w0 = actorrt.get(learner.get_weights.remote(-1), timeout=_T)
+
+    frames_each = 800  # 200 agent steps per collector
+    results = actorrt.get([c.run.remote(frames_each) for c in collectors], timeout=_T)
+    stats = actorrt.get(learner.stats.remote(), timeout=_T)
+    version, w1 = actorrt.get(learner.get_weights.remote(-1), timeout=_T)
+
+    # Transitions reached the learner: every agent step of every collector, none lost.
+    agent_steps = sum(r["agent_steps"] for r in results)
+    assert agent_steps >= 2 * frames_each // 4
+    assert stats["transitions"] == agent_steps
+    assert stats["frames"] == sum(r["frames"] for r in results)
+    assert stats["pushes"] == sum(r["pushes"] for r in results)
+    assert stats["replay_size"] >= agent_steps  # plus the episode-start frames
+    # The learner trained: finite loss, weights moved.
+    assert stats["updates"] >= (agent_steps - cfg.learning_starts) // cfg.train_every - 1 > 0
+    assert math.isfinite(stats["last_loss"])
+    assert version == stats["updates"]
+    assert not _same(w0, w1), "the learner's weights did not change"
+    # Collectors refreshed their policy with trained weights, with bounded pushes in flight.
+    for r in results:
+        assert r["weight_refreshes"] >= 2, r
+        assert 0 < r["weight_version"] <= version
+        assert 1 <= r["max_in_flight_seen"] <= cfg.max_in_flight
+    assert stats["weights_served"] >= sum(r["weight_refreshes"] for r in results)
+
+    # Checkpoint round trip: save, load into a fresh learner actor, same weights.
+    state = actorrt.get(learner.checkpoint_state.remote(), timeout=_T)
+    path = save_checkpoint(tmp_path / "checkpoint.pt", state, stats["frames"], cfg.env_id)
+    loaded = load_checkpoint(path, cfg.env_id)
+    fresh = actorrt.actor(label="learner")(Learner).remote(cfg.to_dict(), num_threads=1)
+    _, before = actorrt.get(fresh.get_weights.remote(-1), timeout=_T)
+    assert not _same(before, w1)
+    actorrt.get(fresh.load_checkpoint_state.remote(loaded["learner"]), timeout=_T)
+    _, after = actorrt.get(fresh.get_weights.remote(-1), timeout=_T)
+    assert _same(after, w1)
+    fresh_stats = actorrt.get(fresh.stats.remote(), timeout=_T)
+    assert fresh_stats["updates"] == stats["updates"]
+    assert fresh_stats["transitions"] == stats["transitions"]
+
+
+def test_driver_cli_runs_saves_and_resumes(tmp_path):
+    """``python -m examples.atari_dqn`` end to end (CartPole: fast), then ``--resume``."""
+    logdir = tmp_path / "run"
+    base = [
+        sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
+        "--logdir", str(logdir), "--no-progress", "--eval-episodes", "2",
+        "--learning-starts", "200",
+    ]  # fmt: skip
+
+    def run(*extra: str) -> str:
+        proc = subprocess.run(
+            [*base, *extra], cwd=_ROOT, capture_output=True, text=True, timeout=_T
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    out = run("--total-frames", "1500", "--eval-every", "700")
+    assert "final evaluation: env=CartPole-v1 episodes=2" in out
+    assert "eval at" in out  # the periodic evaluation ran
+    for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt"):
+        assert (logdir / name).stat().st_size > 0, name
+    assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard event file"
+    first = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")
+    assert first["frames"] >= 1500
+
+    out = run("--total-frames", "3000", "--resume")
+    assert f"resuming from {logdir / 'checkpoint.pt'} at {first['frames']:,} frames" in out
+    second = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")
+    assert second["frames"] >= 3000
+    assert second["learner"]["updates"] > first["learner"]["updates"]
+    rows = (logdir / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("wall_s,frames") and rows.count(rows[0]) == 1  # appended

@@ -1,0 +1,371 @@
+"""The core runtime on a real 2-worker local cluster: calls, ordering, errors, lifetime."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+import actorrt
+from actorrt.runtime import host as host_mod
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@actorrt.actor
+class Counter:
+    def __init__(self, start=0):
+        self.n = start
+
+    def add(self, k=1):
+        self.n += k
+        return self.n
+
+    def value(self):
+        return self.n
+
+    def fail(self, msg):
+        raise ValueError(msg)
+
+    def sleep(self, s):
+        time.sleep(s)
+        return s
+
+
+@actorrt.actor
+class Recorder:
+    def __init__(self):
+        self.seen = []
+
+    def record(self, caller, i):
+        self.seen.append((caller, i))
+
+    def log(self):
+        return list(self.seen)
+
+
+@actorrt.actor
+class Caller:
+    def flood(self, recorder, n):
+        refs = [recorder.record.remote("actor", i) for i in range(n)]
+        actorrt.get(refs, timeout=120)
+        return n
+
+
+@actorrt.actor(max_concurrency=1)
+class Overlap:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def work(self, s):
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        time.sleep(s)
+        with self.lock:
+            self.now -= 1
+
+    def peak_seen(self):
+        return self.peak
+
+
+@actorrt.actor
+class AsyncOverlap:
+    def __init__(self):
+        self.now = 0
+        self.peak = 0
+        self.loop_threads = set()
+
+    async def work(self, s):
+        self.loop_threads.add(threading.get_ident())
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+        await asyncio.sleep(s)
+        self.now -= 1
+        return s
+
+    def peak_seen(self):
+        return self.peak, len(self.loop_threads)
+
+
+@actorrt.actor(max_concurrency=2)
+class PingPong:
+    def __init__(self):
+        self.pongs = 0
+
+    def start(self, other, me):
+        # calls `other`, which calls back into this actor (`me`) before answering
+        return actorrt.get(other.bounce.remote(me), timeout=60)
+
+    def pong(self):
+        self.pongs += 1
+        return "pong"
+
+
+@actorrt.actor
+class Bouncer:
+    def bounce(self, back):
+        return actorrt.get(back.pong.remote(), timeout=60) + "!"
+
+
+@actorrt.actor
+class Echo:
+    def echo(self, x):
+        return x
+
+    def checksum(self, t):
+        return t.numel(), int(t.view(torch.uint8).sum()) if t.numel() else 0
+
+    def make(self, n):
+        return torch.arange(n, dtype=torch.int64)
+
+
+@actorrt.actor
+class Spawner:
+    def make_counter(self, start):
+        return Counter.remote(start)
+
+
+@actorrt.actor
+class Broken:
+    def __init__(self):
+        raise KeyError("missing config")
+
+    def ping(self):
+        return "never"
+
+
+class NotPicklable:
+    def __reduce__(self):
+        raise TypeError("NotPicklable cannot be pickled")
+
+
+def test_calls_return_values(cluster):
+    c = Counter.remote(10)
+    assert actorrt.get(c.add.remote(5), timeout=30) == 15
+    assert actorrt.get([c.add.remote(), c.value.remote()], timeout=30) == [16, 16]
+    assert actorrt.get(Counter.options(name=None).remote().add.remote(2), timeout=30) == 2
+
+
+def test_per_caller_order_two_callers(cluster):
+    rec = Recorder.remote()
+    caller = Caller.remote()
+    n = 1000
+    flood = caller.flood.remote(rec, n)
+    refs = [rec.record.remote("driver", i) for i in range(n)]
+    actorrt.get(refs, timeout=120)
+    assert actorrt.get(flood, timeout=120) == n
+    log = actorrt.get(rec.log.remote(), timeout=30)
+    assert len(log) == 2 * n
+    for who in ("driver", "actor"):
+        assert [i for c, i in log if c == who] == list(range(n))
+
+
+def test_max_concurrency_one_runs_one_at_a_time(cluster):
+    a = Overlap.remote()
+    actorrt.get([a.work.remote(0.05) for _ in range(6)], timeout=60)
+    assert actorrt.get(a.peak_seen.remote(), timeout=30) == 1
+
+
+def test_max_concurrency_three(cluster):
+    a = Overlap.options(max_concurrency=3).remote()
+    actorrt.get([a.work.remote(0.4) for _ in range(6)], timeout=60)
+    assert actorrt.get(a.peak_seen.remote(), timeout=30) == 3
+
+
+def test_async_methods_run_on_one_event_loop(cluster):
+    a = AsyncOverlap.options(max_concurrency=4).remote()
+    assert actorrt.get([a.work.remote(0.3) for _ in range(8)], timeout=60) == [0.3] * 8
+    peak, loop_threads = actorrt.get(a.peak_seen.remote(), timeout=30)
+    assert peak == 4
+    assert loop_threads == 1
+
+
+def test_nested_and_callback_calls(cluster):
+    a = PingPong.remote()
+    b = Bouncer.remote()
+    assert actorrt.get(a.start.remote(b, a), timeout=60) == "pong!"
+
+
+def test_actor_creates_actor_and_returns_its_handle(cluster):
+    s = Spawner.remote()
+    child = actorrt.get(s.make_counter.remote(7), timeout=30)
+    assert isinstance(child, actorrt.ActorHandle)
+    assert actorrt.get(child.add.remote(1), timeout=30) == 8
+
+
+def test_object_ref_argument_is_resolved_first(cluster):
+    c = Counter.remote()
+    e = Echo.remote()
+    slow = c.sleep.remote(0.3)
+    assert actorrt.get(e.echo.remote(slow), timeout=30) == 0.3
+    assert actorrt.get(e.echo.remote(x=c.add.remote(4)), timeout=30) == 4
+
+
+def test_failed_argument_ref_fails_the_call_and_keeps_order(cluster):
+    c = Counter.remote()
+    bad = c.fail.remote("upstream")
+    e = Echo.remote()
+    ref = e.echo.remote(bad)
+    with pytest.raises(actorrt.ActorError, match="upstream"):
+        actorrt.get(ref, timeout=30)
+    # the skipped seq must not block the next call from this caller
+    assert actorrt.get(e.echo.remote(1), timeout=30) == 1
+
+
+def test_wait_returns_ready_and_not_ready(cluster):
+    c = Counter.options(max_concurrency=2).remote()
+    fast = c.sleep.remote(0.0)
+    slow = c.sleep.remote(5.0)
+    ready, not_ready = actorrt.wait([slow, fast], num_returns=1, timeout=30)
+    assert ready == [fast] and not_ready == [slow]
+    ready, not_ready = actorrt.wait([slow], timeout=0.1)
+    assert ready == [] and not_ready == [slow]
+    with pytest.raises(ValueError):
+        actorrt.wait([fast, fast])
+
+
+def test_await_object_ref(cluster):
+    c = Counter.remote()
+
+    async def main():
+        return await c.add.remote(3)
+
+    assert asyncio.run(main()) == 3
+
+
+def test_method_error_keeps_actor_usable(cluster):
+    c = Counter.remote()
+    with pytest.raises(actorrt.ActorError) as info:
+        actorrt.get(c.fail.remote("boom"), timeout=30)
+    assert isinstance(info.value.cause, ValueError)
+    assert "boom" in str(info.value)
+    assert "in fail" in info.value.remote_traceback
+    assert actorrt.get(c.add.remote(1), timeout=30) == 1
+
+
+def test_unknown_method_fails_at_call_site(cluster):
+    c = Counter.remote()
+    with pytest.raises(AttributeError, match="has no method 'nope'.*add, fail, sleep, value"):
+        c.nope.remote()
+
+
+def test_unpicklable_argument_fails_at_call_site_and_cluster_goes_on(cluster):
+    e = Echo.remote()
+    with pytest.raises(TypeError, match="cannot be sent"):
+        e.echo.remote(NotPicklable())
+    assert actorrt.get(e.echo.remote("after"), timeout=30) == "after"
+
+
+def test_get_timeout(cluster):
+    c = Counter.remote()
+    ref = c.sleep.remote(2.0)
+    with pytest.raises(actorrt.GetTimeoutError, match="not ready after 0.2"):
+        actorrt.get(ref, timeout=0.2)
+    assert actorrt.get(ref, timeout=30) == 2.0
+
+
+def test_constructor_error_reports_actor_died(cluster):
+    bad = Broken.remote()
+    with pytest.raises(actorrt.ActorDiedError, match="failed in __init__") as info:
+        actorrt.get(bad.ping.remote(), timeout=30)
+    assert "KeyError: 'missing config'" in str(info.value)
+
+
+def test_kill_fails_pending_and_later_calls(cluster):
+    c = Counter.remote()
+    running = c.sleep.remote(3.0)
+    queued = c.add.remote(1)
+    time.sleep(0.3)
+    actorrt.kill(c)
+    for ref in (running, queued, c.add.remote(1)):
+        with pytest.raises(actorrt.ActorDiedError, match="killed"):
+            actorrt.get(ref, timeout=30)
+
+
+def test_named_actors(cluster):
+    Counter.options(name="shared-counter").remote(100)
+    h = actorrt.get_actor("shared-counter")
+    assert actorrt.get(h.add.remote(1), timeout=30) == 101
+    with pytest.raises(ValueError, match="already exists"):
+        Counter.options(name="shared-counter").remote()
+    with pytest.raises(ValueError, match="no actor named 'missing'"):
+        actorrt.get_actor("missing")
+    actorrt.kill(h)
+    with pytest.raises(ValueError):
+        actorrt.get_actor("shared-counter")
+
+
+@pytest.mark.parametrize("nbytes", [1, 1 << 10, 1 << 20, 64 << 20])
+def test_tensors_arrive_intact(cluster, nbytes):
+    e = Echo.remote()
+    t = torch.randint(0, 256, (nbytes,), dtype=torch.uint8)
+    n, total = actorrt.get(e.checksum.remote(t), timeout=120)
+    assert (n, total) == (nbytes, int(t.sum()))
+    back = actorrt.get(e.echo.remote(t), timeout=120)
+    assert torch.equal(back, t)
+
+
+def test_nested_containers_of_tensors(cluster):
+    e = Echo.remote()
+    batch = {
+        "obs": torch.rand(4, 3),
+        "pairs": [(torch.arange(3), torch.ones(2, dtype=torch.bool))],
+        "meta": {"step": 7, "rew": torch.tensor([1.5])},
+    }
+    back = actorrt.get(e.echo.remote(batch), timeout=30)
+    assert torch.equal(back["obs"], batch["obs"])
+    assert torch.equal(back["pairs"][0][0], batch["pairs"][0][0])
+    assert torch.equal(back["pairs"][0][1], batch["pairs"][0][1])
+    assert back["meta"]["step"] == 7 and torch.equal(back["meta"]["rew"], batch["meta"]["rew"])
+    assert torch.equal(actorrt.get(e.make.remote(5), timeout=30), torch.arange(5))
+
+
+def _alive(worker, actor_id):
+    import torch.distributed.rpc as rpc
+
+    return rpc.rpc_sync(worker, host_mod.rpc_has_actor, args=(actor_id,))
+
+
+def test_unnamed_actor_is_released_when_last_handle_goes(cluster):
+    import gc
+
+    c = Counter.remote()
+    assert actorrt.get(c.add.remote(1), timeout=30) == 1
+    worker, actor_id = c.worker, c.actor_id
+    assert _alive(worker, actor_id)
+    del c
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while _alive(worker, actor_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker, actor_id)
+
+
+def test_handle_passed_to_actor_keeps_actor_alive(cluster):
+    import gc
+
+    holder = Echo.remote()
+    c = Counter.remote(41)
+    stored = holder.echo.remote(c)  # the reply is a fork of the handle
+    back = actorrt.get(stored, timeout=30)
+    del c, stored
+    gc.collect()
+    time.sleep(0.5)
+    assert _alive(back.worker, back.actor_id)
+    assert actorrt.get(back.add.remote(1), timeout=30) == 42
+
+
+def test_second_start_is_an_error(cluster):
+    with pytest.raises(RuntimeError, match="already started"):
+        actorrt.start(num_workers=1)
+
+
+def test_bad_start_arguments():
+    with pytest.raises(ValueError, match="transport"):
+        actorrt.start(transport="carrier-pigeon")
+    with pytest.raises(ValueError, match="tcp://HOST:PORT"):
+        actorrt.start(init_method="http://x", world_size=2)

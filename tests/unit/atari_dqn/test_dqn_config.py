@@ -1,0 +1,68 @@
+"""Presets, overrides and the driver's flag handling (no cluster is started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari
+from examples.atari_dqn.driver import build_config, parse_args
+
+
+def test_presets_per_family():
+    pong = config_for_env("ALE/Pong-v5")
+    cart = config_for_env("CartPole-v1")
+    assert pong.atari and pong.frame_skip == 4 and pong.frame_stack == 4
+    assert not cart.atari and cart.frame_skip == 1 and cart.frame_stack == 1
+    assert is_atari("ALE/Breakout-v5") and not is_atari("CartPole-v1")
+
+
+def test_overrides_none_keeps_preset_and_unknown_fails():
+    assert config_for_env("CartPole-v1", lr=None).lr == config_for_env("CartPole-v1").lr
+    assert config_for_env("CartPole-v1", lr=0.5).lr == 0.5
+    with pytest.raises(ValueError, match="unknown DQNConfig"):
+        config_for_env("CartPole-v1", learning_rate=1.0)
+    with pytest.raises(ValueError, match="no DQN preset"):
+        config_for_env("Pendulum-v1")
+
+
+def test_dict_round_trip():
+    cfg = config_for_env("CartPole-v1", seed=7)
+    assert DQNConfig.from_dict({**cfg.to_dict(), "added_later": 1}) == cfg
+
+
+def test_driver_defaults_are_the_short_pong_demo():
+    args = parse_args([])
+    cfg = build_config(args)
+    assert args.env == "ALE/Pong-v5" and args.collectors == 2 and args.transport == "cpu"
+    # The ring is sized to the run, not to the preset's 200k frames.
+    assert cfg.replay_capacity <= cfg.total_frames // cfg.frame_skip * 1.1 + 1024
+
+
+def test_driver_flags():
+    args = parse_args(
+        [
+            "--env",
+            "CartPole-v1",
+            "--collectors",
+            "3",
+            "--total-frames",
+            "5000",
+            "--seed",
+            "4",
+            "--transport",
+            "cuda",
+            "--cuda-device-map",
+            "1_0_0",
+            "--local-cuda-devices",
+            "0,1",
+            "--resume",
+            "--eval-every",
+            "1000",
+        ]
+    )
+    cfg = build_config(args)
+    assert (cfg.env_id, cfg.total_frames, cfg.seed) == ("CartPole-v1", 5000, 4)
+    assert args.resume == "" and args.eval_every == 1000 and args.collectors == 3
+    assert args.cuda_device_map == "1_0_0" and args.local_cuda_devices == "0,1"
+    with pytest.raises(SystemExit):
+        parse_args(["--init-method", "tcp://127.0.0.1:29500"])  # needs --world-size

@@ -1,0 +1,112 @@
+"""FrameReplay: stacks rebuilt from single frames must equal what the policy saw."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from dqn_fakes import counter_stack, make_counter_envs
+
+from examples.atari_dqn.collector import CollectorCore
+from examples.atari_dqn.config import config_for_env
+from examples.atari_dqn.envs import EnvPool
+from examples.atari_dqn.replay import PREV_EARLIER_PUSH, PREV_NONE, FrameReplay
+
+
+def _core(num_envs: int, seed: int = 0, max_len: int = 9) -> CollectorCore:
+    # epsilon 1: random actions, so the Q-network is never run on the fake frames.
+    cfg = config_for_env("ALE/Pong-v5", eps_start=1.0, eps_end=1.0, seed=seed)
+    pool = EnvPool(cfg, num_envs, seed, envs=make_counter_envs(num_envs, seed, max_len))
+    return CollectorCore(cfg, collector_id=0, num_collectors=1, pool=pool)
+
+
+def _check_samples(sample: dict[str, torch.Tensor]) -> None:
+    """Every sampled transition must match the counter env's ground truth exactly."""
+    obs = sample["obs"].numpy()
+    nxt = sample["next_obs"].numpy()
+    assert obs.shape[1:] == (4, 84, 84) and nxt.shape == obs.shape
+    for i in range(obs.shape[0]):
+        env_id, episode, t, action, terminal = (int(x) for x in nxt[i, -1, 0, :5])
+        assert t >= 1, "a transition never ends on an episode's first frame"
+        np.testing.assert_array_equal(nxt[i, :, 0, :3], counter_stack(env_id, episode, t))
+        np.testing.assert_array_equal(obs[i, :, 0, :3], counter_stack(env_id, episode, t - 1))
+        assert int(sample["action"][i]) == action
+        assert float(sample["terminated"][i]) == terminal
+        assert float(sample["reward"][i]) == (episode + t) % 5 - 2
+
+
+def test_stacks_match_frame_stack_wrapper_across_episodes_and_pushes():
+    core = _core(num_envs=3)
+    replay = FrameReplay(10_000, (84, 84), torch.uint8, stack=4)
+    for _ in range(12):  # many pushes: episodes straddle push boundaries
+        replay.add(core.collect(5))
+    assert core.episodes > 10  # episode starts (reset padding) are well covered
+    _check_samples(replay.sample(400))
+
+
+def test_ring_wraps_without_mixing_overwritten_frames():
+    core = _core(num_envs=2, seed=3, max_len=20)
+    replay = FrameReplay(37, (84, 84), torch.uint8, stack=4)
+    for _ in range(30):
+        replay.add(core.collect(3))
+    assert replay.total > 4 * replay.capacity
+    assert len(replay) == replay.capacity
+    sample = replay.sample(300)
+    assert int(sample["index"].min()) >= replay.oldest
+    _check_samples(sample)
+
+
+def test_one_uint8_frame_stored_per_env_step():
+    core = _core(num_envs=2)
+    replay = FrameReplay(1_000, (84, 84), torch.uint8, stack=4)
+    pushes = [core.collect(4) for _ in range(10)]
+    for p in pushes:
+        replay.add(p)
+    # Records = env steps + one reset frame per episode start: no stack is stored twice.
+    assert replay.total == core.agent_steps + core.episodes + len(core.pool)
+    assert replay.transitions_added == core.agent_steps
+    assert replay.frames.dtype == torch.uint8
+    assert replay.frames.shape == (1_000, 84, 84)
+    assert replay.nbytes == 1_000 * 84 * 84
+    # On the wire too: one 84x84 frame per record, never a (4, 84, 84) stack.
+    assert all(p["frame"].shape[1:] == (84, 84) and p["frame"].dtype == torch.uint8 for p in pushes)
+
+
+def _push(frames, streams, prevs, actions=None):
+    n = len(frames)
+    return {
+        "frame": torch.tensor(frames, dtype=torch.float32).reshape(n, 1),
+        "stream": torch.tensor(streams),
+        "prev": torch.tensor(prevs),
+        "action": torch.tensor(actions if actions is not None else [0] * n),
+        "reward": torch.arange(n, dtype=torch.float32),
+        "terminated": torch.zeros(n, dtype=torch.bool),
+    }
+
+
+def test_stack_one_and_links_across_pushes():
+    replay = FrameReplay(16, (1,), torch.float32, stack=1)
+    # Stream 7: frames 10 -> 11 (push 1) -> 12 (push 2). Stream 9: 20 -> 21 across pushes.
+    assert replay.add(_push([10, 20, 11], [7, 9, 7], [PREV_NONE, PREV_NONE, 0])) == 1
+    assert replay.add(_push([12, 21], [7, 9], [PREV_EARLIER_PUSH, PREV_EARLIER_PUSH])) == 2
+    s = replay.sample(200)
+    pairs = {(float(o), float(n)) for o, n in zip(s["obs"][:, 0], s["next_obs"][:, 0], strict=True)}
+    assert pairs == {(10.0, 11.0), (11.0, 12.0), (20.0, 21.0)}
+    assert s["obs"].shape == (200, 1)
+
+
+def test_unknown_stream_is_an_episode_start_not_a_transition():
+    replay = FrameReplay(16, (1,), torch.float32, stack=1)
+    assert replay.add(_push([5.0], [42], [PREV_EARLIER_PUSH])) == 0
+    with pytest.raises(RuntimeError, match="too few valid transitions"):
+        replay.sample(4)
+
+
+def test_rejects_bad_pushes():
+    replay = FrameReplay(4, (1,), torch.float32, stack=1)
+    with pytest.raises(ValueError, match="does not fit"):
+        replay.add(_push([1, 2, 3, 4, 5], [0] * 5, [PREV_NONE, 0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="frame shape"):
+        replay.add({**_push([1], [0], [PREV_NONE]), "frame": torch.zeros(1, 2)})
+    with pytest.raises(RuntimeError, match="empty"):
+        replay.sample(1)

@@ -1,0 +1,124 @@
+"""@actor, options and errors: validation happens at decoration time, no process needed."""
+
+import concurrent.futures as cf
+
+import pytest
+
+import actorrt
+from actorrt.refs import ObjectRef
+
+
+class Plain:
+    def __init__(self, x=0):
+        self.x = x
+
+    def get(self):
+        return self.x
+
+    async def aget(self):
+        return self.x
+
+    def _private(self):
+        return 1
+
+
+def test_bare_and_parametrised_decorator():
+    A = actorrt.actor(Plain)
+    assert isinstance(A, actorrt.ActorClass)
+    assert A.default_options == actorrt.ActorOptions()
+    B = actorrt.actor(label="learner", num_gpus=1, max_concurrency=4, name="b")(Plain)
+    assert B.default_options.label == "learner"
+    assert B.default_options.num_gpus == 1
+    assert B.default_options.max_concurrency == 4
+    assert B.cls is Plain
+    assert B._methods == ("_private", "aget", "get")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_gpus": -1}, "num_gpus=-1 must be a number >= 0"),
+        ({"num_cpus": "two"}, "num_cpus='two' must be a number"),
+        ({"max_concurrency": 0}, "max_concurrency=0 must be an int >= 1"),
+        ({"max_concurrency": 1.5}, "max_concurrency=1.5"),
+        ({"label": "bad label!"}, "not a valid label"),
+        ({"name": ""}, "non-empty string"),
+        ({"num_gpus": 1.5}, "fractions are only allowed below 1"),
+    ],
+)
+def test_bad_options_fail_at_decoration(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        actorrt.actor(**kwargs)
+
+
+def test_unknown_option_names_valid_ones():
+    with pytest.raises(TypeError, match="unknown actor option.*'gpus'.*valid options are: label"):
+        actorrt.actor(gpus=1)
+    A = actorrt.actor(Plain)
+    with pytest.raises(TypeError, match="'num_gpu'"):
+        A.options(num_gpu=1)
+
+
+def test_options_override_keeps_the_rest():
+    A = actorrt.actor(label="collector", num_cpus=1)(Plain)
+    bound = A.options(num_gpus=0.5)
+    assert bound._options.label == "collector"
+    assert bound._options.num_cpus == 1
+    assert bound._options.num_gpus == 0.5
+
+
+def test_decorating_a_function_is_an_error():
+    with pytest.raises(TypeError, match="decorates classes"):
+        actorrt.actor(lambda: None)
+
+
+def test_calling_the_remote_class_directly_is_an_error():
+    A = actorrt.actor(Plain)
+    with pytest.raises(TypeError, match=r"Plain.remote\(...\)"):
+        A()
+    assert A.cls(3).get() == 3
+
+
+def test_remote_before_start_says_to_start():
+    assert not actorrt.is_initialized()
+    A = actorrt.actor(Plain)
+    with pytest.raises(actorrt.NotInitializedError, match=r"call actorrt.start\(\) first"):
+        A.remote()
+
+
+def test_get_and_wait_validate_arguments():
+    with pytest.raises(TypeError, match="expected an ObjectRef"):
+        actorrt.get([1])
+    with pytest.raises(TypeError):
+        actorrt.get(42)
+    ref = ObjectRef("x")
+    with pytest.raises(ValueError, match="num_returns=2"):
+        actorrt.wait([ref], num_returns=2)
+
+
+def test_get_timeout_and_results_on_local_refs():
+    pending = ObjectRef("slow")
+    with pytest.raises(actorrt.GetTimeoutError, match="not ready after 0.05 s"):
+        actorrt.get(pending, timeout=0.05)
+    done = ObjectRef("done", cf.Future())
+    done.future().set_result(5)
+    assert actorrt.get([done], timeout=1) == [5]
+    ready, not_ready = actorrt.wait([pending, done], num_returns=1, timeout=1)
+    assert ready == [done] and not_ready == [pending]
+
+
+def test_object_ref_cannot_be_pickled_inside_values():
+    import pickle
+
+    with pytest.raises(TypeError, match="top-level argument"):
+        pickle.dumps({"r": ObjectRef("x")})
+
+
+def test_actor_error_keeps_cause_and_traceback():
+    import pickle
+
+    err = actorrt.ActorError("Plain.get raised ValueError: x", ValueError("x"), "Traceback...")
+    assert "Remote traceback" in str(err)
+    again = pickle.loads(pickle.dumps(err))
+    assert isinstance(again.cause, ValueError)
+    assert again.remote_traceback == "Traceback..."
