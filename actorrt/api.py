@@ -225,6 +225,7 @@ def _start_driver(
         world_size=world_size,
         directory=directory,
         cuda_peers=setup.cuda_peers,
+        guard_tiny_cuda=setup.guard_tiny_cuda,
         on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
     )
     rt_mod._install(rt)

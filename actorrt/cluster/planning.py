@@ -7,6 +7,7 @@ Every process describes itself as a JSON-safe dict; rank 0 turns the description
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from actorrt.placement.dicompat import device_map_override_from_di
 from actorrt.placement.discovery import describe_node
 from actorrt.placement.node import NodeDescription, ProcessInfo
 from actorrt.placement.plan import Plan, make_plan
+from actorrt.placement.transports import registered_tensorpipe_backends
 
 __all__ = ["describe_process", "plan_cluster", "process_name", "ProcessSetup", "setup_for"]
 
@@ -72,13 +74,35 @@ class ProcessSetup:
         self.plan = Plan.from_dict(plan)
         self.process = self.plan.for_rank(rank)
         self.name = self.process.name
-        self.backend_kwargs = self.process.backend_options_kwargs()
+        process = self.process
+        forced_transports = _env_list("ACTORRT_TP_TRANSPORTS")
+        forced_channels = _env_list("ACTORRT_TP_CHANNELS")
+        if forced_transports or forced_channels:
+            # A debugging / benchmarking override (e.g. TCP only: uv + basic); it wins
+            # over the plan, so the user owns the traps it may walk into.
+            process = dataclasses.replace(
+                process,
+                transports=forced_transports or process.transports,
+                channels=forced_channels or process.channels,
+            )
+            self.process = process
+        available: tuple = (None, None)
+        if self.process.transports or self.process.channels:
+            # torch refuses channel names its build lacks (no cuda_* on a CPU build).
+            available = registered_tensorpipe_backends()
+        self.backend_kwargs = self.process.backend_options_kwargs(*available)
         self.cuda_peers = frozenset(self.process.device_maps)
+        self.guard_tiny_cuda = self.process.guard_tiny_cuda
         self.env = dict(self.process.env)
 
     def apply_env(self) -> None:
         """Sets the environment TensorPipe reads when the agent starts."""
         os.environ.update(self.env)
+
+
+def _env_list(name: str) -> list[str] | None:
+    value = os.environ.get(name, "").strip()
+    return [v.strip() for v in value.split(",") if v.strip()] or None
 
 
 def setup_for(plan: dict[str, Any], rank: int) -> ProcessSetup:

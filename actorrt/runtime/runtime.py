@@ -20,6 +20,7 @@ import torch.distributed.rpc as rpc
 from actorrt.actor import ActorClass, ActorHandle
 from actorrt.errors import ActorDiedError, ActorRtError, NotInitializedError
 from actorrt.options import ActorOptions
+from actorrt.placement.transports import guard_tiny_cuda_tensors
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
 from actorrt.runtime.directory import ClusterDirectory, Placement
@@ -68,6 +69,8 @@ class Runtime:
         directory: The cluster directory (rank 0 only).
         cuda_peers: Peers this process has a device map to; CUDA tensors going anywhere
             else are staged through host memory.
+        guard_tiny_cuda: CUDA tensors may go over cuda_gdr, which can crash on tensors
+            under 32 bytes (pytorch issue 57136): stage those through host memory.
         on_shutdown: Called by :meth:`shutdown` after the RPC agent is down (rank 0 stops
             its local workers and store there).
     """
@@ -80,6 +83,7 @@ class Runtime:
         world_size: int,
         directory: ClusterDirectory | None = None,
         cuda_peers: frozenset[str] = frozenset(),
+        guard_tiny_cuda: bool = False,
         on_shutdown: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
@@ -87,6 +91,7 @@ class Runtime:
         self.world_size = world_size
         self.directory = directory
         self._cuda_peers = cuda_peers
+        self._guard_tiny = guard_tiny_cuda
         self._stage_cuda = torch.cuda.is_available()
         self.host = ActorHost(
             on_actor_end=self._actor_ended,
@@ -268,15 +273,21 @@ class Runtime:
             ref._future.set_exception(exc)
 
     def _stage(self, peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        if not self._stage_cuda or peer in self._cuda_peers:
-            return args, kwargs
-        return to_cpu(args), to_cpu(kwargs)
+        return self.stage_reply(peer, args), self.stage_reply(peer, kwargs)
 
-    def stage_reply(self, caller: str, value: Any) -> Any:
-        """Used by mailboxes: a reply to a caller without a device map leaves the GPU."""
-        if not self._stage_cuda or caller in self._cuda_peers:
+    def stage_reply(self, peer: str, value: Any) -> Any:
+        """Prepares CUDA tensors in ``value`` for ``peer``.
+
+        Without a device map to ``peer`` they go through host memory; where cuda_gdr may
+        carry them, only the tiny ones (under 32 bytes) do.
+        """
+        if not self._stage_cuda:
             return value
-        return to_cpu(value)
+        if peer not in self._cuda_peers:
+            return to_cpu(value)
+        if self._guard_tiny:
+            return guard_tiny_cuda_tensors(value)
+        return value
 
     def kill(self, handle: ActorHandle, timeout: float = 10.0) -> None:
         reason = f"{handle.class_name} actor {handle.actor_id[:8]} was killed by actorrt.kill()"

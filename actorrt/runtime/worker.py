@@ -54,7 +54,11 @@ def run_worker(cfg: WorkerConfig) -> int:
     setup = planning.setup_for(plan, cfg.rank)
     setup.apply_env()
     rt = rt_mod.Runtime(
-        name=setup.name, rank=cfg.rank, world_size=cfg.world_size, cuda_peers=setup.cuda_peers
+        name=setup.name,
+        rank=cfg.rank,
+        world_size=cfg.world_size,
+        cuda_peers=setup.cuda_peers,
+        guard_tiny_cuda=setup.guard_tiny_cuda,
     )
     rt_mod._install(rt)
     rt_mod.init_rpc(
