@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -199,35 +200,53 @@ def _start_driver(
     try:
         own = planning.describe_process((), gpus, cuda_device_map)
         others = rendezvous.gather(
-            server, world_size, token, timeout, cluster.check_alive if cluster else None
+            server,
+            world_size,
+            token,
+            timeout,
+            cluster.check_alive if cluster else None,
+            transport=transport,
         )
         descriptions = [own, *others]
+        # Multi-node: every process keeps its own TP_SOCKET_IFNAME (interface names differ
+        # between machines), so the plan sets none.
         plan = planning.plan_cluster(
             descriptions,
             transport=transport,
-            socket_ifname="lo" if local else os.environ.get("TP_SOCKET_IFNAME"),
+            socket_ifname="lo" if local else None,
+            session=server.session,
         )
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
         try:
             rendezvous.publish_abort(server.store, reason)
+            if not local:
+                time.sleep(0.3)  # let waiting workers read why before the store closes
         finally:
             abandon()
         raise
     rendezvous.publish_plan(server.store, plan)
     setup = planning.setup_for(plan, 0)
     setup.apply_env()
+    from actorrt.cluster.netif import apply_socket_ifname
+
+    # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    # (set here unless given): the interface holding HOST, so loopback for a local cluster.
+    apply_socket_ifname(host, server.port, own_address=True)
     directory = ClusterDirectory(_slots(setup.plan, descriptions))
     state: dict[str, Any] = {}
     rt = Runtime(
         name=setup.name,
         rank=0,
         world_size=world_size,
+        driver_name=setup.name,
         directory=directory,
         cuda_peers=setup.cuda_peers,
         guard_tiny_cuda=setup.guard_tiny_cuda,
         on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
     )
+    rt.plan = setup.plan  # type: ignore[attr-defined]  # the cluster's placement plan
+    rt.descriptions = descriptions  # type: ignore[attr-defined]  # node descriptions by rank
     rt_mod._install(rt)
     try:
         rt_mod.init_rpc(
@@ -244,6 +263,7 @@ def _start_driver(
         abandon()
         raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
     state["workers"] = [p.name for p in setup.plan.processes if p.rank != 0]
+    rendezvous.refuse_late_claims(server, rt.stopped)
     if cluster is not None:
         rt.local_worker_pids = cluster.pids
         _watch_local_workers(rt, cluster)
@@ -284,7 +304,7 @@ def _slots(plan: Any, descriptions: list[dict[str, Any]]) -> list[ProcessSlot]:
 def _watch_local_workers(rt: Runtime, cluster: Any) -> None:
     def watch() -> None:
         reported: set[int] = set()
-        while not rt.stopped.wait(0.2):
+        while not rt.stopped.wait(0.1):
             for rank in cluster.dead_ranks():
                 if rank not in reported:
                     reported.add(rank)
@@ -313,7 +333,7 @@ def _stop_driver(rt: Runtime, cluster: Any, server: Any, timeout: float, state: 
             fut.wait()
         except Exception:  # a dead worker cannot be told; it is killed below
             pass
-    rt_mod.shutdown_rpc(timeout)
+    rt_mod.shutdown_rpc(timeout, graceful=not rt.dead_workers)
     if cluster is not None:
         cluster.stop(timeout=timeout)
     server.close()

@@ -21,9 +21,16 @@ from actorrt.placement.transports import registered_tensorpipe_backends
 __all__ = ["describe_process", "plan_cluster", "process_name", "ProcessSetup", "setup_for"]
 
 
-def process_name(rank: int) -> str:
-    """RPC name of a rank: rank 0 is the driver."""
-    return "driver" if rank == 0 else f"worker{rank}"
+def process_name(rank: int, session: str = "") -> str:
+    """RPC name of a rank: rank 0 is the driver.
+
+    The driver's name carries the session, because torch keeps per-name-set state across
+    ``init_rpc`` calls in one process (its all-gather sequence numbers): a driver that
+    starts a second cluster under the same names would wait forever at start-up.
+    """
+    if rank == 0:
+        return f"driver-{session[:8]}" if session else "driver"
+    return f"worker{rank}"
 
 
 def describe_process(
@@ -48,10 +55,11 @@ def plan_cluster(
     *,
     transport: str = "auto",
     socket_ifname: str | None = None,
+    session: str = "",
 ) -> dict[str, Any]:
     """On rank 0: the plan for ranks ``0..len(descriptions)-1``, as a JSON-safe dict."""
     processes = [
-        ProcessInfo(rank=r, name=process_name(r), node=NodeDescription.from_dict(d))
+        ProcessInfo(rank=r, name=process_name(r, session), node=NodeDescription.from_dict(d))
         for r, d in enumerate(descriptions)
     ]
     di_maps = {

@@ -21,6 +21,7 @@ import datetime
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import socket
 import threading
@@ -43,6 +44,7 @@ __all__ = [
     "parse_tcp_init_method",
     "publish_abort",
     "publish_plan",
+    "refuse_late_claims",
     "store_init_method",
     "wait_plan",
 ]
@@ -87,21 +89,30 @@ class StoreServer:
         self.port = self._sock.getsockname()[1]
         # TCPStore binds every interface when it opens its own socket; handing it ours
         # keeps a local cluster on loopback.
-        self.store = dist.TCPStore(
-            host,
-            self.port,
-            None,
-            True,
-            timeout=datetime.timedelta(seconds=timeout),
-            wait_for_workers=False,
-            master_listen_fd=self._sock.fileno(),
-        )
+        try:
+            self.store = dist.TCPStore(
+                host,
+                self.port,
+                None,
+                True,
+                timeout=datetime.timedelta(seconds=timeout),
+                wait_for_workers=False,
+                master_listen_fd=self._sock.fileno(),
+            )
+        except BaseException:
+            self._sock.close()
+            raise
+        # The store owns the listening socket now and closes it when it is destroyed
+        # (closing it here too would close whatever fd later reused the number).
+        self._sock.detach()
         self.session = uuid.uuid4().hex
         self.store.set(_PREFIX + "session", self.session)
+        self.judge: Any = None  # the _Judge of gather(), kept to refuse late claims
 
     def close(self) -> None:
+        """Drops the store; its socket closes once RPC (if started) lets go of it too."""
         self.store = None  # type: ignore[assignment]
-        self._sock.close()
+        self.judge = None
 
 
 def connect_store(host: str, port: int, timeout: float) -> dist.TCPStore:
@@ -126,7 +137,11 @@ def new_token() -> str:
 
 
 class RankClaim:
-    """A non-zero rank's claim to its place; says what rank 0 decided."""
+    """A non-zero rank's claim to its place; says what rank 0 decided.
+
+    Claims go through one queue (``claims`` counter, ``claim/<k>``), whatever rank they
+    name, so rank 0 answers every claimant, even one whose rank or world size is wrong.
+    """
 
     def __init__(
         self,
@@ -139,17 +154,19 @@ class RankClaim:
         self.store = store
         self.rank = rank
         session = store.get(_PREFIX + "session").decode()
-        self.attempt = store.add(f"{_PREFIX}claims/{rank}", 1)
+        self.index = store.add(_PREFIX + "claims", 1)
         payload = {
+            "rank": rank,
             "world_size": world_size,
             "proof": _proof(token, session, rank),
+            "pid": os.getpid(),
             "description": description,
         }
-        store.set(f"{_PREFIX}node/{rank}/{self.attempt}", json.dumps(payload))
+        store.set(f"{_PREFIX}claim/{self.index}", json.dumps(payload))
 
     def wait_verdict(self, timeout: float) -> None:
         """Returns once rank 0 accepted the claim; raises ``ClusterError`` otherwise."""
-        verdict = _wait_key(self.store, f"{_PREFIX}verdict/{self.rank}/{self.attempt}", timeout)
+        verdict = _wait_key(self.store, f"{_PREFIX}verdict/{self.index}", timeout)
         if verdict != "ok":
             raise ClusterError(f"rank {self.rank} was refused by the cluster: {verdict}")
 
@@ -168,12 +185,93 @@ def join(
     return wait_plan(store, timeout)
 
 
+class _Judge:
+    """Rank 0's side of the claim queue: reads new claims and answers each one."""
+
+    def __init__(
+        self, server: StoreServer, world_size: int, token: str, transport: str | None
+    ) -> None:
+        self.server = server
+        self.world_size = world_size
+        self.token = token
+        self.transport = transport
+        self.accepted: dict[int, dict[str, Any]] = {}
+        self._who: dict[int, str] = {}
+        self._read = 0  # claims read so far: claim/1 .. claim/_read
+        self._pending: set[int] = set()  # counted but not yet written by the claimant
+
+    def poll(self, closed: str | None = None) -> None:
+        """Judges every claim that arrived; with ``closed``, refuses them all with it."""
+        store = self.server.store
+        count = store.add(_PREFIX + "claims", 0)
+        self._pending.update(range(self._read + 1, count + 1))
+        self._read = max(self._read, count)
+        for index in sorted(self._pending):
+            key = f"{_PREFIX}claim/{index}"
+            if not store.check([key]):
+                continue  # counted, not yet written: look again next round
+            self._pending.discard(index)
+            payload = json.loads(store.get(key))
+            verdict = (self._bad_token(payload) or closed) if closed else self._verdict(payload)
+            store.set(f"{_PREFIX}verdict/{index}", verdict)
+            if verdict == "ok":
+                rank = int(payload["rank"])
+                self.accepted[rank] = payload["description"]
+                self._who[rank] = _whom(payload)
+
+    def _bad_token(self, payload: dict[str, Any]) -> str | None:
+        rank = payload.get("rank")
+        if isinstance(rank, int) and hmac.compare_digest(
+            str(payload.get("proof", "")), _proof(self.token, self.server.session, rank)
+        ):
+            return None
+        return (
+            "wrong cluster token (or a process of another job): give this worker the "
+            "token the driver uses (--token or ACTORRT_TOKEN)."
+        )
+
+    def _verdict(self, payload: dict[str, Any]) -> str:
+        bad = self._bad_token(payload)
+        if bad:
+            return bad
+        rank = int(payload["rank"])
+        if payload.get("world_size") != self.world_size:
+            return (
+                f"world size {payload.get('world_size')} does not match the driver's "
+                f"{self.world_size}; start every process with the same --world-size."
+            )
+        if not 0 < rank < self.world_size:
+            return (
+                f"rank {rank} is out of range: workers take ranks 1..{self.world_size - 1} "
+                "(rank 0 is the driver)."
+            )
+        if rank in self.accepted:
+            return (
+                f"rank {rank} is already taken by {self._who[rank]}; give every worker its "
+                "own --rank."
+            )
+        wanted = payload.get("description", {}).get("transport")
+        if wanted is not None and self.transport is not None and wanted != self.transport:
+            return (
+                f"this worker asks for --transport {wanted} but the driver uses "
+                f"transport={self.transport!r}; start every process with the same transport "
+                "(or leave --transport out on workers: they follow the driver)."
+            )
+        return "ok"
+
+
+def _whom(payload: dict[str, Any]) -> str:
+    host = payload.get("description", {}).get("hostname", "?")
+    return f"pid {payload.get('pid', '?')} on {host}"
+
+
 def gather(
     server: StoreServer,
     world_size: int,
     token: str,
     timeout: float,
     check_alive: Callable[[], None] | None = None,
+    transport: str | None = None,
 ) -> list[dict[str, Any]]:
     """On rank 0: collects the accepted descriptions of ranks 1..world_size-1.
 
@@ -183,35 +281,22 @@ def gather(
         token: Claims whose proof does not match this token are refused.
         timeout: Seconds to wait for every rank.
         check_alive: Called while waiting; raises if a process we launched has died.
+        transport: The driver's transport; a worker asking for another is refused.
 
     Returns:
         The descriptions, index ``r - 1`` for rank ``r``.
     """
-    store = server.store
-    accepted: dict[int, dict[str, Any]] = {}
-    seen = dict.fromkeys(range(1, world_size), 0)
+    judge = _Judge(server, world_size, token, transport)
+    server.judge = judge
     deadline = time.monotonic() + timeout
-    while len(accepted) < world_size - 1:
-        for rank in range(1, world_size):
-            if rank in accepted:
-                continue
-            claims = store.add(f"{_PREFIX}claims/{rank}", 0)
-            while seen[rank] < claims:
-                key = f"{_PREFIX}node/{rank}/{seen[rank] + 1}"
-                if not store.check([key]):
-                    break  # claimed, not yet written: look again next round
-                seen[rank] += 1
-                verdict = _judge(json.loads(store.get(key)), rank, world_size, token, server)
-                store.set(f"{_PREFIX}verdict/{rank}/{seen[rank]}", verdict)
-                if verdict == "ok":
-                    accepted[rank] = json.loads(store.get(key))["description"]
-                    break
-        if len(accepted) == world_size - 1:
+    while True:
+        judge.poll()
+        if len(judge.accepted) == world_size - 1:
             break
         if check_alive is not None:
             check_alive()
         if time.monotonic() > deadline:
-            missing = [r for r in range(1, world_size) if r not in accepted]
+            missing = [r for r in range(1, world_size) if r not in judge.accepted]
             raise ClusterError(
                 f"rank(s) {', '.join(map(str, missing))} of {world_size} never joined within "
                 f"{timeout:g} s. Start them (actorrt worker --init-method tcp://{server.host}:"
@@ -219,21 +304,31 @@ def gather(
                 "raise timeout= if they are slow to start."
             )
         time.sleep(_POLL_S)
-    return [accepted[r] for r in range(1, world_size)]
+    return [judge.accepted[r] for r in range(1, world_size)]
 
 
-def _judge(payload: dict, rank: int, world_size: int, token: str, server: StoreServer) -> str:
-    if not hmac.compare_digest(payload.get("proof", ""), _proof(token, server.session, rank)):
-        return (
-            "wrong cluster token (or a process of another job): give this worker the token the "
-            "driver uses (--token or ACTORRT_TOKEN)."
-        )
-    if payload.get("world_size") != world_size:
-        return (
-            f"world size {payload.get('world_size')} does not match the driver's {world_size}; "
-            "start every process with the same --world-size."
-        )
-    return "ok"
+def refuse_late_claims(server: StoreServer, stop: threading.Event, period: float = 0.25) -> None:
+    """On rank 0 after the start: answers claims that come too late, until ``stop``.
+
+    Without it a worker started twice, or one of another job pointed at this address,
+    would wait for a verdict until its timeout instead of hearing why it cannot join.
+    """
+    judge = getattr(server, "judge", None)
+    if judge is None:
+        return
+    reason = (
+        f"the cluster is already running (all {judge.world_size} ranks joined); a worker "
+        "joins only while the driver starts. Start a new cluster to add processes."
+    )
+
+    def loop() -> None:
+        while not stop.wait(period):
+            try:
+                judge.poll(closed=reason)
+            except Exception:  # the store is closing with the cluster
+                return
+
+    threading.Thread(target=loop, name="actorrt-late-claims", daemon=True).start()
 
 
 def publish_plan(store: dist.TCPStore, plan: dict[str, Any]) -> None:
@@ -252,10 +347,18 @@ def _wait_key(store: dist.TCPStore, key: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     abort = _PREFIX + "abort"
     while True:
-        if store.check([abort]):
-            raise ClusterError(f"the driver aborted the start: {store.get(abort).decode()}")
-        if store.check([key]):
-            return store.get(key).decode()
+        try:
+            if store.check([abort]):
+                raise ClusterError(f"the driver aborted the start: {store.get(abort).decode()}")
+            if store.check([key]):
+                return store.get(key).decode()
+        except ClusterError:
+            raise
+        except Exception as exc:
+            raise ClusterError(
+                "lost the connection to rank 0's rendezvous store (did the driver exit? see "
+                f"its output): {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from exc
         if time.monotonic() > deadline:
             raise ClusterError(
                 f"rank 0 did not answer within {timeout:g} s (waiting for {key!r}); is the "
@@ -279,8 +382,13 @@ def _handler(url: str, **kwargs: Any):
 
 
 def store_init_method(store: dist.Store) -> str:
-    """An ``init_method`` URL that makes ``init_rpc`` use ``store`` (no second rendezvous)."""
+    """An ``init_method`` URL that makes ``init_rpc`` use ``store`` (no second rendezvous).
+
+    Also resets torch RPC's per-process counters (see :func:`_reset_rpc_counters`), as
+    it is called right before ``init_rpc``.
+    """
     global _registered
+    _reset_rpc_counters()
     with _register_lock:
         if not _registered:
             dist.register_rendezvous_handler("actorrt", _handler)
@@ -288,3 +396,26 @@ def store_init_method(store: dist.Store) -> str:
         key = uuid.uuid4().hex
         _stores[key] = (store, threading.Event())
     return f"actorrt://{key}"
+
+
+def _reset_rpc_counters() -> None:
+    """Makes a process that already ran a cluster count like a fresh one.
+
+    torch RPC keeps two counts per process that every member of a group must agree on:
+    ``init_rpc`` wraps the store in ``PrefixStore(f"rpc_prefix_{n}")``, ``n`` being the
+    number of earlier ``init_rpc`` calls, and ``_all_gather`` (used by ``init_rpc`` and
+    graceful shutdown) numbers its rounds per set of worker names. A driver starting a
+    second cluster would use prefix 1 and round 2 while its fresh workers use 0 and 0,
+    and they would wait for each other forever (Gloo first). Every cluster has a store of
+    its own and the previous agent is shut down, so both start again from zero.
+    """
+    import torch.distributed.rpc as rpc
+    import torch.distributed.rpc.api as rpc_api
+
+    if hasattr(rpc, "_init_counter"):  # private torch state (checked on torch 2.4-2.13)
+        with rpc._init_counter_lock:
+            rpc._init_counter = 0
+    if hasattr(rpc_api, "_all_gather_sequence_id"):
+        with rpc_api._all_gather_dict_lock:
+            rpc_api._all_gather_sequence_id.clear()
+            rpc_api._all_gather_sequence_id_to_states.clear()

@@ -50,6 +50,10 @@ class LocalCluster:
         # Workers share the machine's cores; without this each would start one
         # OpenMP thread per core and they would fight over them.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_workers)))
+        # Tensors TensorPipe receives land in fresh memory; transparent huge pages cut the
+        # page faults of large ones (256 MB: 1.4 -> 5.7 GB/s measured on a 2-core box).
+        # torch reads this once, at its first allocation, so it must be set at exec.
+        env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
         self.procs: list[subprocess.Popen] = []
         for i in range(num_workers):
             config = {

@@ -11,6 +11,7 @@ import itertools
 import pickle
 import threading
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -23,14 +24,13 @@ from actorrt.options import ActorOptions
 from actorrt.placement.transports import guard_tiny_cuda_tensors
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
+from actorrt.runtime import shm
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.protocol import decode_reply, rpc_failure
 from actorrt.runtime.staging import to_cpu
 
 __all__ = ["Runtime", "current", "is_initialized"]
-
-DRIVER = "driver"
 
 _current: Runtime | None = None
 _current_lock = threading.Lock()
@@ -66,6 +66,8 @@ class Runtime:
     Args:
         name: This process's RPC name (``"driver"`` for rank 0).
         rank: This process's rank.
+        world_size: Processes in the cluster.
+        driver_name: RPC name of rank 0, which keeps the cluster directory.
         directory: The cluster directory (rank 0 only).
         cuda_peers: Peers this process has a device map to; CUDA tensors going anywhere
             else are staged through host memory.
@@ -81,6 +83,7 @@ class Runtime:
         name: str,
         rank: int,
         world_size: int,
+        driver_name: str = "driver",
         directory: ClusterDirectory | None = None,
         cuda_peers: frozenset[str] = frozenset(),
         guard_tiny_cuda: bool = False,
@@ -89,10 +92,12 @@ class Runtime:
         self.name = name
         self.rank = rank
         self.world_size = world_size
+        self.driver_name = driver_name
         self.directory = directory
         self._cuda_peers = cuda_peers
         self._guard_tiny = guard_tiny_cuda
         self._stage_cuda = torch.cuda.is_available()
+        self._shm = shm.enabled()  # same-host zero-copy road for large CPU tensors
         self.host = ActorHost(
             on_actor_end=self._actor_ended,
             reply_filter=self.stage_reply if self._stage_cuda else None,
@@ -159,7 +164,7 @@ class Runtime:
     def _directory_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self.directory is not None:
             return fn(*args)
-        return rpc.rpc_sync(DRIVER, fn, args=args)
+        return rpc.rpc_sync(self.driver_name, fn, args=args)
 
     def submit(self, handle: ActorHandle, method: str, args: tuple, kwargs: dict) -> ObjectRef:
         """Sends one method call; returns its ``ObjectRef`` at once."""
@@ -218,6 +223,8 @@ class Runtime:
             return
         if self._stage_cuda:
             args, kwargs = self._stage(worker, args, kwargs)
+        if self._shm:
+            args, kwargs = shm.pack(worker, args, kwargs)
         try:
             fut = rpc.rpc_async(
                 worker,
@@ -320,7 +327,7 @@ class Runtime:
             rpc_released(actor_id)
             return
         try:
-            rpc.rpc_async(DRIVER, rpc_released, args=(actor_id,))
+            rpc.rpc_async(self.driver_name, rpc_released, args=(actor_id,))
         except Exception:  # the driver is gone or shutting down: nothing to release
             pass
 
@@ -407,16 +414,23 @@ def init_rpc(
         init_method=init_method,
         **backend_kwargs,
     )
-    rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
+    with warnings.catch_warnings():
+        # torch's own RPC start-up trips its deprecation warning about Gloo process groups;
+        # it is not about anything the user wrote.
+        warnings.filterwarnings("ignore", message="You are using a Backend")
+        rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
 
 
-def shutdown_rpc(timeout: float) -> bool:
+def shutdown_rpc(timeout: float, graceful: bool = True) -> bool:
     """Ends the RPC agent within about ``timeout`` seconds; True if it went gracefully.
 
     A graceful shutdown waits for every peer, so it hangs when one is dead; it runs in a
-    thread with a bound, and a local (non-graceful) shutdown follows when it fails.
+    thread with a bound, and a local (non-graceful) shutdown follows when it fails. Pass
+    ``graceful=False`` when a peer is known dead, to skip the wait.
     """
-    if _run_bounded(lambda: rpc.shutdown(graceful=True, timeout=timeout), timeout + 2.0):
+    if graceful and _run_bounded(
+        lambda: rpc.shutdown(graceful=True, timeout=timeout), timeout + 2.0
+    ):
         return True
     _run_bounded(lambda: rpc.shutdown(graceful=False), 5.0)
     return False

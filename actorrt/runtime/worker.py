@@ -33,6 +33,8 @@ class WorkerConfig:
     num_worker_threads: int = 16
     rpc_timeout: float = 60.0
     shutdown_timeout: float = 10.0
+    transport: str | None = None  # None: whatever the driver uses
+    cuda_device_map: str | None = None
 
 
 def run_worker(cfg: WorkerConfig) -> int:
@@ -46,21 +48,30 @@ def run_worker(cfg: WorkerConfig) -> int:
             f"workers take ranks 1..{cfg.world_size - 1} (rank 0 is the driver)."
         )
     from actorrt.cluster import planning, rendezvous
+    from actorrt.cluster.netif import apply_socket_ifname
     from actorrt.runtime import runtime as rt_mod
 
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
-    description = planning.describe_process(cfg.labels, cfg.gpus)
+    description = planning.describe_process(cfg.labels, cfg.gpus, cfg.cuda_device_map)
+    if cfg.transport is not None:
+        description["transport"] = cfg.transport  # rank 0 refuses a mismatch
     plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
     setup = planning.setup_for(plan, cfg.rank)
     setup.apply_env()
+    # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME;
+    # without them, on the interface we reach the driver through (their fallbacks, the
+    # host name's address or 127.0.0.1, are often unreachable from other machines).
+    apply_socket_ifname(cfg.host, cfg.port, own_address=False)
     rt = rt_mod.Runtime(
         name=setup.name,
         rank=cfg.rank,
         world_size=cfg.world_size,
+        driver_name=setup.plan.for_rank(0).name,
         cuda_peers=setup.cuda_peers,
         guard_tiny_cuda=setup.guard_tiny_cuda,
     )
     rt_mod._install(rt)
+    _watch_driver(cfg, rt)  # before init_rpc: a driver dying during start-up ends us too
     rt_mod.init_rpc(
         setup.name,
         cfg.rank,
@@ -70,7 +81,6 @@ def run_worker(cfg: WorkerConfig) -> int:
         num_worker_threads=cfg.num_worker_threads,
         rpc_timeout=cfg.rpc_timeout,
     )
-    _watch_driver(cfg, rt)
     rt.stop_requested.wait()
     rt.shutdown()
     graceful = rt_mod.shutdown_rpc(cfg.shutdown_timeout)

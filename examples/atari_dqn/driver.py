@@ -252,7 +252,7 @@ class _Evaluator:
         self.q_net = build_q_network(cfg, obs_shape, n_actions)
 
     def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
-        reply = actorrt.get(learner.get_weights.remote(-1), timeout=_CALL_TIMEOUT_S)
+        reply = actorrt.get(learner.get_weights.remote(-1, cpu=True), timeout=_CALL_TIMEOUT_S)
         _, state = reply
         self.q_net.load_state_dict({k: v.cpu() for k, v in state.items()})
         return evaluate(self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999)
@@ -364,6 +364,10 @@ def _watch(
         file=sys.stdout,
     )
     last_frames, last_t = frame_offset, time.monotonic()
+    # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then instead.
+    plain_every = math.inf if args.no_progress or not bar.disable else 15.0
+    last_plain = time.monotonic()
+    last_logged = -1
     # Resumed runs start counting the learner's frames from the checkpoint's transitions.
     pending = list(runs)
     try:
@@ -390,7 +394,7 @@ def _watch(
                 "updates": stats["updates"],
                 "replay_size": stats["replay_size"],
             }
-            if frames >= next_eval and pending:
+            if next_eval <= frames < cfg.total_frames and pending:  # the end has its own
                 returns = evaluator(learner)
                 row["eval_return"] = float(np.mean(returns))
                 state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
@@ -401,15 +405,21 @@ def _watch(
                 )
                 while next_eval <= frames:
                     next_eval += args.eval_every
-            logger.log(row)
+            if frames != last_logged or "eval_return" in row:
+                logger.log(row)
+                last_logged = frames
+            postfix = {
+                "fps": f"{fps:.0f}",
+                "ret": f"{row['return_mean']:.1f}" if recent else "-",
+                "loss": f"{stats['last_loss']:.4f}" if math.isfinite(stats["last_loss"]) else "-",
+                "eps": f"{row['epsilon']:.2f}",
+            }
             bar.update(max(0, min(frames, cfg.total_frames) - bar.n))
-            bar.set_postfix(
-                fps=f"{fps:.0f}",
-                ret=f"{row['return_mean']:.1f}" if recent else "-",
-                loss=f"{stats['last_loss']:.4f}" if math.isfinite(stats["last_loss"]) else "-",
-                eps=f"{row['epsilon']:.2f}",
-                refresh=False,
-            )
+            bar.set_postfix(postfix, refresh=False)
+            if now - last_plain >= plain_every:
+                last_plain = now
+                fields = " ".join(f"{k}={v}" for k, v in postfix.items())
+                print(f"frames={frames:,}/{cfg.total_frames:,} {fields}", flush=True)
         return actorrt.get(list(runs), timeout=_CALL_TIMEOUT_S)
     finally:
         bar.close()

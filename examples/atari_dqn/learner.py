@@ -152,6 +152,12 @@ class Learner:
     # ----------------------------------------------------------------- training
     def train_step(self) -> float:
         """One gradient step on a uniformly sampled batch; returns the loss."""
+        cfg = self.cfg
+        if cfg.lr_final_fraction != 1.0:
+            progress = min(1.0, self.frames / max(1, cfg.total_frames))
+            scale = 1.0 + progress * (cfg.lr_final_fraction - 1.0)
+            for group in self.optimizer.param_groups:
+                group["lr"] = cfg.lr * scale
         batch = self.replay.sample(self.cfg.batch_size)
         loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, self.cfg.gamma)
         self.optimizer.zero_grad(set_to_none=True)
@@ -170,12 +176,15 @@ class Learner:
         return value
 
     # ----------------------------------------------------------------- data out
-    def get_weights(self, known_version: int = -1) -> tuple[int, dict[str, torch.Tensor]] | None:
+    def get_weights(
+        self, known_version: int = -1, cpu: bool = False
+    ) -> tuple[int, dict[str, torch.Tensor]] | None:
         """The online network's weights, unless the caller already has this version.
 
         Args:
             known_version: Version the caller holds; None comes back when it is current,
                 so idle refreshes cost a tiny reply instead of the whole network.
+            cpu: Always answer with CPU tensors (the driver, which may have no GPU).
 
         Returns:
             ``(version, state_dict)`` or None. Tensors are copies (training may continue
@@ -186,7 +195,7 @@ class Learner:
             return None
         self.weights_served += 1
         state = self.q_net.state_dict()
-        if self.transport == "cuda" and self.device.type == "cuda":
+        if self.transport == "cuda" and self.device.type == "cuda" and not cpu:
             return self.weight_version, {k: v.detach().clone() for k, v in state.items()}
         return self.weight_version, to_cpu(state)
 

@@ -115,3 +115,13 @@ def test_in_process_baseline_without_training():
     cfg = _cfg()
     result = run_in_process(cfg, 400, train=False)
     assert result["frames"] >= 400 and result["updates"] == 0 and result["fps"] > 0
+
+
+def test_learning_rate_anneals_to_the_final_fraction():
+    cfg = _cfg(lr=1e-3, lr_final_fraction=0.1, total_frames=600)
+    learner = Learner(cfg)
+    run_in_process(cfg, 300, learner=learner)
+    mid = learner.optimizer.param_groups[0]["lr"]
+    assert 1e-4 < mid < 1e-3
+    run_in_process(cfg, 400, learner=learner)  # past total_frames
+    assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)

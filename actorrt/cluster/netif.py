@@ -1,0 +1,85 @@
+"""Which network interface TensorPipe should listen on, when nobody said.
+
+TensorPipe's TCP transport listens on ``TP_SOCKET_IFNAME``'s address; without it, on the
+address the host name resolves to, and, when that fails, on 127.0.0.1 - which peers on
+other machines cannot reach. A multi-node process that was not given
+``TP_SOCKET_IFNAME`` therefore uses the interface it reaches the driver through (the
+driver: the interface holding the rendezvous address), which is right on every cluster
+where the rendezvous and RPC share a network.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+
+__all__ = [
+    "apply_socket_ifname",
+    "default_socket_ifname",
+    "interface_with_address",
+    "local_address_towards",
+]
+
+_SIOCGIFADDR = 0x8915
+
+
+def local_address_towards(host: str, port: int) -> str | None:
+    """The local IPv4 address this machine uses to reach ``host`` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, port or 9))  # UDP connect only picks a route
+            return s.getsockname()[0]
+    except OSError:
+        return None
+
+
+def interface_with_address(address: str) -> str | None:
+    """The name of the interface that holds IPv4 ``address`` (None if none does)."""
+    try:
+        wanted = socket.inet_aton(socket.gethostbyname(address))
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                res = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, req)
+            except OSError:
+                continue  # no IPv4 address on this interface
+            if res[20:24] == wanted:
+                return name
+    return None
+
+
+def default_socket_ifname(host: str, port: int, *, own_address: bool) -> str | None:
+    """``TP_SOCKET_IFNAME`` to use: the environment's, else the one found for ``host``.
+
+    Args:
+        host: The rendezvous host (the driver's address).
+        port: The rendezvous port.
+        own_address: True on the driver (``host`` is one of its addresses).
+    """
+    if os.environ.get("TP_SOCKET_IFNAME"):
+        return os.environ["TP_SOCKET_IFNAME"]
+    address = host if own_address else local_address_towards(host, port)
+    return interface_with_address(address) if address else None
+
+
+def apply_socket_ifname(host: str, port: int, *, own_address: bool) -> str | None:
+    """Sets ``TP_SOCKET_IFNAME`` and ``GLOO_SOCKET_IFNAME`` before ``init_rpc``.
+
+    ``init_rpc`` also builds a Gloo group (the agents exchange device maps over it), and
+    Gloo listens on the address the host name resolves to unless ``GLOO_SOCKET_IFNAME``
+    says otherwise: 127.0.x.1 on many distributions, which peers cannot reach. Both get
+    the interface of :func:`default_socket_ifname` unless already set.
+
+    Returns:
+        The interface TensorPipe will use (None: nothing found, torch's defaults apply).
+    """
+    ifname = default_socket_ifname(host, port, own_address=own_address)
+    if ifname:
+        os.environ["TP_SOCKET_IFNAME"] = ifname
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname)
+    return ifname

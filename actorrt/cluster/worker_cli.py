@@ -1,0 +1,183 @@
+"""``actorrt worker``: join a multi-node cluster as one worker process.
+
+By hand::
+
+    actorrt worker --init-method tcp://10.0.0.1:29500 --rank 1 --world-size 3 --labels collector
+
+Under torchrun or srun, without flags: the rank, world size, local rank and the driver's
+address come from the launcher's environment (see :mod:`actorrt.cluster.launch_env`;
+launcher rank ``r`` of ``n`` is actorrt rank ``r + 1`` of ``n + 1``, rank 0 being the
+driver). Flags win over the environment. The token comes from ``--token`` or
+``ACTORRT_TOKEN`` (prefer the variable: command lines are visible to every user).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from actorrt.cluster.launch_env import from_environ
+
+__all__ = ["add_arguments", "config_from_args", "run"]
+
+_TRANSPORTS = ("auto", "cpu", "cuda")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Adds the ``actorrt worker`` flags to ``p``."""
+    p.description = (
+        "Join the cluster whose driver called actorrt.start(init_method=..., world_size=W). "
+        "Without --rank/--world-size/--init-method, reads torchrun's or SLURM's environment "
+        "(launcher rank r of n becomes rank r+1 of n+1; the driver is rank 0)."
+    )
+    p.add_argument(
+        "--init-method",
+        help="tcp://HOST:PORT of the driver's rendezvous (default: ACTORRT_INIT_METHOD, "
+        "else MASTER_ADDR with ACTORRT_PORT or MASTER_PORT+1)",
+    )
+    p.add_argument("--rank", type=int, help="this worker's rank, 1..W-1 (default: RANK+1)")
+    p.add_argument(
+        "--world-size", type=int, help="processes in all, driver included (default: WORLD_SIZE+1)"
+    )
+    p.add_argument(
+        "--labels",
+        action="append",
+        default=[],
+        help="labels this worker offers actors, comma-separated or repeated (default: any)",
+    )
+    p.add_argument(
+        "--gpus",
+        help="CUDA devices this worker offers, e.g. 0,1 (default: LOCAL_RANK's GPU under a "
+        "launcher, else every visible GPU); '' for none",
+    )
+    p.add_argument(
+        "--transport",
+        choices=_TRANSPORTS,
+        help="must match the driver's transport (default: follow the driver)",
+    )
+    p.add_argument("--token", help="the cluster token (default: ACTORRT_TOKEN)")
+    p.add_argument(
+        "--cuda-device-map",
+        help="DI-engine style device map override, '<peer rank>_<local gpu>_<peer gpu>,...'",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the driver's rendezvous and for the plan (default 60)",
+    )
+    p.add_argument(
+        "--socket-ifname",
+        help="interface TensorPipe listens on (sets TP_SOCKET_IFNAME; default: the "
+        "environment's, else the interface that reaches the driver)",
+    )
+    p.add_argument("--num-worker-threads", type=int, default=16, help=argparse.SUPPRESS)
+    p.add_argument("--rpc-timeout", type=float, default=60.0, help=argparse.SUPPRESS)
+
+
+def config_from_args(args: argparse.Namespace, environ=None):
+    """The :class:`~actorrt.runtime.worker.WorkerConfig` for ``args`` and the environment.
+
+    Raises:
+        ValueError: Something needed is missing or malformed (the message says what).
+    """
+    from actorrt.cluster.rendezvous import parse_tcp_init_method
+    from actorrt.runtime.worker import WorkerConfig
+
+    environ = os.environ if environ is None else environ
+    launch = from_environ(environ)
+    where = f" (from {launch.launcher}'s environment)" if launch else ""
+    rank, world = args.rank, args.world_size
+    if launch is not None:
+        rank = launch.rank if rank is None else rank
+        world = launch.world_size if world is None else world
+    init = args.init_method or (launch.init_method if launch else None)
+    if init is None:
+        init = environ.get("ACTORRT_INIT_METHOD") or None
+    if rank is None or world is None:
+        raise ValueError(
+            "--rank and --world-size are needed (or run under torchrun / srun, whose RANK / "
+            "SLURM_PROCID and WORLD_SIZE / SLURM_NTASKS give them)."
+        )
+    if init is None:
+        raise ValueError(
+            "the driver's address is needed: --init-method tcp://HOST:PORT, or "
+            "ACTORRT_INIT_METHOD, or MASTER_ADDR (+ ACTORRT_PORT, else MASTER_PORT+1)."
+        )
+    if not 0 < rank < world:
+        raise ValueError(
+            f"rank {rank}{where} is out of range for world size {world}: workers take ranks "
+            f"1..{world - 1} (rank 0 is the driver)."
+        )
+    if args.timeout is None or not args.timeout > 0:
+        raise ValueError(f"--timeout {args.timeout} must be a number of seconds > 0.")
+    host, port = parse_tcp_init_method(init)
+    labels = tuple(x.strip() for item in args.labels for x in item.split(",") if x.strip())
+    gpus = _gpus(args.gpus, launch.local_rank if launch else None)
+    token = args.token if args.token is not None else environ.get("ACTORRT_TOKEN", "")
+    return WorkerConfig(
+        host=host,
+        port=port,
+        rank=rank,
+        world_size=world,
+        token=token,
+        labels=labels,
+        gpus=gpus,
+        timeout=args.timeout,
+        num_worker_threads=args.num_worker_threads,
+        rpc_timeout=args.rpc_timeout,
+        transport=args.transport,
+        cuda_device_map=args.cuda_device_map,
+    )
+
+
+def _gpus(flag: str | None, local_rank: int | None) -> tuple[int, ...] | None:
+    if flag is not None:
+        try:
+            return tuple(int(x) for x in flag.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"--gpus {flag!r} must be GPU indices like 0,1.") from None
+    if local_rank is None:
+        return None
+    count = _cuda_count()
+    return (local_rank % count,) if count else None
+
+
+def _cuda_count() -> int:
+    import torch
+
+    # device_count() does not create a CUDA context, so actors may still pick their GPU.
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the worker; returns 2 on a configuration or cluster error (printed)."""
+    from actorrt.errors import ActorRtError
+    from actorrt.runtime.worker import run_worker
+
+    try:
+        cfg = config_from_args(args)
+    except ValueError as exc:
+        print(f"actorrt worker: {exc}", file=sys.stderr, flush=True)
+        return 2
+    if args.socket_ifname:
+        os.environ["TP_SOCKET_IFNAME"] = args.socket_ifname
+    try:
+        code = run_worker(cfg)
+    except (ActorRtError, ValueError) as exc:
+        print(f"actorrt worker rank {cfg.rank}: {exc}", file=sys.stderr, flush=True)
+        code = 2
+    except SystemExit as exc:
+        print(exc, file=sys.stderr, flush=True)
+        code = 2
+    except Exception as exc:
+        print(
+            f"actorrt worker rank {cfg.rank}: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown: actor threads may still be blocked

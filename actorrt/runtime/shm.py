@@ -1,0 +1,297 @@
+"""Same-host zero-copy for large CPU tensors: a pool of reusable shared-memory segments.
+
+TensorPipe moves a large CPU tensor between two processes of one host by copying it
+into memory the receiver has just allocated, which page-faults page by page (about
+1.4 GB/s for 256 MB on a 2-core box). Here the caller copies the tensor once into a
+segment of its own pool (memfd memory that stays mapped and faulted in, so the copy
+runs at memcpy speed), and the message carries only a small handle; the receiver maps
+the segment (once per segment) and gets a tensor over it without copying.
+
+Lifetime: a segment is lent to one tensor at a time. Byte 0 of its header is a "busy"
+flag the sender sets when it fills the segment; the receiver clears it when the last
+reference to the tensor it built is gone (a ``weakref.finalize`` on the buffer under
+the tensor's storage). The sender only reuses a segment whose flag is clear, so a
+receiver never sees memory refilled under it; a header generation number, checked on
+attach, turns any violation into an error instead of wrong data. A segment whose
+receiver died stays busy (the pool then grows up to its limit, then falls back to
+TensorPipe).
+
+Whether a peer can map our segments is learned once per peer by a probe call
+(same host, same PID namespace, same user: it opens ``/proc/<our pid>/fd/<fd>``);
+until the probe answers, calls go the ordinary way.
+
+Environment: ``ACTORRT_SHM=0`` turns this off; ``ACTORRT_SHM_THRESHOLD`` (bytes,
+default 1 MiB) is the smallest tensor that takes this road; ``ACTORRT_SHM_POOL_BYTES``
+(default 2 GiB) caps each process's pool. It is also off when
+``ACTORRT_TP_TRANSPORTS`` forces transports without ``shm`` (e.g. TCP-only runs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import secrets
+import struct
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["ShmTensor", "enabled", "pack", "rpc_probe"]
+
+_HEADER = 4096  # flag at byte 0, generation (u64) at byte 8; data is page aligned
+_MIN_SEGMENT = 1 << 20
+
+
+def _env_enabled() -> bool:
+    if os.environ.get("ACTORRT_SHM", "1").strip() in ("0", "false", "no", "off"):
+        return False
+    forced = os.environ.get("ACTORRT_TP_TRANSPORTS", "").strip()
+    if forced and "shm" not in [t.strip() for t in forced.split(",")]:
+        return False
+    return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
+
+
+THRESHOLD = max(1, int(os.environ.get("ACTORRT_SHM_THRESHOLD", str(1 << 20))))
+POOL_LIMIT = int(os.environ.get("ACTORRT_SHM_POOL_BYTES", str(2 << 30)))
+
+
+def enabled() -> bool:
+    """Whether this process may use the shared-memory road (read from the environment)."""
+    return _env_enabled()
+
+
+class _Segment:
+    __slots__ = ("fd", "capacity", "mm", "data", "address", "generation")
+
+    def __init__(self, capacity: int) -> None:
+        self.fd = os.memfd_create("actorrt-shm", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, _HEADER + capacity)
+        self.capacity = capacity
+        self.mm = mmap.mmap(self.fd, _HEADER + capacity)
+        arr = np.frombuffer(self.mm, dtype=np.uint8, count=capacity, offset=_HEADER)
+        self.data = torch.from_numpy(arr)
+        self.address = self.data.data_ptr()
+        self.generation = 0
+
+
+class _Pool:
+    """This process's segments, lent to one outgoing tensor at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []
+        self._bytes = 0
+
+    def acquire(self, nbytes: int) -> _Segment | None:
+        capacity = max(_MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+        with self._lock:
+            for seg in self._segments:
+                if seg.capacity == capacity and seg.mm[0] == 0:
+                    break
+            else:
+                if self._bytes + capacity > POOL_LIMIT:
+                    return None
+                seg = _Segment(capacity)
+                self._segments.append(seg)
+                self._bytes += capacity
+            seg.generation += 1
+            struct.pack_into("<Q", seg.mm, 8, seg.generation)
+            seg.mm[0] = 1
+            return seg
+
+
+_pool = _Pool()
+
+
+class ShmTensor:
+    """What travels instead of a large CPU tensor; unpickles as a tensor over shared memory."""
+
+    __slots__ = ("pid", "fd", "capacity", "generation", "dtype", "shape")
+
+    def __init__(self, seg: _Segment, tensor: torch.Tensor) -> None:
+        self.pid = os.getpid()
+        self.fd = seg.fd
+        self.capacity = seg.capacity
+        self.generation = seg.generation
+        self.dtype = tensor.dtype
+        self.shape = tuple(tensor.shape)
+
+    def __reduce__(self):
+        return (
+            _attach,
+            (self.pid, self.fd, self.capacity, self.generation, self.dtype, self.shape),
+        )
+
+
+def _put(t: torch.Tensor) -> Any:
+    nbytes = t.nbytes
+    seg = _pool.acquire(nbytes)
+    if seg is None:
+        return t
+    try:
+        if t.is_contiguous():
+            # One plain memcpy (GIL released): torch's copy_ would split a large copy over
+            # OpenMP threads, which stalls badly when the machine's cores are busy.
+            ctypes.memmove(seg.address, t.data_ptr(), nbytes)
+        else:
+            seg.data[:nbytes].view(t.dtype).view(t.shape).copy_(t)
+    except BaseException:
+        seg.mm[0] = 0
+        raise
+    return ShmTensor(seg, t)
+
+
+def _swap(obj: Any) -> Any:
+    tp = type(obj)
+    if tp is torch.Tensor:
+        if (
+            obj.device.type == "cpu"
+            and obj.layout == torch.strided
+            and not obj.requires_grad
+            and not obj.is_quantized
+            and obj.nbytes >= THRESHOLD
+        ):
+            return _put(obj)
+        return obj
+    if tp is tuple or tp is list:
+        new = [_swap(x) for x in obj]
+        if all(a is b for a, b in zip(new, obj, strict=True)):
+            return obj
+        return tp(new)
+    if tp is dict:
+        changed = False
+        out = {}
+        for k, v in obj.items():
+            nv = _swap(v)
+            changed = changed or nv is not v
+            out[k] = nv
+        return out if changed else obj
+    return obj
+
+
+def _has_big(obj: Any, depth: int = 0) -> bool:
+    tp = type(obj)
+    if tp is torch.Tensor:
+        return obj.nbytes >= THRESHOLD and obj.device.type == "cpu"
+    if depth > 3:
+        return False
+    if tp is tuple or tp is list:
+        return any(_has_big(x, depth + 1) for x in obj)
+    if tp is dict:
+        return any(_has_big(x, depth + 1) for x in obj.values())
+    return False
+
+
+# -- which peers can map our segments ------------------------------------------------
+
+_peers: dict[str, bool | None] = {}  # None: probe in flight
+_UNKNOWN = object()
+_probe_seg: _Segment | None = None
+_probe_lock = threading.Lock()
+
+
+def _peer_ok(peer: str) -> bool:
+    state = _peers.get(peer, _UNKNOWN)
+    if state is _UNKNOWN:
+        _start_probe(peer)
+        return False
+    return bool(state)
+
+
+def _start_probe(peer: str) -> None:
+    global _probe_seg
+    import torch.distributed.rpc as rpc
+
+    with _probe_lock:
+        if peer in _peers:
+            return
+        _peers[peer] = None
+        if _probe_seg is None:
+            _probe_seg = _Segment(_MIN_SEGMENT)
+            _probe_seg.mm[16:32] = secrets.token_bytes(16)
+        seg = _probe_seg
+    try:
+        fut = rpc.rpc_async(peer, rpc_probe, args=(os.getpid(), seg.fd, bytes(seg.mm[16:32])))
+    except Exception:
+        _peers[peer] = False
+        return
+
+    def done(f: Any) -> None:
+        try:
+            _peers[peer] = bool(f.value())
+        except Exception:
+            _peers[peer] = False
+
+    fut.add_done_callback(done)
+
+
+def rpc_probe(pid: int, fd: int, magic: bytes) -> bool:
+    """Runs on the peer: can it open and read the caller's probe segment?"""
+    try:
+        mm = _map(pid, fd, _MIN_SEGMENT)
+    except OSError:
+        return False
+    return bytes(mm[16:32]) == magic
+
+
+def pack(peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Swaps large CPU tensors in a call's arguments for shared-memory handles.
+
+    Only for peers that proved they can map our segments; everything else is returned
+    as is (the same objects when nothing changed).
+    """
+    if not (_has_big(args) or (kwargs and _has_big(kwargs))):
+        return args, kwargs
+    if not _peer_ok(peer):
+        return args, kwargs
+    return _swap(args), (_swap(kwargs) if kwargs else kwargs)
+
+
+# -- the receiving side --------------------------------------------------------------
+
+_maps: dict[tuple[int, int, int], mmap.mmap] = {}
+_maps_lock = threading.Lock()
+
+
+def _map(pid: int, fd: int, capacity: int) -> mmap.mmap:
+    path = f"/proc/{pid}/fd/{fd}"
+    ino = os.stat(path).st_ino  # (pid, fd) may name another memfd after a restart
+    key = (pid, fd, ino)
+    mm = _maps.get(key)
+    if mm is None:
+        with _maps_lock:
+            mm = _maps.get(key)
+            if mm is None:
+                local = os.open(path, os.O_RDWR)
+                try:
+                    mm = mmap.mmap(local, _HEADER + capacity)
+                finally:
+                    os.close(local)
+                _maps[key] = mm
+    return mm
+
+
+def _release(mm: mmap.mmap) -> None:
+    try:
+        mm[0] = 0
+    except ValueError:  # mapping closed at interpreter teardown
+        pass
+
+
+def _attach(
+    pid: int, fd: int, capacity: int, generation: int, dtype: torch.dtype, shape: tuple
+) -> torch.Tensor:
+    mm = _map(pid, fd, capacity)
+    if struct.unpack_from("<Q", mm, 8)[0] != generation or mm[0] != 1:
+        raise RuntimeError(
+            "actorrt shared-memory tensor: the segment was reused before this message was "
+            "read (a lifetime bug in actorrt.runtime.shm; set ACTORRT_SHM=0 to work around)."
+        )
+    nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+    arr = np.frombuffer(mm, dtype=np.uint8, count=nbytes, offset=_HEADER)
+    weakref.finalize(arr, _release, mm)
+    return torch.from_numpy(arr).view(dtype).view(shape)

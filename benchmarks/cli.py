@@ -1,0 +1,178 @@
+"""``python -m benchmarks [--quick]``: every system, side by side, in one run.
+
+Each measurement runs in a fresh child process with a time limit (so a hung cluster
+cannot hang the run, and no system's leftovers skew the next). Results: a table on
+stdout, ``benchmarks/results/<stamp>.json`` (+ ``latest.json``) and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import report
+from benchmarks.common import child_env, config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# (system, suite): every child process a full run starts, in order.
+JOBS = [
+    ("baseline", "main"),
+    ("torch", "main"),
+    ("actorrt", "main"),
+    ("ray", "main"),
+    ("torch", "tcp"),
+    ("actorrt", "tcp"),
+    ("actorrt", "nn"),
+    ("ray", "nn"),
+    ("torch", "first_call"),
+    ("actorrt", "first_call"),
+    ("ray", "first_call"),
+    ("actorrt", "dqn"),
+    ("ray", "dqn"),
+]
+
+
+def _versions() -> dict:
+    import torch
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import ray
+
+        out["ray"] = ray.__version__
+    except Exception as exc:  # noqa: BLE001
+        out["ray"] = f"not importable ({type(exc).__name__}: {exc})"
+    import actorrt
+
+    out["actorrt"] = actorrt.__version__
+    return out
+
+
+def _machine() -> dict:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+    }
+
+
+def run_job(system: str, suite: str, cfg: dict, timeout: float) -> dict:
+    fd, path = tempfile.mkstemp(suffix=".json", prefix=f"bench-{system}-{suite}-")
+    os.close(fd)
+    cmd = [sys.executable, "-m", "benchmarks.child", system, suite, json.dumps(cfg), path]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=child_env(), start_new_session=True)
+    try:
+        code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
+        proc.wait(10)
+        os.unlink(path)
+        return {"_error": f"timed out after {timeout:.0f} s"}
+    finally:
+        _reap_group(proc.pid)
+    try:
+        if code != 0:
+            return {"_error": f"exit code {code}"}
+        with open(path) as f:
+            result = json.load(f)
+        result["_wall"] = time.perf_counter() - t0
+        return result
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def _reap_group(pgid: int) -> None:
+    """Kills what a child left behind in its own session (e.g. a worker that hung)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--quick", action="store_true", help="short run (about 3 minutes)")
+    p.add_argument("--systems", default="baseline,torch,actorrt,ray", help="comma-separated subset")
+    p.add_argument("--suites", default="", help="comma-separated subset of suites (default all)")
+    p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
+    p.add_argument("--timeout", type=float, default=0, help="per-child limit in seconds")
+    args = p.parse_args(argv)
+    cfg = config(args.quick)
+    systems = [s for s in args.systems.split(",") if s]
+    suites = [s for s in args.suites.split(",") if s]
+    notes = []
+    if "ray" in systems and importlib.util.find_spec("ray") is None:
+        systems.remove("ray")
+        notes.append("Ray is not installed (`import ray` fails): its columns are skipped.")
+    timeout = args.timeout or (180 if args.quick else 420)
+    results: dict[str, dict] = {s: {} for s in systems}
+    t_start = time.perf_counter()
+    for system, suite in JOBS:
+        if system not in systems or (suites and suite not in suites):
+            continue
+        reps = cfg["first_call_reps"] if suite == "first_call" else 1
+        for _ in range(reps):
+            print(f"[{time.perf_counter() - t_start:6.1f}s] {system}/{suite} ...", flush=True)
+            res = run_job(system, suite, cfg, timeout)
+            if "_error" in res:
+                print(f"    {system}/{suite}: {res['_error']}", flush=True)
+                notes.append(f"{system}/{suite}: {res['_error']}")
+                continue
+            if suite == "first_call":
+                results[system].setdefault("first_call_all", []).append(
+                    res["first_call"]["seconds"]
+                )
+                continue
+            results[system].update({k: v for k, v in res.items() if not k.startswith("_")})
+    for r in results.values():
+        if "first_call_all" in r:
+            r["first_call"] = {"seconds": statistics.median(r.pop("first_call_all"))}
+    doc = {
+        "when": dt.datetime.now().isoformat(timespec="seconds"),
+        "command": "python -m benchmarks" + (" --quick" if args.quick else ""),
+        "machine": _machine(),
+        "versions": _versions(),
+        "config": cfg,
+        "results": results,
+        "notes": notes,
+        "seconds": time.perf_counter() - t_start,
+    }
+    doc["table"] = report.table(doc)
+    doc["targets"] = report.targets(doc)
+    print()
+    print(doc["table"])
+    print()
+    print(report.format_targets(doc["targets"]))
+    for n in notes:
+        print("note:", n)
+    os.makedirs(args.out, exist_ok=True)
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    for name in (f"{stamp}.json", "latest.json"):
+        with open(os.path.join(args.out, name), "w") as f:
+            json.dump(doc, f, indent=1)
+    png = report.plot(doc, os.path.join(args.out, f"{stamp}.png"))
+    if png:
+        import shutil
+
+        shutil.copyfile(png, os.path.join(args.out, "latest.png"))
+    print(f"\nwrote {args.out}/{stamp}.json and {png}; total {doc['seconds']:.0f} s")

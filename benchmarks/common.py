@@ -1,0 +1,110 @@
+"""Timing helpers and the shared configuration of one benchmark run."""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+KB = 1024
+MB = 1024 * KB
+
+FULL_SIZES = [1 * KB, 16 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
+QUICK_SIZES = [1 * KB, 64 * KB, 1 * MB, 16 * MB, 256 * MB]
+
+
+def config(quick: bool) -> dict[str, Any]:
+    """Iteration counts for a quick or a full run (one dict, passed to every child)."""
+    if quick:
+        return {
+            "quick": True,
+            "sync_calls": 400,
+            "async_calls": 2000,
+            "async_rounds": 3,
+            "nn_calls": 300,
+            "create_actors": 16,
+            "first_call_reps": 1,
+            "sizes": QUICK_SIZES,
+            "xfer_time": 0.4,
+            "dqn_seconds": 6.0,
+        }
+    return {
+        "quick": False,
+        "sync_calls": 3000,
+        "async_calls": 5000,
+        "async_rounds": 5,
+        "nn_calls": 1500,
+        "create_actors": 48,
+        "first_call_reps": 3,
+        "sizes": FULL_SIZES,
+        "xfer_time": 1.5,
+        "dqn_seconds": 20.0,
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def time_calls(fn: Callable[[], Any], n: int, warmup: int = 20) -> list[float]:
+    """Per-call wall times (seconds) of ``n`` calls of ``fn`` after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    pc = time.perf_counter
+    for _ in range(n):
+        t0 = pc()
+        fn()
+        out.append(pc() - t0)
+    return out
+
+
+def time_for(
+    fn: Callable[[], Any], seconds: float, min_iters: int = 3, warmup: int = 2
+) -> list[float]:
+    """Per-call times of ``fn`` repeated for about ``seconds`` (at least ``min_iters``)."""
+    for _ in range(warmup):
+        fn()
+    out: list[float] = []
+    start = time.perf_counter()
+    while len(out) < min_iters or (time.perf_counter() - start < seconds and len(out) < 10_000):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def latency_stats(samples: list[float]) -> dict[str, float]:
+    """Median / p10 / p90 in microseconds."""
+    s = sorted(samples)
+    return {
+        "median_us": statistics.median(s) * 1e6,
+        "p10_us": s[len(s) // 10] * 1e6,
+        "p90_us": s[(len(s) * 9) // 10] * 1e6,
+        "n": len(s),
+    }
+
+
+def transfer_sweep(send: Callable[[Any], Any], make: Callable[[int], Any], cfg: dict) -> dict:
+    """GB/s per size: median time of ``send(payload)`` for each size in ``cfg['sizes']``."""
+    out = {}
+    for size in cfg["sizes"]:
+        payload = make(size)
+        samples = time_for(lambda p=payload: send(p), cfg["xfer_time"], min_iters=5, warmup=3)
+        med = statistics.median(samples)
+        out[str(size)] = {"gbps": size / med / 1e9, "median_us": med * 1e6, "n": len(samples)}
+        del payload
+    return out
+
+
+def child_env() -> dict[str, str]:
+    """Environment of benchmark child processes: the repo root importable, 1 OpenMP thread."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    return env

@@ -1,0 +1,131 @@
+"""The driver of the multi-node tests, run as a script (often inside a namespace).
+
+``python multinode_driver.py '{"init": "tcp://HOST:PORT", "world": W, "scenario": ...}'``
+starts the cluster, runs the scenario, prints ``RESULT <json>`` and shuts down. The
+actor classes live in this ``__main__``, so they reach workers by value (cloudpickle).
+"""
+
+import json
+import os
+import sys
+import time
+
+import torch
+
+import actorrt
+
+
+@actorrt.actor
+class Probe:
+    def where(self):
+        from actorrt.runtime.runtime import current
+
+        return {
+            "rank": current().rank,
+            "pid": os.getpid(),
+            "net": os.readlink("/proc/self/ns/net"),
+            "pidns": os.readlink("/proc/self/ns/pid"),
+            "ifname": os.environ.get("TP_SOCKET_IFNAME"),
+        }
+
+    def echo(self, t):
+        return t
+
+    def checksum(self, t):
+        return [t.numel(), float(t[::4096].sum())]
+
+    def relay(self, peer, nbytes):
+        """Sends a tensor of ``nbytes`` from this host to ``peer``'s; returns both sums."""
+        t = torch.arange(nbytes // 4, dtype=torch.float32)
+        got = actorrt.get(peer.echo.remote(t), timeout=120)
+        return [bool(torch.equal(got, t)), actorrt.get(peer.where.remote(), timeout=60)]
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def scenario_hosts(rt, cfg):
+    """Actors on three hosts by label; calls and 64 MB tensors between hosts."""
+    mb64 = 64 << 20
+    a = Probe.options(label="hostA").remote()
+    coll = Probe.options(label="collector").remote()
+    learn = Probe.options(label="learner").remote()
+    where = actorrt.get([x.where.remote() for x in (a, coll, learn)], timeout=60)
+    big = torch.randn(mb64 // 4)
+    echoed, dt = timed(lambda: actorrt.get(coll.echo.remote(big), timeout=120))
+    relay_cl = actorrt.get(coll.relay.remote(learn, mb64), timeout=180)
+    relay_la = actorrt.get(learn.relay.remote(a, 8 << 20), timeout=120)
+    try:
+        Probe.options(label="nowhere").remote()
+        missing_label = "no error"
+    except actorrt.PlacementError as exc:
+        missing_label = str(exc)
+    return {
+        "where": where,
+        "driver_net": os.readlink("/proc/self/ns/net"),
+        "driver_ifname": os.environ.get("TP_SOCKET_IFNAME"),
+        "echo_ok": bool(torch.equal(echoed, big)),
+        "echo_64mb_s": dt,
+        "relay_collector_to_learner": relay_cl,
+        "relay_learner_to_a": relay_la,
+        "missing_label": missing_label,
+    }
+
+
+def scenario_container(rt, cfg):
+    """A worker in another container of this host: identities, plan, calls."""
+    p = Probe.remote()
+    t = torch.randn((8 << 20) // 4)
+    return {
+        "where": actorrt.get(p.where.remote(), timeout=60),
+        "driver_pidns": os.readlink("/proc/self/ns/pid"),
+        "echo_ok": bool(torch.equal(actorrt.get(p.echo.remote(t), timeout=60), t)),
+    }
+
+
+def scenario_simple(rt, cfg):
+    """One actor per worker; a call and a 1 MB tensor to each."""
+    probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
+    t = torch.randn(1 << 18)
+    return {
+        "where": actorrt.get([p.where.remote() for p in probes], timeout=60),
+        "echo_ok": all(
+            torch.equal(x, t) for x in actorrt.get([p.echo.remote(t) for p in probes], timeout=60)
+        ),
+    }
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    try:
+        rt = actorrt.start(
+            init_method=cfg["init"],
+            world_size=cfg["world"],
+            token=cfg.get("token"),
+            transport=cfg.get("transport", "auto"),
+            timeout=cfg.get("timeout", 60),
+        )
+    except Exception as exc:
+        print(f"START-FAILED {type(exc).__name__}: {exc}", flush=True)
+        sys.exit(2)
+    if cfg["scenario"] == "idle":  # for the driver-kill test: actors up, then wait
+        probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
+        where = actorrt.get([p.where.remote() for p in probes], timeout=60)
+        print("READY " + json.dumps(sorted(w["pid"] for w in where)), flush=True)
+        time.sleep(600)
+        return
+    out = globals()["scenario_" + cfg["scenario"]](rt, cfg)
+    out["plan_pairs"] = [list(p) for p in rt.plan.pairs]
+    out["plan_channels"] = {p.name: p.channels for p in rt.plan.processes}
+    out["plan_env"] = {p.name: p.env for p in rt.plan.processes}
+    out["descriptions"] = rt.descriptions
+    print("RESULT " + json.dumps(out), flush=True)
+    actorrt.shutdown()
+    print("SHUTDOWN-DONE", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Multi-node clusters on loopback: ``actorrt worker``, torchrun, srun's environment, errors.
+
+The driver is this test process (``actorrt.start(init_method=...)``) or, where it must
+die, a script; workers are real ``python -m actorrt worker`` processes. Every wait is
+bounded and every process is killed by pid (and process group) at the end.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import actorrt
+from actorrt.errors import ClusterError, PlacementError
+from netns import PY, Procs, driver_argv, free_port, pids_gone, worker_argv
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "loopback-test-token"
+
+
+@actorrt.actor
+class Where:
+    def info(self):
+        from actorrt.runtime.runtime import current
+
+        keys = ("LOCAL_RANK", "RANK", "SLURM_PROCID", "TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+        return {"rank": current().rank, "pid": os.getpid(), **{k: os.environ.get(k) for k in keys}}
+
+    def echo(self, t):
+        return t
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        actorrt.shutdown()
+        p.close()
+
+
+def _init(port):
+    return f"tcp://127.0.0.1:{port}"
+
+
+def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
+    """An intruder with another token is told why; a worker started the srun way joins."""
+    port = free_port()
+    procs.start(
+        "intruder", worker_argv(_init(port), 1, 2, "--token", "not-the-token", "--timeout", "30")
+    )
+    # srun's environment, no flags: SLURM_PROCID 0 of 1 -> rank 1 of 2 (the driver is 0)
+    slurm = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}
+    procs.start(
+        "worker1",
+        [PY, "-m", "actorrt", "worker"],
+        {**slurm, "ACTORRT_INIT_METHOD": _init(port), "ACTORRT_TOKEN": TOKEN},
+    )
+    rt = actorrt.start(init_method=_init(port), world_size=2, token=TOKEN, timeout=60)
+    info = actorrt.get(Where.remote().info.remote(), timeout=30)
+    assert info["rank"] == 1 and info["SLURM_PROCID"] == "0"
+    assert info["TP_SOCKET_IFNAME"] == info["GLOO_SOCKET_IFNAME"] == "lo"  # found, not told
+    assert procs.wait("intruder", 30) == 2
+    assert "wrong cluster token" in procs.log("intruder")
+    assert rt.plan.transport_between("driver", "worker1") == "shm"
+    actorrt.shutdown()
+    assert procs.wait("worker1", 20) == 0, procs.logs()
+
+
+def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs):
+    """Duplicate rank, other world size, other transport, other token; rank 2 never comes."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    procs.start("good", worker_argv(init, 1, 3), env)
+    procs.start("dup", worker_argv(init, 1, 3), env)
+    procs.start("world", worker_argv(init, 2, 4), env)
+    procs.start("transport", worker_argv(init, 2, 3, "--transport", "cpu"), env)
+    procs.start("token", worker_argv(init, 2, 3), {"ACTORRT_TOKEN": "another-job"})
+    names = ("good", "dup", "world", "transport", "token")
+    with pytest.raises(ClusterError, match=r"rank\(s\) 2 of 3 never joined within 8 s"):
+        actorrt.start(init_method=init, world_size=3, token=TOKEN, timeout=8)
+    codes = {n: procs.wait(n, 20) for n in names}
+    assert codes == dict.fromkeys(names, 2), procs.logs()
+    logs = {n: procs.log(n) for n in names}
+    dup_msg = "rank 1 is already taken by pid"
+    assert (dup_msg in logs["good"]) != (dup_msg in logs["dup"]), procs.logs()
+    accepted = "good" if dup_msg in logs["dup"] else "dup"
+    assert "the driver aborted the start: rank(s) 2 of 3 never joined" in logs[accepted]
+    assert "world size 4 does not match the driver's 3" in logs["world"]
+    assert "asks for --transport cpu but the driver uses transport='auto'" in logs["transport"]
+    assert "wrong cluster token" in logs["token"]
+    assert not actorrt.is_initialized()
+
+
+def test_cuda_transport_without_gpus_is_a_placement_error(procs):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: transport='cuda' is feasible here")
+    port = free_port()
+    procs.start("worker1", worker_argv(_init(port), 1, 2), {"ACTORRT_TOKEN": TOKEN})
+    with pytest.raises(PlacementError, match="transport='cuda' needs a GPU in every process"):
+        actorrt.start(
+            init_method=_init(port), world_size=2, token=TOKEN, transport="cuda", timeout=60
+        )
+    assert procs.wait("worker1", 20) == 2
+    assert "the driver aborted the start: transport='cuda' needs a GPU" in procs.log("worker1")
+
+
+def test_port_in_use_and_bad_driver_arguments_fail_at_once():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is already in use"):
+            actorrt.start(init_method=_init(port), world_size=2, timeout=5)
+    with pytest.raises(ClusterError, match="HOST in init_method must be an address of this"):
+        actorrt.start(init_method="tcp://10.77.255.254:29500", world_size=2, timeout=5)
+    with pytest.raises(ValueError, match="needs world_size=W >= 2"):
+        actorrt.start(init_method=_init(29500), timeout=5)
+    with pytest.raises(ValueError, match="the driver, rank 0"):
+        actorrt.start(init_method=_init(29500), rank=1, world_size=2)
+    assert not actorrt.is_initialized()
+
+
+def test_worker_errors_without_a_driver_are_clear_and_fast(procs):
+    port = free_port()
+    cases = {
+        "rank0": (worker_argv(_init(port), 0, 3), "rank 0 is out of range for world size 3"),
+        "rank3": (worker_argv(_init(port), 3, 3), "rank 3 is out of range for world size 3"),
+        "nowhere": (
+            worker_argv(_init(port), 1, 2, "--timeout", "2"),
+            f"could not reach rank 0's rendezvous at 127.0.0.1:{port} within 2 s",
+        ),
+        "noflags": ([PY, "-m", "actorrt", "worker"], "--rank and --world-size are needed"),
+        "badinit": (
+            worker_argv("http://x:1", 1, 2),
+            "must look like 'tcp://HOST:PORT'",
+        ),
+    }
+    for name, (argv, _) in cases.items():
+        procs.start(name, argv)
+    for name, (_, message) in cases.items():
+        assert procs.wait(name, 30) == 2, procs.logs()
+        assert message in procs.log(name), procs.logs()
+
+
+def test_workers_exit_when_the_driver_is_killed(procs):
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    procs.start("driver", driver_argv({"init": init, "world": 3, "scenario": "idle"}), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    procs.wait_for_line("driver", "READY ", 60)
+    worker_pids = [procs.procs[f"worker{r}"].pid for r in (1, 2)]
+    os.kill(procs.procs["driver"].pid, signal.SIGKILL)
+    assert pids_gone(worker_pids, 10) == [], f"workers outlived the driver\n{procs.logs()}"
+    for rank in (1, 2):
+        assert procs.wait(f"worker{rank}", 5) == 1
+        assert "lost the connection to the driver" in procs.log(f"worker{rank}")
+
+
+def test_torchrun_launches_the_workers(procs):
+    """``torchrun --nproc-per-node 2 -m actorrt worker``: RANK r -> rank r+1, MASTER_PORT+1."""
+    port = free_port(pair=True)
+    procs.start(
+        "torchrun",
+        [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(port),
+            "-m",
+            "actorrt",
+            "worker",
+            "--labels",
+            "collector",
+        ],
+        {"ACTORRT_TOKEN": TOKEN},
+    )
+    actorrt.start(init_method=_init(port + 1), world_size=3, token=TOKEN, timeout=60)
+    actors = [Where.options(label="collector").remote() for _ in range(2)]
+    infos = actorrt.get([a.info.remote() for a in actors], timeout=30)
+    assert sorted((i["rank"], i["RANK"], i["LOCAL_RANK"]) for i in infos) == [
+        (1, "0", "0"),
+        (2, "1", "1"),
+    ]
+    t = torch.randn(1 << 20)
+    assert all(torch.equal(x, t) for x in actorrt.get([a.echo.remote(t) for a in actors]))
+    actorrt.shutdown()
+    assert procs.wait("torchrun", 30) == 0, procs.logs()
+
+
+def test_python_dash_m_actorrt_worker_help():
+    out = subprocess.run(
+        [sys.executable, "-m", "actorrt", "worker", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0
+    for flag in ("--init-method", "--rank", "--world-size", "--labels", "--gpus", "--transport"):
+        assert flag in out.stdout

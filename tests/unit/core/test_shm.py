@@ -1,0 +1,80 @@
+"""The shared-memory tensor road: round trips and segment lifetime, in one process.
+
+The receiver side (``_attach``) maps the sender's memfd through ``/proc/<pid>/fd``, which
+works within one process too, so the lifetime rules are checked here without RPC.
+"""
+
+import gc
+import pickle
+
+import pytest
+import torch
+
+from actorrt.runtime import shm
+
+pytestmark = pytest.mark.skipif(not shm.enabled(), reason="no memfd / procfs on this system")
+
+
+def _send(t):
+    handle = shm._put(t)
+    assert isinstance(handle, shm.ShmTensor)
+    return handle, pickle.loads(pickle.dumps(handle))
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bfloat16, torch.int64])
+def test_round_trip_keeps_values_shape_dtype(dtype):
+    t = (torch.arange(3 << 18) % 251).to(dtype).reshape(3, -1)
+    _, got = _send(t)
+    assert got.dtype == dtype and got.shape == t.shape
+    assert torch.equal(got, t)
+
+
+def test_non_contiguous_tensor_arrives_as_its_values():
+    t = torch.arange(1 << 20, dtype=torch.float32).reshape(1024, 1024).t()
+    _, got = _send(t)
+    assert torch.equal(got, t)
+
+
+def test_receiver_never_sees_a_segment_reused_while_it_holds_the_tensor():
+    size = 1 << 21
+    first = torch.full((size,), 7, dtype=torch.uint8)
+    h1, held = _send(first)
+    # The receiver still holds `held`: the next send of the same size must use another
+    # segment, and `held` must keep the first values.
+    h2, second = _send(torch.full((size,), 9, dtype=torch.uint8))
+    assert h2.fd != h1.fd
+    assert int(held.min()) == 7 and int(held.max()) == 7
+    assert int(second.min()) == 9
+    # A view keeps the segment lent too.
+    view = held[10:20]
+    del held
+    gc.collect()
+    h3, third = _send(torch.full((size,), 3, dtype=torch.uint8))
+    assert h3.fd not in (h1.fd, h2.fd)
+    assert int(view.min()) == 7 and int(view.max()) == 7
+    # Once every reference is gone the segment goes back to the pool and is reused.
+    del view, second, third
+    gc.collect()
+    h4, fourth = _send(torch.full((size,), 5, dtype=torch.uint8))
+    assert h4.fd in (h1.fd, h2.fd, h3.fd)
+    assert int(fourth.min()) == 5 and int(fourth.max()) == 5
+
+
+def test_stale_handle_is_refused_not_read():
+    size = 1 << 21
+    h1, got = _send(torch.zeros(size, dtype=torch.uint8))
+    blob = pickle.dumps(h1)
+    del got
+    gc.collect()
+    h2, again = _send(torch.ones(size, dtype=torch.uint8))
+    assert h2.fd == h1.fd and h2.generation != h1.generation
+    with pytest.raises(RuntimeError, match="reused"):
+        pickle.loads(blob)
+    assert int(again.min()) == 1
+
+
+def test_pack_leaves_small_and_non_cpu_arguments_alone():
+    small = torch.zeros(16)
+    args, kwargs = (1, small, "x"), {"a": small}
+    assert shm.pack("nobody", args, kwargs) == (args, kwargs)
+    assert shm.pack("nobody", args, kwargs)[0] is args
