@@ -225,6 +225,8 @@ def _start_driver(
         finally:
             abandon()
         raise
+    graceful = rendezvous.graceful_shutdown_possible()
+    plan["graceful_shutdown"] = graceful  # workers read it (see the function's docstring)
     rendezvous.publish_plan(server.store, plan)
     setup = planning.setup_for(plan, 0)
     setup.apply_env()
@@ -234,7 +236,7 @@ def _start_driver(
     # (set here unless given): the interface holding HOST, so loopback for a local cluster.
     apply_socket_ifname(host, server.port, own_address=True)
     directory = ClusterDirectory(_slots(setup.plan, descriptions))
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"graceful": graceful}
     rt = Runtime(
         name=setup.name,
         rank=0,
@@ -333,7 +335,7 @@ def _stop_driver(rt: Runtime, cluster: Any, server: Any, timeout: float, state: 
             fut.wait()
         except Exception:  # a dead worker cannot be told; it is killed below
             pass
-    rt_mod.shutdown_rpc(timeout, graceful=not rt.dead_workers)
+    rt_mod.shutdown_rpc(timeout, graceful=state["graceful"] and not rt.dead_workers)
     if cluster is not None:
         cluster.stop(timeout=timeout)
     server.close()

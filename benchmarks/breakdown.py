@@ -50,8 +50,10 @@ def main(rounds: int = 10, n: int = 300) -> None:
         med = {k: statistics.median(v) * 1e6 for k, v in samples.items()}
         for k, v in med.items():
             print(f"{k:7s} median {v:7.1f} us  ({v / med['raw']:.2f}x raw)")
-        print(f"callee side adds {med['callee'] - med['raw']:.1f} us, "
-              f"caller side adds {med['full'] - med['callee']:.1f} us")
+        print(
+            f"callee side adds {med['callee'] - med['raw']:.1f} us, "
+            f"caller side adds {med['full'] - med['callee']:.1f} us"
+        )
         del rt
 
 

@@ -78,8 +78,17 @@ def apply_socket_ifname(host: str, port: int, *, own_address: bool) -> str | Non
     Returns:
         The interface TensorPipe will use (None: nothing found, torch's defaults apply).
     """
+    # What an earlier cluster of this process set is no choice of the user's: forget it.
+    for name, value in _ours.items():
+        if os.environ.get(name) == value:
+            del os.environ[name]
+    _ours.clear()
     ifname = default_socket_ifname(host, port, own_address=own_address)
     if ifname:
-        os.environ["TP_SOCKET_IFNAME"] = ifname
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname)
+        for name in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            if not os.environ.get(name):
+                os.environ[name] = _ours[name] = ifname
     return ifname
+
+
+_ours: dict[str, str] = {}  # variables apply_socket_ifname set (not the user)

@@ -370,6 +370,21 @@ def _wait_key(store: dist.TCPStore, key: str, timeout: float) -> str:
 # -- init_rpc on our own store --------------------------------------------------------
 
 _stores: dict[str, tuple[dist.Store, threading.Event]] = {}
+_rpc_inits = 0  # init_rpc calls of this process (through store_init_method)
+
+
+def graceful_shutdown_possible() -> bool:
+    """Whether a cluster this process starts now can end with a graceful RPC shutdown.
+
+    A graceful ``rpc.shutdown`` meets every peer at store barriers numbered by a counter
+    private to torch's C++ code (``syncCallCount``'s ``static barrierId``), which counts
+    on from one cluster to the next and cannot be reset. A driver on its second cluster
+    would wait at barrier 3 while its fresh workers wait at barrier 1, forever. So only
+    the first cluster of a process shuts down gracefully; later ones stop every worker
+    through actorrt's own ``rpc_stop`` handshake and end RPC locally (``graceful=False``),
+    which the plan tells the workers (``plan["graceful_shutdown"]``).
+    """
+    return _rpc_inits == 0
 _registered = False
 _register_lock = threading.Lock()
 
@@ -387,8 +402,9 @@ def store_init_method(store: dist.Store) -> str:
     Also resets torch RPC's per-process counters (see :func:`_reset_rpc_counters`), as
     it is called right before ``init_rpc``.
     """
-    global _registered
+    global _registered, _rpc_inits
     _reset_rpc_counters()
+    _rpc_inits += 1
     with _register_lock:
         if not _registered:
             dist.register_rendezvous_handler("actorrt", _handler)

@@ -83,7 +83,10 @@ def run_worker(cfg: WorkerConfig) -> int:
     )
     rt.stop_requested.wait()
     rt.shutdown()
-    graceful = rt_mod.shutdown_rpc(cfg.shutdown_timeout)
+    # The driver says whether a graceful RPC shutdown can meet it (not on its second
+    # cluster: see rendezvous.graceful_shutdown_possible); it already stopped us by rpc_stop.
+    wanted = bool(plan.get("graceful_shutdown", True))
+    graceful = rt_mod.shutdown_rpc(cfg.shutdown_timeout, graceful=wanted) or not wanted
     rt_mod._install(None)
     return 0 if graceful else 3
 

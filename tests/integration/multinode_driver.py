@@ -118,9 +118,14 @@ def main():
         time.sleep(600)
         return
     out = globals()["scenario_" + cfg["scenario"]](rt, cfg)
-    out["plan_pairs"] = [list(p) for p in rt.plan.pairs]
-    out["plan_channels"] = {p.name: p.channels for p in rt.plan.processes}
-    out["plan_env"] = {p.name: p.env for p in rt.plan.processes}
+    me = rt.plan.for_rank(0).name  # "driver-<session>": shown as "driver" below
+
+    def name(n):
+        return "driver" if n == me else n
+
+    out["plan_pairs"] = [[name(p.src), name(p.dst), p.transport] for p in rt.plan.pairs]
+    out["plan_channels"] = {name(p.name): p.channels for p in rt.plan.processes}
+    out["plan_env"] = {name(p.name): p.env for p in rt.plan.processes}
     out["descriptions"] = rt.descriptions
     print("RESULT " + json.dumps(out), flush=True)
     actorrt.shutdown()

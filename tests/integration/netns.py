@@ -122,7 +122,8 @@ class Procs:
 
     def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
         full_env = dict(os.environ)
-        full_env.pop("TP_SOCKET_IFNAME", None)
+        for var in ("TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "ACTORRT_TOKEN"):
+            full_env.pop(var, None)  # each process gets its own, or finds it
         full_env["PYTHONUNBUFFERED"] = "1"
         full_env["OMP_NUM_THREADS"] = "1"
         full_env.update(env or {})

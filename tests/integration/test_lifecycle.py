@@ -8,10 +8,9 @@ import textwrap
 import time
 
 import pytest
+from conftest import kill_pids, pid_alive
 
 import actorrt
-
-from conftest import kill_pids, pid_alive
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -68,7 +68,7 @@ def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
     assert info["TP_SOCKET_IFNAME"] == info["GLOO_SOCKET_IFNAME"] == "lo"  # found, not told
     assert procs.wait("intruder", 30) == 2
     assert "wrong cluster token" in procs.log("intruder")
-    assert rt.plan.transport_between("driver", "worker1") == "shm"
+    assert rt.plan.transport_between(rt.plan.for_rank(0).name, "worker1") == "shm"
     actorrt.shutdown()
     assert procs.wait("worker1", 20) == 0, procs.logs()
 
