@@ -6,6 +6,7 @@ import atexit
 import os
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,14 @@ __all__ = ["get_actor", "is_initialized", "kill", "shutdown", "start"]
 
 _TRANSPORTS = ("auto", "cpu", "cuda")
 _start_lock = threading.Lock()
+_started_before = False  # torch's RRef context stays bound to this process's first agent
+
+_RESTART_WARNING = (
+    "actorrt was already started once in this process. torch binds its RRef context to "
+    "the first RPC agent of a process, so in this new cluster actor handles passed between "
+    "processes and the release of unnamed actors can fail ('RPC is no longer running'). "
+    "Start each cluster in a fresh process (e.g. one script run per cluster)."
+)
 
 
 def start(
@@ -170,6 +179,9 @@ def _start_driver(
     from actorrt.cluster import planning, rendezvous
     from actorrt.runtime.local import LocalCluster
 
+    if _started_before:
+        warnings.warn(_RESTART_WARNING, RuntimeWarning, stacklevel=3)
+
     os.environ.setdefault("IBV_FORK_SAFE", "1")
     os.environ.setdefault("RDMAV_FORK_SAFE", "1")
     server = rendezvous.StoreServer(host, port, timeout)
@@ -264,6 +276,7 @@ def _start_driver(
         rt_mod._install(None)
         abandon()
         raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
+    _mark_started()
     state["workers"] = [p.name for p in setup.plan.processes if p.rank != 0]
     rendezvous.refuse_late_claims(server, rt.stopped)
     if cluster is not None:
@@ -271,6 +284,11 @@ def _start_driver(
         _watch_local_workers(rt, cluster)
     atexit.register(shutdown)
     return rt
+
+
+def _mark_started() -> None:
+    global _started_before
+    _started_before = True
 
 
 def _cuda_count() -> int:

@@ -385,6 +385,8 @@ def graceful_shutdown_possible() -> bool:
     which the plan tells the workers (``plan["graceful_shutdown"]``).
     """
     return _rpc_inits == 0
+
+
 _registered = False
 _register_lock = threading.Lock()
 

@@ -181,7 +181,10 @@ class Mailbox:
         if self._executor is None:
             self.kill(reason)
             return
-        self._executor.submit(self.kill, reason)
+        try:
+            self._executor.submit(self.kill, reason)
+        except RuntimeError:  # already shut down (killed, or the cluster is stopping)
+            self.kill(reason)
 
     def _close(self, wait: bool) -> None:
         if self._executor is not None:

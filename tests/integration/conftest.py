@@ -1,46 +1,22 @@
-import os
-import signal
-
 import pytest
+from procutil import kill_pids, pid_alive
 
 import actorrt
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie (exited, not yet reaped) counts as gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def kill_pids(pids) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster():
-    """A 2-worker local cluster shared by one test module; always shut down."""
-    rt = actorrt.start(num_workers=2, timeout=90)
-    pids = list(rt_pids())
+    """A 3-worker local cluster shared by every in-process test of one pytest process.
+
+    One per process on purpose: torch binds its RRef context to the first RPC agent of a
+    process, so a second cluster started in the same process cannot pass actor handles
+    between actors (see docs/architecture.md). Tests that need their own cluster run
+    their driver in a subprocess.
+    """
+    rt = actorrt.start(num_workers=3, timeout=90)
+    pids = list(rt.local_worker_pids)
     try:
         yield rt
     finally:
         actorrt.shutdown()
         kill_pids(p for p in pids if pid_alive(p))
-
-
-def rt_pids():
-    from actorrt.runtime import runtime as rt_mod
-
-    rt = rt_mod._current
-    return rt.local_worker_pids if rt is not None else []

@@ -26,6 +26,10 @@ class Probe:
             "net": os.readlink("/proc/self/ns/net"),
             "pidns": os.readlink("/proc/self/ns/pid"),
             "ifname": os.environ.get("TP_SOCKET_IFNAME"),
+            "env": {
+                k: os.environ.get(k)
+                for k in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "GLOO_SOCKET_IFNAME")
+            },
         }
 
     def echo(self, t):
@@ -88,7 +92,7 @@ def scenario_container(rt, cfg):
 
 def scenario_simple(rt, cfg):
     """One actor per worker; a call and a 1 MB tensor to each."""
-    probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
+    probes = [Probe.options(label=cfg.get("label")).remote() for _ in range(cfg["world"] - 1)]
     t = torch.randn(1 << 18)
     return {
         "where": actorrt.get([p.where.remote() for p in probes], timeout=60),

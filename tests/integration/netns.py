@@ -235,7 +235,7 @@ def free_port(host: str = "127.0.0.1", pair: bool = False) -> int:
 
 def pids_gone(pids: list[int], within: float) -> list[int]:
     """Waits up to ``within`` s for ``pids`` to exit; returns those still alive."""
-    from conftest import pid_alive
+    from procutil import pid_alive
 
     deadline = time.monotonic() + within
     while time.monotonic() < deadline and any(pid_alive(p) for p in pids):

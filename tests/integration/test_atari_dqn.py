@@ -32,15 +32,6 @@ pytestmark = pytest.mark.slow
 _T = 120  # seconds: bound on any single wait below
 
 
-@pytest.fixture
-def cluster():
-    actorrt.start(num_workers=3, timeout=60)
-    try:
-        yield
-    finally:
-        actorrt.shutdown()
-
-
 def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
 

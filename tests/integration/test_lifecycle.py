@@ -1,5 +1,11 @@
-"""Cluster lifetime: worker death, shutdown bounds, restarts, scripts, a dying driver."""
+"""Cluster lifetime: worker death, shutdown bounds, restarts, scripts, a dying driver.
 
+Each test runs its driver as a separate script: these tests start and stop clusters,
+and a process that has started one cluster cannot start a second with full features
+(torch binds its RRef context to the first RPC agent; see docs/architecture.md).
+"""
+
+import json
 import os
 import signal
 import subprocess
@@ -8,21 +14,46 @@ import textwrap
 import time
 
 import pytest
-from conftest import kill_pids, pid_alive
+from procutil import kill_pids, pid_alive
 
+pytestmark = pytest.mark.timeout(240)
+
+HEADER = """
+import json, os, signal, sys, time
 import actorrt
 
-pytestmark = pytest.mark.timeout(180)
-
-
 @actorrt.actor
-class Sleeper:
+class Sleeper:          # defined in __main__: shipped to the workers with cloudpickle
     def pid(self):
         return os.getpid()
 
     def sleep(self, s):
         time.sleep(s)
         return s
+
+def report(**kw):
+    print("REPORT", json.dumps(kw), flush=True)
+"""
+
+
+def run_driver(tmp_path, body, timeout=150):
+    """Runs HEADER + body as a driver script; returns its REPORT lines as dicts."""
+    script = tmp_path / "driver_script.py"
+    script.write_text(HEADER + textwrap.dedent(body))
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    reports = [
+        json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("REPORT ")
+    ]
+    for rep in reports:
+        kill_pids(p for p in rep.get("pids", []) if pid_alive(p))
+    return reports
 
 
 def _wait_gone(pids, within):
@@ -32,101 +63,117 @@ def _wait_gone(pids, within):
     return [p for p in pids if pid_alive(p)]
 
 
-def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded():
-    rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5)
-    pids = list(rt.local_worker_pids)
-    try:
+def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_path):
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5)
+        pids = list(rt.local_worker_pids)
         a = Sleeper.remote()
         b = Sleeper.remote()
-        assert a.worker != b.worker  # the directory spreads actors over idle workers
         victim = actorrt.get(a.pid.remote(), timeout=30)
-        assert victim in pids
         pending = a.sleep.remote(60)
         time.sleep(0.3)
         os.kill(victim, signal.SIGKILL)
-        with pytest.raises(actorrt.ActorDiedError):
-            actorrt.get(pending, timeout=30)
-        with pytest.raises(actorrt.ActorDiedError):
-            actorrt.get(a.sleep.remote(0), timeout=30)
-        assert actorrt.get(b.sleep.remote(0.01), timeout=30) == 0.01  # the rest goes on
-        # once the runtime knows the worker is dead, new actors avoid it
+        errors = []
+        for ref in (pending, a.sleep.remote(0)):
+            try:
+                actorrt.get(ref, timeout=30)
+                errors.append("no error")
+            except actorrt.ActorDiedError:
+                errors.append("ActorDiedError")
+        other = actorrt.get(b.sleep.remote(0.01), timeout=30)
         deadline = time.monotonic() + 10
         while a.worker not in rt.dead_workers and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert a.worker in rt.dead_workers
         c = Sleeper.remote()
-        assert c.worker == b.worker
-        assert actorrt.get(c.sleep.remote(0), timeout=30) == 0
-    finally:
+        c_value = actorrt.get(c.sleep.remote(0), timeout=30)
         started = time.monotonic()
         actorrt.shutdown()
-        took = time.monotonic() - started
-        left = _wait_gone(pids, 5)
-        kill_pids(left)
-    assert not actorrt.is_initialized()
-    assert took < 5 + 5 + 10, f"shutdown took {took:.1f} s"
-    assert left == []
+        report(pids=pids, victim=victim, a=a.worker, b=b.worker, c=c.worker, errors=errors,
+               other=other, c_value=c_value, known_dead=sorted(rt.dead_workers),
+               shutdown_s=time.monotonic() - started)
+        """,
+    )
+    assert rep["a"] != rep["b"]  # the directory spreads actors over idle workers
+    assert rep["victim"] in rep["pids"]
+    assert rep["errors"] == ["ActorDiedError", "ActorDiedError"]
+    assert rep["other"] == 0.01  # the rest of the cluster goes on
+    assert rep["known_dead"] == [rep["a"]]
+    assert rep["c"] == rep["b"] and rep["c_value"] == 0  # new actors avoid the dead worker
+    assert rep["shutdown_s"] < 5 + 10, rep["shutdown_s"]
+    assert _wait_gone(rep["pids"], 5) == []
 
 
-def test_context_manager_restart_and_shutdown_with_calls_in_flight():
-    with actorrt.start(num_workers=1, shutdown_timeout=5) as rt:
-        pids = list(rt.local_worker_pids)
-        s = Sleeper.remote()
-        assert actorrt.get(s.sleep.remote(0), timeout=30) == 0
-        s.sleep.remote(30)  # still running when the cluster goes down
-    assert not actorrt.is_initialized()
-    left = _wait_gone(pids, 10)
-    kill_pids(left)
-    assert left == []
-    with actorrt.start(num_workers=1) as rt2:  # the same process can start again
-        assert actorrt.get(Sleeper.remote().sleep.remote(0), timeout=30) == 0
-        pids = list(rt2.local_worker_pids)
-    kill_pids(_wait_gone(pids, 10))
+def test_context_manager_restart_and_shutdown_with_calls_in_flight(tmp_path):
+    reports = run_driver(
+        tmp_path,
+        """
+        with actorrt.start(num_workers=1, shutdown_timeout=5) as rt:
+            first = list(rt.local_worker_pids)
+            s = Sleeper.remote()
+            v = actorrt.get(s.sleep.remote(0), timeout=30)
+            s.sleep.remote(30)  # still running when the cluster goes down
+            t0 = time.monotonic()
+        down_s = time.monotonic() - t0
+        report(pids=first, v=v, initialized=actorrt.is_initialized(), down_s=down_s)
+        with actorrt.start(num_workers=1) as rt:  # the same process can start again
+            second = list(rt.local_worker_pids)
+            v2 = actorrt.get(Sleeper.remote().sleep.remote(0), timeout=30)
+        report(pids=second, v=v2, initialized=actorrt.is_initialized())
+        """,
+    )
+    first, second = reports
+    assert first["v"] == 0 and second["v"] == 0
+    assert not first["initialized"] and not second["initialized"]
+    assert first["down_s"] < 5 + 10
+    assert _wait_gone(first["pids"] + second["pids"], 10) == []
 
 
-def test_shutdown_twice_and_calls_after_shutdown():
-    with actorrt.start(num_workers=1) as rt:
-        s = Sleeper.remote()
-        pids = list(rt.local_worker_pids)
-    actorrt.shutdown()  # a second shutdown is a no-op
-    with pytest.raises(actorrt.NotInitializedError):
-        s.sleep.remote(0)
-    kill_pids(_wait_gone(pids, 10))
-
-
-SCRIPT = """
-import actorrt, torch
-
-@actorrt.actor
-class Accumulator:          # defined in __main__: shipped to workers with cloudpickle
-    def __init__(self, scale):
-        self.scale = scale
-        self.total = torch.zeros(3)
-
-    def add(self, t):
-        self.total += t * self.scale
-        return self.total
-
-if __name__ == "__main__" or True:   # no main guard needed, unlike multiprocessing
-    with actorrt.start(num_workers=2):
-        acc = Accumulator.remote(2.0)
-        acc.add.remote(torch.ones(3))
-        print("RESULT", actorrt.get(acc.add.remote(torch.arange(3.0)), timeout=60).tolist())
-"""
+def test_shutdown_twice_and_calls_after_shutdown(tmp_path):
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        with actorrt.start(num_workers=1) as rt:
+            s = Sleeper.remote()
+            pids = list(rt.local_worker_pids)
+        actorrt.shutdown()  # a second shutdown is a no-op
+        try:
+            s.sleep.remote(0)
+            error = None
+        except actorrt.NotInitializedError as exc:
+            error = str(exc)
+        report(pids=pids, error=error)
+        """,
+    )
+    assert "call actorrt.start() first" in rep["error"]
+    assert _wait_gone(rep["pids"], 10) == []
 
 
 def test_class_defined_in_main_script(tmp_path):
-    script = tmp_path / "user_script.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        cwd=tmp_path,
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        import torch
+
+        @actorrt.actor
+        class Accumulator:          # no main guard needed, unlike multiprocessing
+            def __init__(self, scale):
+                self.scale = scale
+                self.total = torch.zeros(3)
+
+            def add(self, t):
+                self.total += t * self.scale
+                return self.total
+
+        with actorrt.start(num_workers=2) as rt:
+            acc = Accumulator.remote(2.0)
+            acc.add.remote(torch.ones(3))
+            result = actorrt.get(acc.add.remote(torch.arange(3.0)), timeout=60).tolist()
+            report(pids=list(rt.local_worker_pids), result=result)
+        """,
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "RESULT [2.0, 4.0, 6.0]" in out.stdout
+    assert rep["result"] == [2.0, 4.0, 6.0]
 
 
 DRIVER = """

@@ -1,8 +1,10 @@
 """Multi-node clusters on loopback: ``actorrt worker``, torchrun, srun's environment, errors.
 
-The driver is this test process (``actorrt.start(init_method=...)``) or, where it must
-die, a script; workers are real ``python -m actorrt worker`` processes. Every wait is
-bounded and every process is killed by pid (and process group) at the end.
+The driver is a script (``multinode_driver.py``: a second RPC agent in one process
+cannot use RRefs, so a test process starts no cluster of its own) or, where the start
+must fail before ``init_rpc``, this test process; workers are real
+``python -m actorrt worker`` processes. Every wait is bounded and every process is
+killed by pid (and process group) at the end.
 """
 
 import os
@@ -13,26 +15,14 @@ import sys
 
 import pytest
 import torch
+from netns import PY, Procs, driver_argv, free_port, pids_gone, worker_argv
 
 import actorrt
 from actorrt.errors import ClusterError, PlacementError
-from netns import PY, Procs, driver_argv, free_port, pids_gone, worker_argv
 
 pytestmark = pytest.mark.timeout(120)
 
 TOKEN = "loopback-test-token"
-
-
-@actorrt.actor
-class Where:
-    def info(self):
-        from actorrt.runtime.runtime import current
-
-        keys = ("LOCAL_RANK", "RANK", "SLURM_PROCID", "TP_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-        return {"rank": current().rank, "pid": os.getpid(), **{k: os.environ.get(k) for k in keys}}
-
-    def echo(self, t):
-        return t
 
 
 @pytest.fixture
@@ -52,9 +42,13 @@ def _init(port):
 def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
     """An intruder with another token is told why; a worker started the srun way joins."""
     port = free_port()
+    config = {"init": _init(port), "world": 2, "scenario": "simple", "token": TOKEN}
+    procs.start("driver", driver_argv(config))
     procs.start(
         "intruder", worker_argv(_init(port), 1, 2, "--token", "not-the-token", "--timeout", "30")
     )
+    assert procs.wait("intruder", 30) == 2, procs.logs()
+    assert "rank 1 was refused by the cluster: wrong cluster token" in procs.log("intruder")
     # srun's environment, no flags: SLURM_PROCID 0 of 1 -> rank 1 of 2 (the driver is 0)
     slurm = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}
     procs.start(
@@ -62,14 +56,13 @@ def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
         [PY, "-m", "actorrt", "worker"],
         {**slurm, "ACTORRT_INIT_METHOD": _init(port), "ACTORRT_TOKEN": TOKEN},
     )
-    rt = actorrt.start(init_method=_init(port), world_size=2, token=TOKEN, timeout=60)
-    info = actorrt.get(Where.remote().info.remote(), timeout=30)
-    assert info["rank"] == 1 and info["SLURM_PROCID"] == "0"
-    assert info["TP_SOCKET_IFNAME"] == info["GLOO_SOCKET_IFNAME"] == "lo"  # found, not told
-    assert procs.wait("intruder", 30) == 2
-    assert "wrong cluster token" in procs.log("intruder")
-    assert rt.plan.transport_between(rt.plan.for_rank(0).name, "worker1") == "shm"
-    actorrt.shutdown()
+    res = procs.result("driver", 60)
+    (info,) = res["where"]
+    assert info["rank"] == 1 and info["env"]["SLURM_PROCID"] == "0"
+    assert info["ifname"] == info["env"]["GLOO_SOCKET_IFNAME"] == "lo"  # found, not told
+    assert res["echo_ok"]
+    assert res["plan_pairs"] == [["driver", "worker1", "shm"]]
+    assert procs.wait("driver", 30) == 0, procs.logs()
     assert procs.wait("worker1", 20) == 0, procs.logs()
 
 
@@ -191,16 +184,13 @@ def test_torchrun_launches_the_workers(procs):
         ],
         {"ACTORRT_TOKEN": TOKEN},
     )
-    actorrt.start(init_method=_init(port + 1), world_size=3, token=TOKEN, timeout=60)
-    actors = [Where.options(label="collector").remote() for _ in range(2)]
-    infos = actorrt.get([a.info.remote() for a in actors], timeout=30)
-    assert sorted((i["rank"], i["RANK"], i["LOCAL_RANK"]) for i in infos) == [
-        (1, "0", "0"),
-        (2, "1", "1"),
-    ]
-    t = torch.randn(1 << 20)
-    assert all(torch.equal(x, t) for x in actorrt.get([a.echo.remote(t) for a in actors]))
-    actorrt.shutdown()
+    config = {"init": _init(port + 1), "world": 3, "scenario": "simple", "label": "collector"}
+    procs.start("driver", driver_argv(config), {"ACTORRT_TOKEN": TOKEN})
+    res = procs.result("driver", 60)
+    got = sorted((i["rank"], i["env"]["RANK"], i["env"]["LOCAL_RANK"]) for i in res["where"])
+    assert got == [(1, "0", "0"), (2, "1", "1")]
+    assert res["echo_ok"]
+    assert procs.wait("driver", 30) == 0, procs.logs()
     assert procs.wait("torchrun", 30) == 0, procs.logs()
 
 
