@@ -89,39 +89,21 @@ def start(
         if not value > 0:
             raise ValueError(f"{name}={value!r} must be a number of seconds > 0.")
     gpus = _parse_gpus(local_cuda_devices)
-    if init_method is not None:
+    if init_method is None:
+        if world_size is not None:
+            raise ValueError(
+                "world_size is for multi-node clusters (with init_method); a local cluster "
+                "takes num_workers=N."
+            )
+        n = num_workers if num_workers is not None else min(os.cpu_count() or 1, 8)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"num_workers={num_workers!r} must be an int >= 1.")
+        # a local cluster makes its own token and listens on loopback only
+        host, port, world, local_workers, token = "127.0.0.1", 0, n + 1, n, None
+    else:
         from actorrt.cluster.rendezvous import parse_tcp_init_method
 
         host, port = parse_tcp_init_method(init_method)
-    with _start_lock:
-        if is_initialized():
-            raise RuntimeError(
-                "actorrt is already started in this process: call actorrt.shutdown() before "
-                "starting again (or use `with actorrt.start(): ...`)."
-            )
-        if init_method is None:
-            if world_size is not None:
-                raise ValueError(
-                    "world_size is for multi-node clusters (with init_method); a local cluster "
-                    "takes num_workers=N."
-                )
-            n = num_workers if num_workers is not None else min(os.cpu_count() or 1, 8)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"num_workers={num_workers!r} must be an int >= 1.")
-            return _start_driver(
-                host="127.0.0.1",
-                port=0,
-                world_size=n + 1,
-                token=None,
-                local_workers=n,
-                transport=transport,
-                cuda_device_map=cuda_device_map,
-                gpus=gpus,
-                timeout=timeout,
-                shutdown_timeout=shutdown_timeout,
-                rpc_timeout=rpc_timeout,
-                num_worker_threads=num_worker_threads,
-            )
         if num_workers is not None:
             raise ValueError(
                 "num_workers is for local clusters; with init_method, pass world_size=W and "
@@ -132,12 +114,20 @@ def start(
                 f"world_size={world_size!r}: a multi-node cluster needs world_size=W >= 2 "
                 "(the driver plus at least one worker)."
             )
+        world, local_workers = world_size, 0
+        token = token if token is not None else os.environ.get("ACTORRT_TOKEN", "")
+    with _start_lock:
+        if is_initialized():
+            raise RuntimeError(
+                "actorrt is already started in this process: call actorrt.shutdown() before "
+                "starting again (or use `with actorrt.start(): ...`)."
+            )
         return _start_driver(
             host=host,
             port=port,
-            world_size=world_size,
-            token=token if token is not None else os.environ.get("ACTORRT_TOKEN", ""),
-            local_workers=0,
+            world_size=world,
+            token=token,
+            local_workers=local_workers,
             transport=transport,
             cuda_device_map=cuda_device_map,
             gpus=gpus,
