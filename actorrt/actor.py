@@ -15,6 +15,7 @@ import cloudpickle
 
 from actorrt.options import ActorOptions
 from actorrt.refs import ObjectRef
+from actorrt.runtime.context import current
 
 __all__ = ["ActorClass", "ActorHandle", "ActorMethod", "actor"]
 
@@ -64,8 +65,6 @@ class ActorClass(Generic[T]):
         return self._create(self._options, args, kwargs)
 
     def _create(self, options: ActorOptions, args: tuple, kwargs: dict) -> ActorHandle:
-        from actorrt.runtime.runtime import current
-
         return current(f"{self.__name__}.remote()").create_actor(self, options, args, kwargs)
 
     def shipment(self) -> tuple[str, bytes]:
@@ -158,8 +157,6 @@ class ActorMethod:
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
         """Sends the call; returns an :class:`ObjectRef` for its result at once."""
-        from actorrt.runtime.runtime import current
-
         return current(f"{self._handle.class_name}.{self._name}.remote()").submit(
             self._handle, self._name, args, kwargs
         )

@@ -13,8 +13,9 @@ from typing import Any
 from actorrt.actor import ActorHandle
 from actorrt.errors import ActorRtError, ClusterError
 from actorrt.runtime import runtime as rt_mod
+from actorrt.runtime.context import current, current_or_none, is_initialized
 from actorrt.runtime.directory import ClusterDirectory, ProcessSlot
-from actorrt.runtime.runtime import Runtime, current, is_initialized
+from actorrt.runtime.runtime import Runtime
 
 __all__ = ["get_actor", "is_initialized", "kill", "shutdown", "start"]
 
@@ -354,14 +355,11 @@ def shutdown() -> None:
 
     Safe to call twice or when actorrt was never started.
     """
-    rt = rt_mod._current
+    rt = current_or_none()
     if rt is None or rt.rank != 0:
         return
-    try:
-        rt.shutdown()
-    finally:
-        rt_mod._install(None)
-        atexit.unregister(shutdown)
+    atexit.unregister(shutdown)
+    rt.close()
 
 
 def get_actor(name: str) -> ActorHandle:

@@ -15,6 +15,7 @@ import cloudpickle
 import torch
 import torch.distributed.rpc as rpc
 
+from actorrt.runtime.context import current
 from actorrt.runtime.mailbox import Call, Mailbox
 
 __all__ = ["ActorHost", "ActorLease"]
@@ -154,8 +155,6 @@ class ActorHost:
 
 
 def _host() -> ActorHost:
-    from actorrt.runtime.runtime import current
-
     return current().host
 
 

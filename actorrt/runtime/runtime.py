@@ -19,45 +19,20 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.actor import ActorClass, ActorHandle
-from actorrt.errors import ActorDiedError, ActorRtError, NotInitializedError
+from actorrt.errors import ActorDiedError, ActorRtError
 from actorrt.options import ActorOptions
 from actorrt.placement.transports import guard_tiny_cuda_tensors
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
 from actorrt.runtime import shm
+from actorrt.runtime.context import current, is_initialized
+from actorrt.runtime.context import install as _install
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.protocol import decode_reply, rpc_failure
 from actorrt.runtime.staging import to_cpu
 
 __all__ = ["Runtime", "current", "is_initialized"]
-
-_current: Runtime | None = None
-_current_lock = threading.Lock()
-
-
-def current(what: str = "this call") -> Runtime:
-    """The process's running ``Runtime``; raises ``NotInitializedError`` before ``start``."""
-    rt = _current
-    if rt is None:
-        raise NotInitializedError(what)
-    return rt
-
-
-def is_initialized() -> bool:
-    """True between ``actorrt.start()`` and ``actorrt.shutdown()`` (and inside workers)."""
-    return _current is not None
-
-
-def _install(rt: Runtime | None) -> None:
-    global _current
-    with _current_lock:
-        if rt is not None and _current is not None:
-            raise RuntimeError(
-                "actorrt is already started in this process: call actorrt.shutdown() before "
-                "starting again (or use `with actorrt.start(): ...`)."
-            )
-        _current = rt
 
 
 class Runtime:
@@ -114,9 +89,14 @@ class Runtime:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        from actorrt.api import shutdown
+        self.close()
 
-        shutdown()
+    def close(self) -> None:
+        """Shuts this runtime down and clears the process's runtime slot (driver side)."""
+        try:
+            self.shutdown()
+        finally:
+            _install(None)
 
     # -- actors ----------------------------------------------------------------
     def create_actor(

@@ -1,0 +1,1 @@
+"""The launch / run phase: the process Runtime, actor hosts and mailboxes, local clusters."""
