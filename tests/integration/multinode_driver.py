@@ -7,12 +7,15 @@ actor classes live in this ``__main__``, so they reach workers by value (cloudpi
 
 import json
 import os
+import signal
 import sys
 import time
 
 import torch
 
 import actorrt
+
+signal.alarm(300)  # a bounded life even if the test that started us is gone
 
 
 @actorrt.actor

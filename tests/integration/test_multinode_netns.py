@@ -129,7 +129,8 @@ def test_two_containers_on_one_host(procs):
 
 
 PLAIN_RPC = """
-import os, sys, torch, torch.distributed.rpc as rpc
+import os, signal, sys, torch, torch.distributed.rpc as rpc
+signal.alarm(120)  # a bounded life even if the test process is gone: plain RPC waits forever
 rank, init = int(sys.argv[1]), sys.argv[2]
 opts = rpc.TensorPipeRpcBackendOptions(init_method=init, rpc_timeout=30)
 rpc.init_rpc(f"p{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
