@@ -240,6 +240,7 @@ class Runtime:
                 ref._future.set_exception(exc)
 
         fut.add_done_callback(on_reply)
+        ref._reply = (fut, decode_reply)
 
     def _skip(self, handle: ActorHandle, seq: int) -> None:
         # The seq was taken but its call cannot be sent: tell the mailbox to move past it,

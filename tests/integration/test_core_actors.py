@@ -237,6 +237,21 @@ def test_await_object_ref(cluster):
     assert asyncio.run(main()) == 3
 
 
+def test_get_without_timeout_waits_on_the_reply_directly(cluster):
+    # no timeout: `get` takes the direct road (waits on the torch future); the module's
+    # pytest timeout bounds these waits
+    c = Counter.remote(1)
+    assert actorrt.get(c.add.remote(1)) == 2
+    assert actorrt.get([c.add.remote(1), c.value.remote()]) == [3, 3]
+    with pytest.raises(actorrt.ActorError, match="direct") as info:
+        actorrt.get(c.fail.remote("direct"))
+    assert isinstance(info.value.cause, ValueError)
+    pending = c.sleep.remote(1.0)
+    actorrt.kill(c)
+    with pytest.raises(actorrt.ActorDiedError, match="killed"):
+        actorrt.get(pending)
+
+
 def test_method_error_keeps_actor_usable(cluster):
     c = Counter.remote()
     with pytest.raises(actorrt.ActorError) as info:

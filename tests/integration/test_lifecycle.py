@@ -73,12 +73,13 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
         b = Sleeper.remote()
         victim = actorrt.get(a.pid.remote(), timeout=30)
         pending = a.sleep.remote(60)
+        pending_no_timeout = a.sleep.remote(60)
         time.sleep(0.3)
         os.kill(victim, signal.SIGKILL)
         errors = []
-        for ref in (pending, a.sleep.remote(0)):
+        for ref, timeout in ((pending, 30), (a.sleep.remote(0), 30), (pending_no_timeout, None)):
             try:
-                actorrt.get(ref, timeout=30)
+                actorrt.get(ref, timeout=timeout)  # None: the direct road (the run is bounded)
                 errors.append("no error")
             except actorrt.ActorDiedError:
                 errors.append("ActorDiedError")
@@ -97,7 +98,7 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
     )
     assert rep["a"] != rep["b"]  # the directory spreads actors over idle workers
     assert rep["victim"] in rep["pids"]
-    assert rep["errors"] == ["ActorDiedError", "ActorDiedError"]
+    assert rep["errors"] == ["ActorDiedError"] * 3
     assert rep["other"] == 0.01  # the rest of the cluster goes on
     assert rep["known_dead"] == [rep["a"]]
     assert rep["c"] == rep["b"] and rep["c_value"] == 0  # new actors avoid the dead worker
