@@ -17,7 +17,6 @@ only there does the planner give an explicit list, the union safe for every peer
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from actorrt.placement.topology import (
     ibv_usable,
     nvlinked,
 )
+from actorrt.tensor_tree import map_tensors
 
 __all__ = [
     "CHANNELS",
@@ -232,29 +232,11 @@ def guard_tiny_cuda_tensors(
     Returns:
         ``obj`` with small CUDA tensors replaced by CPU copies.
     """
-    import torch  # the planner itself never needs torch; only this runtime helper does
-
     move = to_host or (lambda t: t.cpu())
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            if is_cuda(x) and x.nelement() * x.element_size() < min_bytes:
-                return move(x)
-            return x
-        if isinstance(x, dict):
-            new = {k: walk(v) for k, v in x.items()}
-            if all(new[k] is x[k] for k in x):
-                return x
-            out = copy.copy(x)  # keeps the dict's type (OrderedDict, defaultdict factory)
-            out.update(new)
-            return out
-        if isinstance(x, (list, tuple)):
-            items = [walk(v) for v in x]
-            if all(a is b for a, b in zip(items, x, strict=True)):
-                return x
-            if isinstance(x, tuple) and hasattr(x, "_fields"):
-                return type(x)(*items)
-            return type(x)(items) if type(x) in (list, tuple) else items
-        return x
+    def guard(t: Any) -> Any:
+        if is_cuda(t) and t.nelement() * t.element_size() < min_bytes:
+            return move(t)
+        return t
 
-    return walk(obj)
+    return map_tensors(obj, guard)

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from actorrt.tensor_tree import map_tensors
+
 __all__ = ["ShmTensor", "enabled", "pack", "rpc_probe"]
 
 _HEADER = 4096  # flag at byte 0, generation (u64) at byte 8; data is page aligned
@@ -145,32 +147,20 @@ def _put(t: torch.Tensor) -> Any:
     return ShmTensor(seg, t)
 
 
+def _swap_one(t: torch.Tensor) -> Any:
+    if (
+        t.device.type == "cpu"
+        and t.layout == torch.strided
+        and not t.requires_grad
+        and not t.is_quantized
+        and t.nbytes >= THRESHOLD
+    ):
+        return _put(t)
+    return t
+
+
 def _swap(obj: Any) -> Any:
-    tp = type(obj)
-    if tp is torch.Tensor:
-        if (
-            obj.device.type == "cpu"
-            and obj.layout == torch.strided
-            and not obj.requires_grad
-            and not obj.is_quantized
-            and obj.nbytes >= THRESHOLD
-        ):
-            return _put(obj)
-        return obj
-    if tp is tuple or tp is list:
-        new = [_swap(x) for x in obj]
-        if all(a is b for a, b in zip(new, obj, strict=True)):
-            return obj
-        return tp(new)
-    if tp is dict:
-        changed = False
-        out = {}
-        for k, v in obj.items():
-            nv = _swap(v)
-            changed = changed or nv is not v
-            out[k] = nv
-        return out if changed else obj
-    return obj
+    return map_tensors(obj, _swap_one)
 
 
 def _has_big(obj: Any, depth: int = 0) -> bool:

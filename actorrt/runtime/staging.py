@@ -9,20 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
+from actorrt.tensor_tree import map_tensors
 
 __all__ = ["to_cpu"]
 
 
 def to_cpu(obj: Any) -> Any:
     """Returns ``obj`` with every CUDA tensor inside dicts, lists and tuples moved to the CPU."""
-    if isinstance(obj, torch.Tensor):
-        return obj.cpu() if obj.is_cuda else obj
-    if isinstance(obj, dict):
-        return {k: to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_cpu(v) for v in obj]
-    if isinstance(obj, tuple):
-        moved = [to_cpu(v) for v in obj]
-        return type(obj)(*moved) if hasattr(obj, "_fields") else tuple(moved)
-    return obj
+    return map_tensors(obj, lambda t: t.cpu() if t.is_cuda else t)

@@ -1,0 +1,44 @@
+"""Walking the tensors inside a call's arguments or reply (dicts, lists, tuples).
+
+Staging CUDA tensors to the host, keeping tiny ones off cuda_gdr, and swapping large CPU
+tensors for shared-memory handles all rewrite the tensors of a nested value and leave the
+rest alone; they share this one walk.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["map_tensors"]
+
+
+def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    """Returns ``obj`` with every tensor ``t`` inside dicts, lists and tuples replaced by ``fn(t)``.
+
+    Containers whose tensors all come back unchanged are returned as they are (no copy);
+    named tuples and dict subclasses keep their type. Other objects are not entered.
+    """
+    import torch  # placement imports this module and must not need torch to load
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if isinstance(x, dict):
+            new = {k: walk(v) for k, v in x.items()}
+            if all(new[k] is x[k] for k in x):
+                return x
+            out = copy.copy(x)  # keeps the dict's type (OrderedDict, defaultdict factory)
+            out.update(new)
+            return out
+        if isinstance(x, (list, tuple)):
+            items = [walk(v) for v in x]
+            if all(a is b for a, b in zip(items, x, strict=True)):
+                return x
+            if isinstance(x, tuple) and hasattr(x, "_fields"):
+                return type(x)(*items)
+            return type(x)(items) if type(x) in (list, tuple) else items
+        return x
+
+    return walk(obj)
