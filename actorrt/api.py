@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import collections
 import os
 import threading
 import time
@@ -250,8 +251,8 @@ def _start_driver(
         guard_tiny_cuda=setup.guard_tiny_cuda,
         on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
     )
-    rt.plan = setup.plan  # type: ignore[attr-defined]  # the cluster's placement plan
-    rt.descriptions = descriptions  # type: ignore[attr-defined]  # node descriptions by rank
+    rt.plan = setup.plan
+    rt.descriptions = descriptions
     rt_mod._install(rt)
     try:
         rt_mod.init_rpc(
@@ -289,17 +290,16 @@ def _cuda_count() -> int:
 
 
 def _slots(plan: Any, descriptions: list[dict[str, Any]]) -> list[ProcessSlot]:
-    per_host: dict[str, int] = {}
-    for d in descriptions[1:]:
-        per_host[d.get("boot_id", "") + d.get("hostname", "")] = (
-            per_host.get(d.get("boot_id", "") + d.get("hostname", ""), 0) + 1
-        )
+    def host_of(d: dict[str, Any]) -> str:
+        return d.get("boot_id", "") + d.get("hostname", "")
+
+    per_host = collections.Counter(host_of(d) for d in descriptions[1:])
     slots = []
     for proc in plan.processes:
         if proc.rank == 0:
             continue  # the driver hosts no actors, as in Ray
         d = descriptions[proc.rank]
-        share = per_host[d.get("boot_id", "") + d.get("hostname", "")]
+        share = per_host[host_of(d)]
         slots.append(
             ProcessSlot(
                 name=proc.name,

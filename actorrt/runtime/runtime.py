@@ -80,6 +80,8 @@ class Runtime:
         self._seqs: dict[str, Any] = {}
         self._dead_workers: set[str] = set()
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
+        self.plan: Any = None  # the cluster's placement Plan (driver)
+        self.descriptions: list[dict[str, Any]] = []  # node descriptions by rank (driver)
         self._on_shutdown = on_shutdown
         self.stopped = threading.Event()  # set once this runtime is shutting down
         self.stop_requested = threading.Event()  # a worker's cue (from the driver) to stop
