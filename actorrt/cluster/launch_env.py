@@ -70,24 +70,23 @@ def init_method_from_environ(environ: Mapping[str, str]) -> str | None:
     return f"tcp://{host}:{port}"
 
 
+# (launcher, its rank, world size and local rank variables), in the order they are tried
+_LAUNCHERS = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+
+
 def from_environ(environ: Mapping[str, str]) -> LaunchEnv | None:
     """The launch environment of torchrun (first) or SLURM, None if neither is there."""
-    rank, world = _int(environ, "RANK"), _int(environ, "WORLD_SIZE")
-    if rank is not None and world is not None:
-        return LaunchEnv(
-            launcher="torchrun",
-            rank=rank + 1,
-            world_size=world + 1,
-            local_rank=_int(environ, "LOCAL_RANK"),
-            init_method=init_method_from_environ(environ),
-        )
-    rank, world = _int(environ, "SLURM_PROCID"), _int(environ, "SLURM_NTASKS")
-    if rank is not None and world is not None:
-        return LaunchEnv(
-            launcher="slurm",
-            rank=rank + 1,
-            world_size=world + 1,
-            local_rank=_int(environ, "SLURM_LOCALID"),
-            init_method=init_method_from_environ(environ),
-        )
+    for launcher, rank_var, world_var, local_var in _LAUNCHERS:
+        rank, world = _int(environ, rank_var), _int(environ, world_var)
+        if rank is not None and world is not None:
+            return LaunchEnv(
+                launcher=launcher,
+                rank=rank + 1,
+                world_size=world + 1,
+                local_rank=_int(environ, local_var),
+                init_method=init_method_from_environ(environ),
+            )
     return None

@@ -142,10 +142,6 @@ class ActorHost:
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 
-    def num_actors(self) -> int:
-        with self._lock:
-            return len(self._mailboxes)
-
     def has_actor(self, actor_id: str) -> bool:
         with self._lock:
             return actor_id in self._mailboxes
@@ -173,10 +169,6 @@ def rpc_call(actor_id: str, caller: str, seq: int, method: str | None, args, kwa
 
 def rpc_kill(actor_id: str, reason: str) -> bool:
     return _host().kill(actor_id, reason)
-
-
-def rpc_num_actors() -> int:
-    return _host().num_actors()
 
 
 def rpc_has_actor(actor_id: str) -> bool:
