@@ -1,23 +1,32 @@
 """``ObjectRef``: the result of a remote call, and ``get`` / ``wait`` over them.
 
-An ``ObjectRef`` wraps a :class:`concurrent.futures.Future` that the runtime completes
-when the reply arrives, so ``get`` and ``wait`` can bound their waits (torch futures
-cannot), and ``await ref`` works in asyncio through :func:`asyncio.wrap_future`.
+An ``ObjectRef`` holds the torch future of the call's reply. ``get`` without a timeout
+waits on it directly and decodes the reply in the caller's thread, so no Python runs on
+torch's RPC threads per reply (on 2 cores, that Python competed for the GIL with the
+caller and cut async throughput). A :class:`concurrent.futures.Future` is made only when
+something needs one: ``get`` with a timeout, ``wait``, ``await ref``, ``future()``, or a
+call that takes the ref as an argument.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import threading
 import time
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar, overload
 
 from actorrt.errors import GetTimeoutError
+from actorrt.runtime.protocol import decode_reply, rpc_failure
 
 __all__ = ["ObjectRef", "get", "wait"]
 
 T = TypeVar("T")
+
+# Guards making a ref's concurrent.futures.Future against the call being sent at the
+# same moment (only refs passed as arguments are visible to others before their send).
+_hook_lock = threading.Lock()
 
 
 class ObjectRef:
@@ -27,30 +36,74 @@ class ObjectRef:
     top-level argument of another remote call (it is resolved before that call runs).
     """
 
-    __slots__ = ("_future", "_what", "_reply", "__weakref__")
+    __slots__ = ("_what", "_worker", "_sent", "_cf", "__weakref__")
 
     def __init__(self, what: str, future: cf.Future | None = None) -> None:
-        self._future: cf.Future = future if future is not None else cf.Future()
         self._what = what
-        # The torch future of the raw reply, with the function that decodes it, once the
-        # call is sent: `get` without a timeout waits on it directly (a wake-up from C++),
-        # which saves the hop through the Python callback that completes `_future`.
-        self._reply: tuple[Any, Any] | None = None
+        self._worker = ""
+        self._sent: Any = None  # torch future of the raw reply, once the call is sent
+        self._cf: cf.Future | None = future
 
+    # -- the runtime's side --------------------------------------------------------
+    def _attach(self, reply: Any, worker: str) -> None:
+        """The call went out; ``reply`` is the torch future of its raw reply."""
+        with _hook_lock:
+            self._worker = worker
+            self._sent = reply
+            hook = self._cf is not None
+        if hook:
+            reply.add_done_callback(self._complete)
+
+    def _set_result(self, value: Any) -> None:
+        fut = self.future()
+        if not fut.done():
+            fut.set_result(value)
+
+    def _set_exception(self, exc: BaseException) -> None:
+        fut = self.future()
+        if not fut.done():
+            fut.set_exception(exc)
+
+    def _complete(self, reply: Any) -> None:
+        try:
+            self._set_result(self._decode())
+        except Exception as exc:
+            self._set_exception(exc)
+
+    def _decode(self) -> Any:
+        """The value of a reply that has arrived, or the error it stands for."""
+        try:
+            raw = self._sent.value()
+        except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
+            raise rpc_failure(self._what, self._worker, exc) from None
+        return decode_reply(raw)
+
+    # -- the user's side -----------------------------------------------------------
     def done(self) -> bool:
         """True once the result (or error) has arrived."""
-        return self._future.done()
+        if self._sent is not None:
+            return self._sent.done()
+        return self._cf is not None and self._cf.done()
 
     def future(self) -> cf.Future:
-        """The underlying :class:`concurrent.futures.Future` (for callbacks)."""
-        return self._future
+        """A :class:`concurrent.futures.Future` of the result (for callbacks)."""
+        fut = self._cf
+        if fut is not None:
+            return fut
+        with _hook_lock:
+            if self._cf is not None:
+                return self._cf
+            fut = self._cf = cf.Future()
+            sent = self._sent
+        if sent is not None:
+            sent.add_done_callback(self._complete)  # runs at once if the reply is here
+        return fut
 
     def __await__(self) -> Generator[Any, None, Any]:
-        return asyncio.wrap_future(self._future).__await__()
+        return asyncio.wrap_future(self.future()).__await__()
 
     def __repr__(self) -> str:
-        state = "done" if self._future.done() else "pending"
-        return f"ObjectRef({self._what}, {state})"
+        return f"ObjectRef({self._what}, {'done' if self.done() else 'pending'})"
 
     def __reduce__(self):
         raise TypeError(
@@ -102,16 +155,15 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
 
 
 def _result(ref: ObjectRef, timeout: float | None, total: float | None = None) -> Any:
-    reply = _check_ref(ref)._reply
-    if timeout is None and reply is not None and not ref._future.done():
-        torch_future, decode = reply
+    sent = _check_ref(ref)._sent
+    if sent is not None and (timeout is None or sent.done()):
         try:
-            torch_future.wait()
-        except Exception:  # the RPC layer failed: `_future` gets the classified error
-            return ref._future.result()
-        return decode(torch_future.value())
+            sent.wait()
+        except Exception:  # _decode turns the RPC error into the one users see
+            pass
+        return ref._decode()
     try:
-        return ref._future.result(timeout)
+        return ref.future().result(timeout)
     except cf.TimeoutError:
         raise GetTimeoutError(
             f"{ref!r} not ready after {total if total is not None else timeout} s; raise the "
@@ -141,8 +193,8 @@ def wait(
     if not 1 <= num_returns <= max(1, len(refs)) or (not refs and num_returns):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending = {r._future for r in refs}
-    while sum(1 for r in refs if r._future.done()) < num_returns:
+    pending = {r.future() for r in refs}
+    while sum(1 for r in refs if r.done()) < num_returns:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
@@ -150,5 +202,5 @@ def wait(
     ready: list[ObjectRef] = []
     not_ready: list[ObjectRef] = []
     for r in refs:
-        (ready if r._future.done() and len(ready) < num_returns else not_ready).append(r)
+        (ready if r.done() and len(ready) < num_returns else not_ready).append(r)
     return ready, not_ready

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-import networkx as nx
-
 from actorrt.placement.node import GpuInfo, NodeDescription, ProcessInfo, normalize_bus_id
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from actorrt.placement.plan import Plan
 
 __all__ = [
@@ -130,6 +130,8 @@ def build_topology(processes: Sequence[ProcessInfo], plan: Plan | None = None) -
         ``label`` attribute, every edge a ``link`` (see LINK_KINDS, plus ``"runs_on"``
         / ``"uses"``) and a ``bandwidth`` class.
     """
+    import networkx as nx  # here, not at the top: workers import this module and never draw
+
     g = nx.Graph()
     hosts: dict[str, NodeDescription] = {}
     for p in processes:

@@ -1,8 +1,9 @@
 """The embedded local cluster: worker processes started from the driver, on loopback only.
 
-Workers are fresh interpreters (``python -m actorrt.runtime.worker``), not forks: the
-driver may already hold CUDA or ibverbs state that a fork would corrupt, and a fresh
-process does not re-run the user's script the way multiprocessing's spawn does.
+Workers are not forks of the driver: the driver may hold CUDA or ibverbs state that a
+fork would corrupt, and the user's script must not run again in them. One fresh
+interpreter, the zygote (:mod:`actorrt.runtime.zygote`), imports torch once and forks
+every worker, which saves each worker the import (most of its start-up).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 from actorrt.errors import ClusterError
 
@@ -54,9 +55,10 @@ class LocalCluster:
         # page faults of large ones (256 MB: 1.4 -> 5.7 GB/s measured on a 2-core box).
         # torch reads this once, at its first allocation, so it must be set at exec.
         env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-        self.procs: list[subprocess.Popen] = []
-        for i in range(num_workers):
-            config = {
+        env.setdefault("IBV_FORK_SAFE", "1")
+        env.setdefault("RDMAV_FORK_SAFE", "1")
+        configs = [
+            {
                 "host": "127.0.0.1",
                 "port": port,
                 "rank": i + 1,
@@ -68,60 +70,99 @@ class LocalCluster:
                 "num_worker_threads": num_worker_threads,
                 "rpc_timeout": rpc_timeout,
             }
-            self.procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "actorrt.runtime.worker",
-                        "--config",
-                        json.dumps(config),
-                    ],
-                    stdin=subprocess.PIPE,  # our end closing (we died) tells the worker to go
-                    env=env,
-                    cwd=os.getcwd(),
-                )
+            for i in range(num_workers)
+        ]
+        self.num_workers = num_workers
+        self._cond = threading.Condition()
+        self._pids: dict[int, int] = {}  # rank -> pid
+        self._exits: dict[int, int] = {}  # rank -> exit code
+        self._zygote_done = False
+        report_r, report_w = os.pipe()
+        try:
+            self._zygote = subprocess.Popen(
+                [sys.executable, "-m", "actorrt.runtime.zygote", "--report-fd", str(report_w)],
+                stdin=subprocess.PIPE,  # our end closing (we died) tells everyone to go
+                pass_fds=(report_w,),
+                env=env,
+                cwd=os.getcwd(),
             )
+        finally:
+            os.close(report_w)
+        assert self._zygote.stdin is not None
+        self._zygote.stdin.write(json.dumps(configs).encode() + b"\n")
+        self._zygote.stdin.flush()
+        threading.Thread(
+            target=self._read_reports, args=(report_r,), name="actorrt-zygote-reports", daemon=True
+        ).start()
+
+    def _read_reports(self, fd: int) -> None:
+        with os.fdopen(fd) as reports:
+            for line in reports:
+                kind, rank, value = line.split()
+                with self._cond:
+                    (self._pids if kind == "pid" else self._exits)[int(rank)] = int(value)
+                    self._cond.notify_all()
+        with self._cond:
+            self._zygote_done = True
+            self._cond.notify_all()
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        """Worker pids by rank (waits briefly for the zygote to report forks in flight)."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: len(self._pids) == self.num_workers or self._zygote_done, timeout=10.0
+            )
+            return [self._pids[r] for r in sorted(self._pids)]
 
     def check_alive(self) -> None:
         """Raises ``ClusterError`` naming a worker that exited while the cluster started."""
-        for rank, proc in enumerate(self.procs, start=1):
-            code = proc.poll()
-            if code is not None:
-                raise ClusterError(
-                    f"local worker rank {rank} (pid {proc.pid}) exited with code {code} while "
-                    "the cluster was starting; its error is printed above."
-                )
+        with self._cond:
+            exits = dict(self._exits)
+            pids = dict(self._pids)
+            forked_all = len(pids) == self.num_workers
+        for rank, code in sorted(exits.items()):
+            raise ClusterError(
+                f"local worker rank {rank} (pid {pids.get(rank)}) exited with code {code} "
+                "while the cluster was starting; its error is printed above."
+            )
+        code = self._zygote.poll()
+        if code is not None and not forked_all:
+            raise ClusterError(
+                f"the local cluster's zygote (pid {self._zygote.pid}) exited with code {code} "
+                "before it started every worker; its error is printed above."
+            )
 
     def dead_ranks(self) -> list[int]:
-        return [r for r, p in enumerate(self.procs, start=1) if p.poll() is not None]
+        with self._cond:
+            return sorted(self._exits)
 
     def stop(self, timeout: float) -> None:
         """Waits up to ``timeout`` s for the workers to exit, then kills them by pid."""
-        deadline = time.monotonic() + timeout
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+        with self._cond:
+            self._cond.wait_for(self._all_exited, timeout=timeout)
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            alive = [p for p in self.procs if p.poll() is None]
-            if not alive:
+            with self._cond:
+                alive = [pid for rank, pid in self._pids.items() if rank not in self._exits]
+            if not alive or self._zygote_done:
                 break
-            for proc in alive:
+            for pid in alive:
                 try:
-                    os.kill(proc.pid, sig)
+                    os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            for proc in alive:
-                try:
-                    proc.wait(2.0)
-                except subprocess.TimeoutExpired:
-                    pass
-        for proc in self.procs:
-            if proc.stdin is not None:
-                proc.stdin.close()
+            with self._cond:
+                self._cond.wait_for(self._all_exited, timeout=2.0)
+        if self._zygote.stdin is not None:
+            try:
+                self._zygote.stdin.close()  # the zygote ends once its workers have
+            except OSError:
+                pass
+        try:
+            self._zygote.wait(5.0)
+        except subprocess.TimeoutExpired:
+            self._zygote.kill()
+            self._zygote.wait(5.0)
+
+    def _all_exited(self) -> bool:
+        return self._zygote_done or all(r in self._exits for r in self._pids)

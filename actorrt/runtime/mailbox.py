@@ -2,7 +2,7 @@
 
 torch RPC runs requests on a thread pool, so two calls from one caller can arrive out
 of order. Every call carries ``(caller, seq)``; the mailbox releases a caller's calls
-strictly in ``seq`` order onto the actor's executor, whose ``max_concurrency`` threads
+strictly in ``seq`` order onto the actor's queue, whose ``max_concurrency`` threads
 run them (one thread: one at a time, in order). RPC threads only hand calls over here
 and never wait for an actor, so nested and callback calls cannot starve the RPC pool.
 """
@@ -13,13 +13,13 @@ import asyncio
 import inspect
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from actorrt.runtime.protocol import OK, died_reply, error_reply
+from actorrt.runtime.threads import ActorThreads
 
 __all__ = ["Call", "Mailbox"]
 
@@ -53,8 +53,8 @@ class Mailbox:
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, dict[int, Call]] = {}
         self._before_open: list[Call] = []  # released before the constructor was queued
-        self._executor: ThreadPoolExecutor | None = None
-        self._running: set[Call] = set()
+        self._threads: ActorThreads | None = None
+        self._accepted: set[Call] = set()  # handed to the actor's threads, not answered
         self._instance: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._dead: str | None = None
@@ -79,21 +79,21 @@ class Mailbox:
             threading.Thread(
                 target=self._loop.run_forever, name=f"{class_name}-loop", daemon=True
             ).start()
-        self._executor = ThreadPoolExecutor(
-            max_workers=max_concurrency,
-            thread_name_prefix=f"{class_name}-{self.actor_id[:8]}",
-            initializer=_set_gpu,
-            initargs=(gpu_ids,),
+        self._threads = ActorThreads(
+            max_concurrency,
+            f"{class_name}-{self.actor_id[:8]}",
+            initializer=lambda: _set_gpu(gpu_ids),
         )
         with self._lock:
             if self._dead is not None:
                 return
-            self._executor.submit(self._construct, cls, args, kwargs)
+            self._threads.submit(self._construct, (cls, args, kwargs))
             waiting, self._before_open = self._before_open, []
             for call in waiting:
-                self._executor.submit(self._run, call)
+                self._threads.submit(self._run, call)
 
-    def _construct(self, cls: type, args: tuple, kwargs: dict) -> None:
+    def _construct(self, what: tuple[type, tuple, dict]) -> None:
+        cls, args, kwargs = what
         try:
             self._instance = cls(*args, **kwargs)
         except BaseException as exc:  # the actor never existed: every call reports why
@@ -103,37 +103,45 @@ class Mailbox:
     # -- calls -----------------------------------------------------------------
     def deliver(self, call: Call) -> None:
         """Accepts a call from an RPC thread; never blocks on the actor."""
+        answers: list[tuple[Call, tuple[int, Any]]] = []
         with self._lock:
             if self._dead is not None:
-                self._finish(call, died_reply(self._dead))
-                return
-            expected = self._next_seq.get(call.caller, 0)
-            if call.seq != expected:
-                self._held.setdefault(call.caller, {})[call.seq] = call
-                return
-            held = self._held.get(call.caller)
-            while True:
-                self._release(call)
-                expected += 1
-                if not held or expected not in held:
-                    break
-                call = held.pop(expected)
-            self._next_seq[call.caller] = expected
+                call.done = True  # nobody else has seen this call yet
+                answers.append((call, died_reply(self._dead)))
+            else:
+                expected = self._next_seq.get(call.caller, 0)
+                if call.seq != expected:
+                    self._held.setdefault(call.caller, {})[call.seq] = call
+                    return
+                held = self._held.get(call.caller)
+                while True:
+                    self._release(call, answers)
+                    expected += 1
+                    if not held or expected not in held:
+                        break
+                    call = held.pop(expected)
+                self._next_seq[call.caller] = expected
+        for done, reply in answers:
+            _answer(done, reply)
 
-    def _release(self, call: Call) -> None:
+    def _release(self, call: Call, answers: list[tuple[Call, tuple[int, Any]]]) -> None:
         if call.method is None:  # a skipped seq only advances the order
-            self._finish(call, (OK, None))
-        elif self._executor is None:
+            call.done = True
+            answers.append((call, (OK, None)))
+        elif self._threads is None:
             self._before_open.append(call)
         else:
-            self._executor.submit(self._run, call)
+            self._accepted.add(call)
+            self._threads.submit(self._run, call)
 
     def _run(self, call: Call) -> None:
         with self._lock:
-            if self._dead is not None:
-                self._finish(call, died_reply(self._dead))
-                return
-            self._running.add(call)
+            dead = self._dead
+            claimed = dead is not None and _claim(call)
+        if dead is not None:
+            if claimed:  # else a kill answered it while it was queued
+                _answer(call, died_reply(dead))
+            return
         try:
             method = getattr(self._instance, call.method)
             result = method(*call.args, **call.kwargs)
@@ -145,16 +153,10 @@ class Mailbox:
         except BaseException as exc:
             reply = error_reply(f"{self.what}.{call.method}", exc)
         with self._lock:
-            self._running.discard(call)
-            self._finish(call, reply)
-
-    @staticmethod
-    def _finish(call: Call, reply: tuple[int, Any]) -> None:
-        # Called under the lock: a kill may have answered the call already.
-        if not call.done:
-            call.done = True
-            call.args = call.kwargs = None  # drop argument tensors as soon as possible
-            call.future.set_result(reply)
+            self._accepted.discard(call)
+            claimed = _claim(call)
+        if claimed:
+            _answer(call, reply)
 
     # -- end of life -------------------------------------------------------------
     def kill(self, reason: str) -> None:
@@ -163,14 +165,15 @@ class Mailbox:
             if self._dead is not None:
                 return
             self._dead = reason
-            doomed = list(self._running) + self._before_open
+            doomed = list(self._accepted) + self._before_open
             for held in self._held.values():
                 doomed.extend(held.values())
             self._held.clear()
             self._before_open = []
-            for call in doomed:
-                self._finish(call, died_reply(reason))
-        self._close(wait=False)
+            doomed = [call for call in doomed if _claim(call)]
+        for call in doomed:
+            _answer(call, died_reply(reason))
+        self._close()
 
     def mark_dead(self, reason: str) -> None:
         """Makes a mailbox that only answers "gone" (for an actor already ended)."""
@@ -178,17 +181,17 @@ class Mailbox:
 
     def release(self, reason: str) -> None:
         """No handle refers to the actor any more: let queued calls finish, then free it."""
-        if self._executor is None:
+        if self._threads is None:
             self.kill(reason)
             return
         try:
-            self._executor.submit(self.kill, reason)
+            self._threads.submit(self.kill, reason)
         except RuntimeError:  # already shut down (killed, or the cluster is stopping)
             self.kill(reason)
 
-    def _close(self, wait: bool) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=wait)
+    def _close(self) -> None:
+        if self._threads is not None:
+            self._threads.close()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._instance = None
@@ -197,6 +200,21 @@ class Mailbox:
     @property
     def dead_reason(self) -> str | None:
         return self._dead
+
+
+def _claim(call: Call) -> bool:
+    """Under the mailbox lock: True for the one answer a call gets (a kill may race a run)."""
+    if call.done:
+        return False
+    call.done = True
+    return True
+
+
+def _answer(call: Call, reply: tuple[int, Any]) -> None:
+    # Outside the lock: completing the future sends the reply from this thread (pickling,
+    # TensorPipe write), and RPC threads delivering new calls must not queue behind it.
+    call.args = call.kwargs = None  # drop argument tensors as soon as possible
+    call.future.set_result(reply)
 
 
 def _set_gpu(gpu_ids: tuple[int, ...]) -> None:

@@ -19,7 +19,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.actor import ActorClass, ActorHandle
-from actorrt.errors import ActorDiedError, ActorRtError
+from actorrt.errors import ActorDiedError
 from actorrt.options import ActorOptions
 from actorrt.placement.transports import guard_tiny_cuda_tensors
 from actorrt.refs import ObjectRef
@@ -29,7 +29,7 @@ from actorrt.runtime.context import current, is_initialized
 from actorrt.runtime.context import install as _install
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import ActorHost
-from actorrt.runtime.protocol import decode_reply, rpc_failure
+from actorrt.runtime.protocol import rpc_failure
 from actorrt.runtime.staging import to_cpu
 
 __all__ = ["Runtime", "current", "is_initialized"]
@@ -171,17 +171,17 @@ class Runtime:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
-            failed = next((d for d in deps if d._future.exception() is not None), None)
+            failed = next((d for d in deps if d.future().exception() is not None), None)
             if failed is not None:
                 self._skip(handle, seq)
-                ref._future.set_exception(failed._future.exception())
+                ref._set_exception(failed.future().exception())
                 return
-            a = tuple(x._future.result() if type(x) is ObjectRef else x for x in args)
-            kw = {k: v._future.result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
+            a = tuple(x.future().result() if type(x) is ObjectRef else x for x in args)
+            kw = {k: v.future().result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
             self._send(handle, seq, method, a, kw, ref, raise_now=False)
 
         for dep in deps:
-            dep._future.add_done_callback(on_dep_done)
+            dep.future().add_done_callback(on_dep_done)
         return ref
 
     def _send(
@@ -229,20 +229,11 @@ class Runtime:
             self._fail(ref, rpc_failure(ref._what, worker, exc))
             return
 
-        def on_reply(f: torch.futures.Future, ref: ObjectRef = ref, handle=handle) -> None:
-            # `handle` is kept alive until the reply, so the actor outlives calls in flight.
-            try:
-                reply = f.value()
-            except Exception as exc:
-                self._fail(ref, rpc_failure(ref._what, handle.worker, exc))
-                return
-            try:
-                ref._future.set_result(decode_reply(reply))
-            except ActorRtError as exc:
-                ref._future.set_exception(exc)
-
-        fut.add_done_callback(on_reply)
-        ref._reply = (fut, decode_reply)
+        # The handle lives until the reply, so the actor outlives calls in flight even when
+        # the caller drops every handle at once; the callback does nothing else, because
+        # Python on torch's RPC threads competes with the caller for the GIL.
+        fut.add_done_callback(lambda _f, _keep=handle: None)
+        ref._attach(fut, worker)
 
     def _skip(self, handle: ActorHandle, seq: int) -> None:
         # The seq was taken but its call cannot be sent: tell the mailbox to move past it,
@@ -259,8 +250,7 @@ class Runtime:
 
     @staticmethod
     def _fail(ref: ObjectRef, exc: BaseException) -> None:
-        if not ref._future.done():
-            ref._future.set_exception(exc)
+        ref._set_exception(exc)
 
     def _stage(self, peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return self.stage_reply(peer, args), self.stage_reply(peer, kwargs)

@@ -1,8 +1,9 @@
 """A worker process: join the rendezvous, start RPC with the plan, host actors until told to stop.
 
-Local clusters start it as ``python -m actorrt.runtime.worker``; ``actorrt worker`` (see
-:mod:`actorrt.cluster.worker_cli`) builds the same :class:`WorkerConfig` from flags or
-from torchrun / SLURM variables.
+Local clusters fork workers from a zygote (:mod:`actorrt.runtime.zygote`), which runs
+:func:`run_config`; ``python -m actorrt.runtime.worker --config JSON`` runs one alone.
+``actorrt worker`` (see :mod:`actorrt.cluster.worker_cli`) builds the same
+:class:`WorkerConfig` from flags or from torchrun / SLURM variables.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import json
 import os
 import sys
 import threading
+from typing import Any
 
-__all__ = ["WorkerConfig", "run_worker"]
+__all__ = ["WorkerConfig", "run_config", "run_worker"]
 
 
 @dataclasses.dataclass
@@ -127,12 +129,9 @@ def _watch_driver(cfg: WorkerConfig, rt) -> None:
     threading.Thread(target=watch_store, name="actorrt-driver-watch", daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of ``python -m actorrt.runtime.worker`` (used by local clusters)."""
-    p = argparse.ArgumentParser(prog="python -m actorrt.runtime.worker")
-    p.add_argument("--config", required=True, help="WorkerConfig as JSON (token from env)")
-    args = p.parse_args(argv)
-    fields = json.loads(args.config)
+def run_config(fields: dict[str, Any]) -> int:
+    """Runs a local worker from its JSON config (token and import path from the env)."""
+    fields = dict(fields)
     for key in ("labels", "gpus"):
         if fields.get(key) is not None:
             fields[key] = tuple(fields[key])
@@ -143,14 +142,22 @@ def main(argv: list[str] | None = None) -> None:
             sys.path.insert(0, entry)
     cfg = WorkerConfig(token=os.environ.pop("ACTORRT_TOKEN", ""), **fields)
     try:
-        code = run_worker(cfg)
+        return run_worker(cfg)
     except Exception as exc:
         from actorrt.errors import ActorRtError
 
         if not isinstance(exc, ActorRtError):
             raise
         print(f"actorrt worker rank {cfg.rank}: {exc}", file=sys.stderr, flush=True)
-        code = 2
+        return 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m actorrt.runtime.worker`` (one worker, one config)."""
+    p = argparse.ArgumentParser(prog="python -m actorrt.runtime.worker")
+    p.add_argument("--config", required=True, help="WorkerConfig as JSON (token from env)")
+    args = p.parse_args(argv)
+    code = run_config(json.loads(args.config))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)  # skip interpreter teardown: actor threads may still be blocked

@@ -1,6 +1,7 @@
 """The core runtime on a real 2-worker local cluster: calls, ordering, errors, lifetime."""
 
 import asyncio
+import os
 import threading
 import time
 
@@ -250,6 +251,38 @@ def test_get_without_timeout_waits_on_the_reply_directly(cluster):
     actorrt.kill(c)
     with pytest.raises(actorrt.ActorDiedError, match="killed"):
         actorrt.get(pending)
+
+
+def test_future_made_before_or_after_the_reply(cluster):
+    # A ref's concurrent.futures.Future is made on demand; both orders must complete it.
+    c = Counter.remote()
+    early = c.sleep.remote(0.3)
+    fut = early.future()  # made while the call is in flight
+    assert not early.done()
+    late = c.add.remote(5)
+    assert actorrt.get(late) == 5
+    assert late.done() and late.future().result(timeout=1) == 5  # made after the reply
+    assert fut.result(timeout=30) == 0.3 and early.done()
+    failing = c.fail.remote("later")
+    actorrt.get(c.value.remote())  # the failure has arrived by now
+    with pytest.raises(actorrt.ActorError, match="later"):
+        failing.future().result(timeout=1)
+
+
+@actorrt.actor
+class Draw:
+    def draw(self):
+        import numpy as np
+
+        return int(np.random.randint(1 << 62)), os.getpid()
+
+
+def test_workers_draw_different_random_numbers(cluster):
+    # Workers are forked from one zygote: numpy's global generator must not be shared.
+    actors = [Draw.remote() for _ in range(6)]
+    draws = dict((pid, value) for value, pid in actorrt.get([a.draw.remote() for a in actors]))
+    assert len(draws) >= 2, "the actors did not spread over several workers"
+    assert len(set(draws.values())) == len(draws), draws
 
 
 def test_method_error_keeps_actor_usable(cluster):

@@ -202,10 +202,23 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path):
             if proc.poll() is not None:
                 break
         assert len(pids) == 2, "driver did not start its workers"
+        # Workers are forked by one zygote, a fresh interpreter: not the driver, not forks of it.
+        parents = {_ppid(p) for p in pids}
+        assert len(parents) == 1 and proc.pid not in parents, parents
+        zygote = parents.pop()
+        with open(f"/proc/{zygote}/cmdline", "rb") as f:
+            assert b"actorrt.runtime.zygote" in f.read()
+        assert _ppid(zygote) == proc.pid
+        pids.append(zygote)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         left = _wait_gone(pids, 20)
-        assert left == [], "workers outlived their driver"
+        assert left == [], "workers (or their zygote) outlived their driver"
     finally:
         kill_pids([proc.pid, *pids])
         proc.wait(10)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().split(")")[-1].split()[1])
