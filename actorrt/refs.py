@@ -18,7 +18,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, TypeVar, overload
 
 from actorrt.errors import GetTimeoutError
-from actorrt.runtime.protocol import decode_reply, rpc_failure
+from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure
 
 __all__ = ["ObjectRef", "get", "wait"]
 
@@ -74,6 +74,8 @@ class ObjectRef:
         """The value of a reply that has arrived, or the error it stands for."""
         try:
             raw = self._sent.value()
+        except LocalFailure as failure:
+            raise failure.error from None
         except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
             raise rpc_failure(self._what, self._worker, exc) from None
         return decode_reply(raw)

@@ -90,6 +90,7 @@ class Mailbox:
             self._threads.submit(self._construct, (cls, args, kwargs))
             waiting, self._before_open = self._before_open, []
             for call in waiting:
+                self._accepted.add(call)
                 self._threads.submit(self._run, call)
 
     def _construct(self, what: tuple[type, tuple, dict]) -> None:

@@ -13,7 +13,16 @@ from typing import Any
 
 from actorrt.errors import ActorDiedError, ActorError
 
-__all__ = ["DIED", "ERROR", "OK", "decode_reply", "died_reply", "error_reply", "rpc_failure"]
+__all__ = [
+    "DIED",
+    "ERROR",
+    "OK",
+    "LocalFailure",
+    "decode_reply",
+    "died_reply",
+    "error_reply",
+    "rpc_failure",
+]
 
 OK = 0
 ERROR = 1
@@ -22,6 +31,17 @@ DIED = 2
 # Words torch RPC uses when a reply could not be (de)serialised; anything else that
 # fails a call at the RPC layer is a lost connection or process.
 _PICKLING_WORDS = ("pickl", "serializ", "can't get attribute", "no module named")
+
+
+class LocalFailure(Exception):
+    """Carries an error this process decided (not the RPC layer) through a reply future.
+
+    The caller raises ``error`` as it is, instead of classifying it as an RPC failure.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def error_reply(what: str, exc: BaseException) -> tuple[int, Any]:

@@ -25,10 +25,12 @@ from actorrt.placement.transports import guard_tiny_cuda_tensors
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
 from actorrt.runtime import shm
+from actorrt.runtime.batches import CallBatches, ReplyBatches
 from actorrt.runtime.context import current, is_initialized
 from actorrt.runtime.context import install as _install
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import ActorHost
+from actorrt.runtime.outbox import coalescing_enabled
 from actorrt.runtime.protocol import rpc_failure
 from actorrt.runtime.staging import to_cpu
 
@@ -77,6 +79,10 @@ class Runtime:
             on_actor_end=self._actor_ended,
             reply_filter=self.stage_reply if self._stage_cuda else None,
         )
+        # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
+        self.calls = CallBatches(name, self._skip)
+        self.replies = ReplyBatches(name, self.host.deliver)
+        self._coalesce = coalescing_enabled()
         self._seqs: dict[str, Any] = {}
         self._dead_workers: set[str] = set()
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
@@ -207,6 +213,12 @@ class Runtime:
             args, kwargs = self._stage(worker, args, kwargs)
         if self._shm:
             args, kwargs = shm.pack(worker, args, kwargs)
+        if self._coalesce and self.calls.outbox.busy(worker):
+            queued = self.calls.queue(handle, seq, method, args, kwargs, ref._what)
+            if queued is not None:
+                # An argument that cannot be pickled now fails at `get` (see batches.py).
+                ref._attach(queued, worker)
+                return
         try:
             fut = rpc.rpc_async(
                 worker,
@@ -234,6 +246,7 @@ class Runtime:
         # Python on torch's RPC threads competes with the caller for the GIL.
         fut.add_done_callback(lambda _f, _keep=handle: None)
         ref._attach(fut, worker)
+        self.calls.outbox.sent(worker, fut)
 
     def _skip(self, handle: ActorHandle, seq: int) -> None:
         # The seq was taken but its call cannot be sent: tell the mailbox to move past it,
@@ -318,6 +331,8 @@ class Runtime:
         """Stops the actors here; the caller (api.shutdown / worker main) ends RPC."""
         self.stopped.set()
         self.host.kill_all("the cluster is shutting down")
+        self.calls.close("the cluster is shutting down")
+        self.replies.close()
         if self._on_shutdown is not None:
             self._on_shutdown()
 

@@ -285,6 +285,81 @@ def test_workers_draw_different_random_numbers(cluster):
     assert len(set(draws.values())) == len(draws), draws
 
 
+@actorrt.actor(max_concurrency=2)
+class Gate:
+    def __init__(self):
+        self.event = threading.Event()
+
+    def hold(self):
+        return self.event.wait(60)
+
+    def open(self):
+        self.event.set()
+
+    def ping(self, x):
+        return x
+
+    def unsendable(self):
+        return lambda: None
+
+    def replies_batched(self):
+        from actorrt.runtime.context import current
+
+        return current().replies.outbox.batches_sent
+
+
+@pytest.fixture
+def burst(cluster, monkeypatch):
+    """Makes every call of the test queue into batches, as in a long burst."""
+    outbox = cluster.calls.outbox
+    monkeypatch.setattr(outbox, "busy", lambda dest: True)
+    before = outbox.batches_sent
+    yield outbox
+    assert outbox.batches_sent > before, "the test's calls never went in a batch"
+
+
+def test_a_burst_keeps_order_and_its_replies_come_in_batches_too(cluster, burst):
+    c = Counter.remote()
+    refs = [c.add.remote(1) for _ in range(500)]
+    assert actorrt.get(refs, timeout=60) == list(range(1, 501))
+    g = Gate.remote()
+    actorrt.get([g.ping.remote(i) for i in range(300)], timeout=60)
+    assert actorrt.get(g.replies_batched.remote(), timeout=30) > 0
+
+
+def test_a_reply_in_a_batch_does_not_wait_for_a_slow_call_of_the_same_batch(cluster, burst):
+    g = Gate.remote()
+    actorrt.get(g.ping.remote(0), timeout=30)
+    before = burst.batches_sent
+    held = g.hold.remote()  # runs until we open the gate, which we do only after...
+    after = g.ping.remote(2)
+    first = g.ping.remote(1)
+    time.sleep(0.2)  # the flusher has sent everything by now
+    if burst.batches_sent - before > 1:  # the flusher woke between the calls
+        actorrt.get(g.open.remote(), timeout=30)
+        pytest.skip("the three calls went in separate batches; the case was not reached")
+    assert actorrt.get(after, timeout=20) == 2  # ...this reply arrived on its own
+    assert not held.done()
+    actorrt.get(g.open.remote(), timeout=30)
+    assert actorrt.get([first, held], timeout=30) == [1, True]
+
+
+def test_unpicklable_values_in_a_batch_fail_only_their_own_call(cluster, burst):
+    e = Echo.remote()
+    g = Gate.remote()
+    refs = [e.echo.remote(i) for i in range(5)]
+    bad = e.echo.remote(NotPicklable())  # queued: the error comes at get, not here
+    refs += [e.echo.remote(i) for i in range(5, 10)]
+    with pytest.raises(TypeError, match="cannot be sent"):
+        actorrt.get(bad, timeout=30)
+    assert actorrt.get(refs, timeout=30) == list(range(10))
+    unsendable = [g.ping.remote(0), g.unsendable.remote(), g.ping.remote(1)]
+    assert actorrt.get(unsendable[0], timeout=30) == 0
+    with pytest.raises(actorrt.ActorError, match="cannot be sent back"):
+        actorrt.get(unsendable[1], timeout=30)
+    assert actorrt.get(unsendable[2], timeout=30) == 1
+
+
 def test_method_error_keeps_actor_usable(cluster):
     c = Counter.remote()
     with pytest.raises(actorrt.ActorError) as info:

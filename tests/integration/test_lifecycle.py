@@ -73,11 +73,16 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
         b = Sleeper.remote()
         victim = actorrt.get(a.pid.remote(), timeout=30)
         pending = a.sleep.remote(60)
+        rt.calls.outbox._window = 30.0  # what follows is a burst: calls go in a batch
         pending_no_timeout = a.sleep.remote(60)
+        batched = [a.sleep.remote(60) for _ in range(3)]
         time.sleep(0.3)
+        batches = rt.calls.outbox.batches_sent
         os.kill(victim, signal.SIGKILL)
         errors = []
-        for ref, timeout in ((pending, 30), (a.sleep.remote(0), 30), (pending_no_timeout, None)):
+        late = a.sleep.remote(0)
+        waits = [(pending, 30), (late, 30), (pending_no_timeout, None)] + [(r, 30) for r in batched]
+        for ref, timeout in waits:
             try:
                 actorrt.get(ref, timeout=timeout)  # None: the direct road (the run is bounded)
                 errors.append("no error")
@@ -92,13 +97,15 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
         started = time.monotonic()
         actorrt.shutdown()
         report(pids=pids, victim=victim, a=a.worker, b=b.worker, c=c.worker, errors=errors,
+               batches=batches,
                other=other, c_value=c_value, known_dead=sorted(rt.dead_workers),
                shutdown_s=time.monotonic() - started)
         """,
     )
     assert rep["a"] != rep["b"]  # the directory spreads actors over idle workers
     assert rep["victim"] in rep["pids"]
-    assert rep["errors"] == ["ActorDiedError"] * 3
+    assert rep["errors"] == ["ActorDiedError"] * 6
+    assert rep["batches"] >= 1  # the burst's calls were in flight in a batch when it died
     assert rep["other"] == 0.01  # the rest of the cluster goes on
     assert rep["known_dead"] == [rep["a"]]
     assert rep["c"] == rep["b"] and rep["c_value"] == 0  # new actors avoid the dead worker

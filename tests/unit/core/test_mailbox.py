@@ -126,3 +126,18 @@ def test_actor_threads_run_max_concurrency_at_once_and_close_after_queued_work()
     assert sorted(finished) == [0, 1, 2, 3]
     with pytest.raises(RuntimeError, match="closed"):
         threads.submit(work, 5)
+
+
+def test_kill_answers_a_running_call_that_arrived_before_the_constructor():
+    # RPC threads race: a call may reach the mailbox before the creation request.
+    box = Mailbox("b" * 32, lambda actor_id, why: None)
+    gate = threading.Event()
+    early = _call(0, "block", gate)
+    box.deliver(early)
+    box.open(Log, (), {}, class_name="Log", max_concurrency=1, gpu_ids=())
+    time.sleep(0.1)  # `block` is running now
+    box.kill("killed early")
+    t0 = time.monotonic()
+    assert early.future.wait() == (DIED, "killed early")
+    assert time.monotonic() - t0 < 5, "the kill waited for the running method"
+    gate.set()

@@ -1,0 +1,116 @@
+"""Coalescing messages per destination: one RPC for a burst of calls (or of replies).
+
+Every torch RPC message costs both processes fixed work (a TensorPipe write and read, a
+request object, a pickler, a future, a thread wake-up), and on a small machine that work,
+not the call itself, bounds how many calls per second get through. Measured on 2 cores:
+16 echo calls per ``rpc_async`` moved 129k calls/s where one call per message moved 11k.
+
+So a message goes out at once when its destination is quiet, which keeps a lone call's
+latency as it was, and is queued when the previous message to the same destination
+left less than ``window`` seconds ago and is still unanswered: a burst. A flusher thread
+sends what queued up as one batch; while it works the next batch gathers.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Outbox", "coalescing_enabled"]
+
+# How close together two messages must be to count as one burst. A lone sync call on a
+# 2-core machine takes about 300 us, so sync callers never queue; a loop of `.remote()`
+# calls issues one every 20-60 us, so it does.
+WINDOW_S = 200e-6
+MAX_BATCH = 256  # messages per batch, so no batch grows without bound
+
+
+def coalescing_enabled() -> bool:
+    """``ACTORRT_COALESCE=0`` turns coalescing off (every call and reply its own RPC)."""
+    return os.environ.get("ACTORRT_COALESCE", "1") != "0"
+
+
+class Outbox:
+    """Queues messages for busy destinations and sends them in batches from one thread.
+
+    Args:
+        name: Name of the flusher thread.
+        send_batch: ``send_batch(dest, items)`` sends a list of queued items as one
+            message and returns its torch future (or ``None`` if nothing went out). It
+            runs on the flusher thread and must deal with its own errors.
+        window: See ``WINDOW_S``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        send_batch: Callable[[str, list[Any]], Any],
+        window: float = WINDOW_S,
+    ) -> None:
+        self._name = name
+        self._send_batch = send_batch
+        self._window = window
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[Any]] = {}
+        self._last: dict[str, tuple[float, Any]] = {}  # dest -> (time, torch future) of last
+        self._wake: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.batches_sent = 0  # for tests and curious users
+
+    def busy(self, dest: str) -> bool:
+        """True when a message to ``dest`` should queue (a burst is under way)."""
+        if dest in self._pending:
+            return True
+        last = self._last.get(dest)
+        return last is not None and time.monotonic() - last[0] < self._window and not last[1].done()
+
+    def sent(self, dest: str, future: Any) -> None:
+        """Records a message the caller sent itself (``busy`` was False)."""
+        self._last[dest] = (time.monotonic(), future)
+
+    def put(self, dest: str, item: Any) -> bool:
+        """Queues ``item`` for ``dest``; False once the outbox is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            pending = self._pending.get(dest)
+            if pending is not None:
+                pending.append(item)
+                return True
+            self._pending[dest] = [item]
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._flush_loop, name=self._name, daemon=True
+                )
+                self._thread.start()
+        self._wake.put(dest)
+        return True
+
+    def close(self) -> list[tuple[str, Any]]:
+        """Stops the flusher; returns the ``(dest, item)`` pairs that were never sent."""
+        with self._lock:
+            self._closed = True
+            left = [(dest, item) for dest, items in self._pending.items() for item in items]
+            self._pending.clear()
+        self._wake.put(None)
+        return left
+
+    def _flush_loop(self) -> None:
+        while True:
+            dest = self._wake.get()
+            if dest is None:
+                return
+            with self._lock:
+                items = self._pending.pop(dest, None)
+            if not items:
+                continue
+            for start in range(0, len(items), MAX_BATCH):
+                future = self._send_batch(dest, items[start : start + MAX_BATCH])
+                self.batches_sent += 1
+                if future is not None:
+                    self._last[dest] = (time.monotonic(), future)
