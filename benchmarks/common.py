@@ -22,6 +22,8 @@ def config(quick: bool) -> dict[str, Any]:
         return {
             "quick": True,
             "sync_calls": 400,
+            "interleaved_rounds": 4,
+            "interleaved_calls": 200,
             "async_calls": 2000,
             "async_rounds": 3,
             "nn_calls": 300,
@@ -34,6 +36,8 @@ def config(quick: bool) -> dict[str, Any]:
     return {
         "quick": False,
         "sync_calls": 3000,
+        "interleaved_rounds": 10,
+        "interleaved_calls": 300,
         "async_calls": 5000,
         "async_rounds": 5,
         "nn_calls": 1500,

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 import actorrt
+from benchmarks import breakdown
 from benchmarks.common import latency_stats, time_calls, transfer_sweep
 
 
@@ -59,6 +60,10 @@ def run(suite: str, cfg: dict) -> dict:
         out: dict[str, Any] = {}
         out["sync"] = latency_stats(
             time_calls(lambda: actorrt.get(t.ping.remote(1)), cfg["sync_calls"])
+        )
+        # The same against raw torch RPC on this very worker, in interleaved rounds.
+        out["sync_interleaved"] = breakdown.interleaved(
+            t, rounds=cfg["interleaved_rounds"], n=cfg["interleaved_calls"]
         )
         rates = []
         n = cfg["async_calls"]
