@@ -36,13 +36,22 @@ class ObjectRef:
     top-level argument of another remote call (it is resolved before that call runs).
     """
 
-    __slots__ = ("_what", "_worker", "_sent", "_cf", "__weakref__")
+    __slots__ = ("_what", "_worker", "_sent", "_cf", "_answered", "__weakref__")
 
     def __init__(self, what: str, future: cf.Future | None = None) -> None:
         self._what = what
         self._worker = ""
         self._sent: Any = None  # torch future of the raw reply, once the call is sent
         self._cf: cf.Future | None = future
+        self._answered: Any = None  # a call sent alone: see runtime.outbox.Answered
+
+    def __del__(self) -> None:
+        answered = self._answered
+        if answered is not None:
+            try:
+                answered.let_go()
+            except Exception:  # interpreter teardown
+                pass
 
     # -- the runtime's side --------------------------------------------------------
     def _attach(self, reply: Any, worker: str) -> None:

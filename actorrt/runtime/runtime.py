@@ -30,7 +30,7 @@ from actorrt.runtime.context import current, is_initialized
 from actorrt.runtime.context import install as _install
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import ActorHost
-from actorrt.runtime.outbox import coalescing_enabled
+from actorrt.runtime.outbox import Answered, coalescing_enabled
 from actorrt.runtime.protocol import rpc_failure
 from actorrt.runtime.staging import to_cpu
 
@@ -242,11 +242,11 @@ class Runtime:
             return
 
         # The handle lives until the reply, so the actor outlives calls in flight even when
-        # the caller drops every handle at once; the callback does nothing else, because
-        # Python on torch's RPC threads competes with the caller for the GIL.
-        fut.add_done_callback(lambda _f, _keep=handle: None)
+        # the caller drops every handle at once (see Answered: no callback per call).
+        answered = Answered(fut, keep=handle)
         ref._attach(fut, worker)
-        self.calls.outbox.sent(worker, fut)
+        ref._answered = answered
+        self.calls.outbox.sent(worker, answered)
 
     def _skip(self, handle: ActorHandle, seq: int) -> None:
         # The seq was taken but its call cannot be sent: tell the mailbox to move past it,

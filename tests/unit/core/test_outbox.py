@@ -68,3 +68,29 @@ def test_close_hands_back_what_was_never_sent():
     assert box.close() == [("w2", "b")]
     assert not box.put("w1", "c")
     gate.set()
+
+
+def test_answered_keeps_the_handle_until_the_reply_even_when_the_ref_goes_first():
+    import gc
+    import weakref
+
+    from actorrt.runtime.outbox import Answered
+
+    class Handle:
+        pass
+
+    handle = Handle()
+    gone = weakref.ref(handle)
+    reply = torch.futures.Future()
+    flag = Answered(reply, keep=handle)
+    del handle
+    box, *_ = _outbox()
+    box.sent("w1", flag)
+    assert box.busy("w1")
+    flag.let_go()  # the caller's ObjectRef was collected before the reply
+    gc.collect()
+    assert gone() is not None, "the handle went before the reply"
+    reply.set_result("value")
+    gc.collect()
+    assert gone() is None and not box.busy("w1")
+    assert flag._future is None  # the outbox no longer holds the reply either
