@@ -77,7 +77,7 @@ class Runtime:
         self._shm = shm.enabled()  # same-host zero-copy road for large CPU tensors
         self.host = ActorHost(
             on_actor_end=self._actor_ended,
-            reply_filter=self.stage_reply if self._stage_cuda else None,
+            reply_filter=self._prepare_reply if self._stage_cuda or self._shm else None,
         )
         # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
         self.calls = CallBatches(name, self._skip)
@@ -267,6 +267,14 @@ class Runtime:
 
     def _stage(self, peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         return self.stage_reply(peer, args), self.stage_reply(peer, kwargs)
+
+    def _prepare_reply(self, peer: str, value: Any) -> Any:
+        # A return value takes the roads arguments take: CUDA staging, then shared memory.
+        if self._stage_cuda:
+            value = self.stage_reply(peer, value)
+        if self._shm:
+            value = shm.pack_value(peer, value)
+        return value
 
     def stage_reply(self, peer: str, value: Any) -> Any:
         """Prepares CUDA tensors in ``value`` for ``peer``.

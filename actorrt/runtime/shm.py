@@ -42,7 +42,7 @@ import torch
 
 from actorrt.tensor_tree import map_tensors
 
-__all__ = ["ShmTensor", "enabled", "pack", "rpc_probe"]
+__all__ = ["ShmTensor", "enabled", "pack", "pack_value", "rpc_probe"]
 
 _HEADER = 4096  # flag at byte 0, generation (u64) at byte 8; data is page aligned
 _MIN_SEGMENT = 1 << 20
@@ -239,6 +239,13 @@ def pack(peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if not _peer_ok(peer):
         return args, kwargs
     return _swap(args), (_swap(kwargs) if kwargs else kwargs)
+
+
+def pack_value(peer: str, value: Any) -> Any:
+    """:func:`pack` for one value (a method's return value on its way back to ``peer``)."""
+    if not _has_big(value) or not _peer_ok(peer):
+        return value
+    return _swap(value)
 
 
 # -- the receiving side --------------------------------------------------------------

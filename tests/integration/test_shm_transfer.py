@@ -28,6 +28,13 @@ class Keeper:
     def forget(self):
         self.kept.clear()
 
+    def make(self, n, value):
+        return torch.full((n,), value, dtype=torch.uint8)
+
+    def shm_state(self, peer):
+        """(can peer map our memory?, how many of our segments are lent out now)"""
+        return shm._peers.get(peer), sum(1 for seg in shm._pool._segments if seg.mm[0])
+
 
 def _wait_probe(worker, timeout=30.0):
     deadline = time.monotonic() + timeout
@@ -58,3 +65,27 @@ def test_large_tensors_arrive_intact_and_are_never_reused_under_the_receiver(clu
     for value in range(6, 9):
         actorrt.get(k.checksum.remote(torch.full((size,), value, dtype=torch.uint8)), timeout=60)
     assert len(shm._pool._segments) == segments  # released segments are reused
+
+
+def test_large_return_values_come_back_through_shared_memory(cluster):
+    if not shm.enabled():
+        pytest.skip("shared memory is off here (ACTORRT_SHM=0, no memfd, or forced transports)")
+    k = Keeper.remote()
+    size = 4 << 20
+    assert int(actorrt.get(k.make.remote(size, 7), timeout=60).sum()) == 7 * size
+    deadline = time.monotonic() + 30  # the worker probes whether we can map its memory
+    while actorrt.get(k.shm_state.remote(cluster.name), timeout=30)[0] is None:
+        assert time.monotonic() < deadline, "the worker's probe of the driver never answered"
+        time.sleep(0.05)
+    ok, lent_before = actorrt.get(k.shm_state.remote(cluster.name), timeout=30)
+    assert ok, "the driver could not map the worker's shared memory"
+    held = [actorrt.get(k.make.remote(size, v), timeout=60) for v in range(1, 5)]
+    # each reply still holds what it was sent with: the worker reused no segment under us
+    assert [(int(t.min()), int(t.max())) for t in held] == [(v, v) for v in range(1, 5)]
+    _, lent_now = actorrt.get(k.shm_state.remote(cluster.name), timeout=30)
+    assert lent_now >= lent_before + 4  # the shared-memory road was taken, one per reply held
+    del held
+    deadline = time.monotonic() + 10  # dropping them hands the segments back
+    while actorrt.get(k.shm_state.remote(cluster.name), timeout=30)[1] > lent_before:
+        assert time.monotonic() < deadline, "segments stayed lent after the replies were dropped"
+        time.sleep(0.05)
