@@ -25,7 +25,7 @@ import torch.distributed.rpc as rpc
 
 from actorrt.runtime.context import current
 from actorrt.runtime.mailbox import Call
-from actorrt.runtime.outbox import Outbox
+from actorrt.runtime.outbox import MIN_BATCH, Outbox
 from actorrt.runtime.protocol import LocalFailure, error_reply
 
 __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
@@ -58,6 +58,10 @@ class CallBatches:
         return future if self.outbox.put(handle.worker, item) else None
 
     def _send(self, worker: str, items: list[tuple]) -> Any:
+        if len(items) < MIN_BATCH:  # cheaper alone (see runtime/outbox.py)
+            for item in items:
+                self._send_alone(worker, item)
+            return None
         for handle, seq, _, _, _, future, _ in items:
             self._awaiting[(worker, handle.actor_id, seq)] = future
         calls = [(h.actor_id, seq, m, a, kw) for h, seq, m, a, kw, _, _ in items]

@@ -28,12 +28,14 @@ def _outbox(window=10.0):
 def test_quiet_destination_sends_at_once_and_a_burst_queues():
     box, *_ = _outbox()
     assert not box.busy("w1")  # nothing sent yet
+    box.sent("w1", torch.futures.Future())
+    assert not box.busy("w1")  # one message in flight is no burst (push, then a request)
     answered = torch.futures.Future()
     answered.set_result(None)
     box.sent("w1", answered)
     assert not box.busy("w1")  # the last message was answered: a sync caller's pattern
     box.sent("w1", torch.futures.Future())
-    assert box.busy("w1")  # unanswered and recent: a burst
+    assert box.busy("w1")  # two recent sends, the last unanswered: a burst
     assert not box.busy("w2")  # per destination
 
 
@@ -41,6 +43,8 @@ def test_an_old_unanswered_message_does_not_make_a_burst():
     # A long-running call must not push every later call to its worker onto the queue.
     box, *_ = _outbox(window=0.05)
     box.sent("w1", torch.futures.Future())
+    box.sent("w1", torch.futures.Future())
+    assert box.busy("w1")
     time.sleep(0.1)
     assert not box.busy("w1")
 
@@ -85,6 +89,7 @@ def test_answered_keeps_the_handle_until_the_reply_even_when_the_ref_goes_first(
     flag = Answered(reply, keep=handle)
     del handle
     box, *_ = _outbox()
+    box.sent("w1", torch.futures.Future())
     box.sent("w1", flag)
     assert box.busy("w1")
     flag.let_go()  # the caller's ObjectRef was collected before the reply
