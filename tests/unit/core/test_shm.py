@@ -29,6 +29,16 @@ def test_round_trip_keeps_values_shape_dtype(dtype):
     assert torch.equal(got, t)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_large_copy_split_over_threads_keeps_every_byte(monkeypatch, threads):
+    # 97 MiB + 5 bytes: uneven shares, a head longer than the others, an odd tail
+    monkeypatch.setattr(shm, "_COPY_THREADS", threads)
+    # different bytes per case: a reused segment must not hide bytes left uncopied
+    t = ((torch.arange((97 << 20) + 5, dtype=torch.int64) + threads) % 253).to(torch.uint8)
+    _, got = _send(t)
+    assert torch.equal(got, t)
+
+
 def test_non_contiguous_tensor_arrives_as_its_values():
     t = torch.arange(1 << 20, dtype=torch.float32).reshape(1024, 1024).t()
     _, got = _send(t)
