@@ -24,6 +24,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 
 __all__ = ["main"]
 
@@ -52,6 +53,13 @@ def _in_child(config: dict, report_fd: int) -> None:
     code = 1
     try:
         code = run_config(config)
+    except SystemExit as exc:  # what `python -m` would print and return
+        if isinstance(exc.code, int):
+            code = exc.code
+        elif exc.code is not None:
+            print(exc.code, file=sys.stderr)
+    except BaseException:  # print it before os._exit, which would lose it
+        traceback.print_exc()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -77,6 +85,12 @@ def main(argv: list[str] | None = None) -> None:
         children[pid] = config["rank"]
         report.write(f"pid {config['rank']} {pid}\n")
     _reap(children, report)
+    try:
+        report.close()
+        sys.stderr.flush()
+    except OSError:  # the driver is gone
+        pass
+    os._exit(0)  # no teardown: the driver-watch thread may still be blocked reading stdin
 
 
 def _reap(children: dict[int, int], report) -> None:
@@ -84,7 +98,9 @@ def _reap(children: dict[int, int], report) -> None:
     lock = threading.Lock()  # a pid in `children` under it is unreaped, so still that worker's
 
     def watch_driver() -> None:
-        while sys.stdin.buffer.read(1):
+        # The raw fd, not sys.stdin: a daemon thread blocked inside the buffered reader
+        # holds its lock, and interpreter teardown would then abort on it.
+        while os.read(0, 1):
             pass
         deadline = time.monotonic() + _GRACE_AFTER_DRIVER_EXIT
         while children and time.monotonic() < deadline:
