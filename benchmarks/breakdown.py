@@ -82,13 +82,19 @@ def interleaved(handle: Any, rounds: int = 10, n: int = 300) -> dict[str, float]
     return {k: statistics.median(v) * 1e6 for k, v in samples.items()}
 
 
+@actorrt.actor
+class Pinged:
+    def ping(self, x: Any = None) -> Any:
+        return x
+
+
 def main() -> None:
-    # By module name, not as __main__: the worker resolves `rpc_handoff` by its module.
+    # By module name, not as __main__: the worker resolves `rpc_handoff` (and the class)
+    # by its module.
     from benchmarks import breakdown
-    from benchmarks.sys_actorrt import Target
 
     with actorrt.start(num_workers=1):
-        t = Target.remote()
+        t = breakdown.Pinged.remote()
         actorrt.get(t.ping.remote(), timeout=60)
         med = breakdown.interleaved(t)
     for k, v in med.items():
