@@ -62,6 +62,7 @@ def rows(doc: dict) -> list[list[str]]:
         )
     inter = doc["results"].get("actorrt", {}).get("sync_interleaved")
     if inter:
+        rref = inter.get("rref")  # runs before this field existed have none
         out.append(
             [
                 "sync latency, interleaved (us)",
@@ -71,7 +72,8 @@ def rows(doc: dict) -> list[list[str]]:
                 _ratio(inter["full"], inter["raw"]),
                 "-",
                 f"same worker; raw + one thread handoff {_fmt(inter['handoff'])} "
-                f"({_ratio(inter['handoff'], inter['raw'])})",
+                f"({_ratio(inter['handoff'], inter['raw'])}); raw torch RRef method "
+                f"{_fmt(rref)} (actorrt/it {_ratio(inter['full'], rref)})",
             ]
         )
     sizes = doc["config"]["sizes"]

@@ -11,7 +11,7 @@ def _doc(**actorrt):
     results = {
         "actorrt": {
             "sync": {"median_us": 300.0, "p90_us": 400.0},
-            "sync_interleaved": {"raw": 200.0, "handoff": 210.0, "full": 216.0},
+            "sync_interleaved": {"raw": 200.0, "handoff": 210.0, "full": 216.0, "rref": 320.0},
             "async": {"calls_per_s": 20000.0},
             "first_call": {"seconds": 1.0},
             "dqn": {"frames_per_s": 1000.0, "updates_per_s": 10.0},
@@ -63,3 +63,4 @@ def test_the_table_shows_the_interleaved_row_with_the_handoff_floor():
     row = next(line for line in table.splitlines() if line.startswith("sync latency, interleaved"))
     assert "216" in row and "200" in row and "1.08x" in row
     assert "raw + one thread handoff 210 (1.05x)" in row
+    assert "raw torch RRef method 320 (actorrt/it 0.68x)" in row
