@@ -229,3 +229,63 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path):
 def _ppid(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().split(")")[-1].split()[1])
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Kills the local worker that runs it (a worker's command line is its zygote's); the
+# driver, which runs it too, just sees a failing nvidia-smi.
+if grep -q actorrt.runtime.zygote /proc/$PPID/cmdline 2>/dev/null; then kill -9 $PPID; fi
+exit 1
+"""
+
+
+def test_a_worker_dying_during_start_up_fails_start_at_once(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (fake / "nvidia-smi").chmod(0o755)
+    script = tmp_path / "driver.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import json, time, actorrt
+            t0 = time.monotonic()
+            try:
+                actorrt.start(num_workers=2, timeout=120)
+                print("REPORT", json.dumps({"error": None}))
+            except actorrt.ClusterError as exc:
+                print("REPORT", json.dumps({"error": str(exc), "s": time.monotonic() - t0}))
+            """
+        )
+    )
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env=env,
+        cwd=tmp_path,
+    )
+    left = _wait_gone(_pids_in(tmp_path), 10)  # the zygote and the other worker went too
+    kill_pids(left)
+    assert left == [], "processes of the failed start outlived it"
+    lines = [json.loads(x[7:]) for x in out.stdout.splitlines() if x.startswith("REPORT ")]
+    assert lines, out.stdout[-2000:] + out.stderr[-3000:]
+    rep = lines[0]
+    assert rep["error"] is not None, "start() succeeded although its workers were killed"
+    assert "exited with code -9 while the cluster was starting" in rep["error"]
+    assert rep["s"] < 60, rep  # at once, not at the 120 s rendezvous timeout
+
+
+def _pids_in(directory) -> list[int]:
+    """Pids of processes whose working directory is ``directory`` (ours are started there)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == str(directory):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
