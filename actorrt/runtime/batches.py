@@ -14,7 +14,6 @@ it fails instead (the process died), the caller fails the calls still unanswered
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -26,11 +25,14 @@ import torch.distributed.rpc as rpc
 from actorrt.runtime.context import current
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
-from actorrt.runtime.protocol import LocalFailure, error_reply
+from actorrt.runtime.protocol import (
+    PICKLING_ERRORS,
+    LocalFailure,
+    error_reply,
+    unsendable_argument,
+)
 
 __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
-
-_PICKLING = (TypeError, AttributeError, pickle.PicklingError)
 
 
 class CallBatches:
@@ -67,7 +69,7 @@ class CallBatches:
         calls = [(h.actor_id, seq, m, a, kw) for h, seq, m, a, kw, _, _ in items]
         try:
             sent = rpc.rpc_async(worker, rpc_call_batch, args=(self.name, calls), timeout=0)
-        except _PICKLING:
+        except PICKLING_ERRORS:
             for item in items:  # one call cannot be pickled: send each alone to find it
                 self._forget(worker, item)
                 self._send_alone(worker, item)
@@ -92,17 +94,9 @@ class CallBatches:
                 args=(handle.actor_id, self.name, seq, method, args, kwargs),
                 timeout=0,
             )
-        except _PICKLING as exc:
+        except PICKLING_ERRORS as exc:
             self._skip(handle, seq)
-            future.set_exception(
-                LocalFailure(
-                    TypeError(
-                        f"{what}.remote(): an argument cannot be sent ({exc}). Arguments "
-                        "travel through torch RPC's pickler: use tensors, plain data and "
-                        "importable classes (no lambdas or local classes)."
-                    )
-                )
-            )
+            future.set_exception(LocalFailure(unsendable_argument(what, exc)))
             return
         except Exception as exc:
             future.set_exception(exc)
@@ -204,7 +198,7 @@ class ReplyBatches:
         replies = [(actor_id, seq, reply) for actor_id, seq, reply, _ in items]
         try:
             sent = rpc.rpc_async(caller, rpc_replies, args=(self.name, replies), timeout=0)
-        except _PICKLING as exc:
+        except PICKLING_ERRORS as exc:
             if len(items) > 1:  # find the reply that cannot be pickled
                 for item in items:
                     self._send(caller, [item])

@@ -17,11 +17,13 @@ __all__ = [
     "DIED",
     "ERROR",
     "OK",
+    "PICKLING_ERRORS",
     "LocalFailure",
     "decode_reply",
     "died_reply",
     "error_reply",
     "rpc_failure",
+    "unsendable_argument",
 ]
 
 OK = 0
@@ -31,6 +33,19 @@ DIED = 2
 # Words torch RPC uses when a reply could not be (de)serialised; anything else that
 # fails a call at the RPC layer is a lost connection or process.
 _PICKLING_WORDS = ("pickl", "serializ", "can't get attribute", "no module named")
+
+
+# What torch RPC's pickler raises, at rpc_async, for a value it cannot send.
+PICKLING_ERRORS = (TypeError, AttributeError, pickle.PicklingError)
+
+
+def unsendable_argument(what: str, exc: BaseException) -> TypeError:
+    """The error for a call whose arguments could not be pickled (``what``: Cls.method)."""
+    return TypeError(
+        f"{what}.remote(): an argument cannot be sent ({exc}). Arguments travel through "
+        "torch RPC's pickler: use tensors, plain data and importable classes (no lambdas "
+        "or local classes)."
+    )
 
 
 class LocalFailure(Exception):

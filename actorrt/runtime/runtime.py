@@ -8,7 +8,6 @@ worker have one ``Runtime``; a call travels ``ActorMethod.remote`` -> ``Runtime.
 from __future__ import annotations
 
 import itertools
-import pickle
 import threading
 import uuid
 import warnings
@@ -31,7 +30,7 @@ from actorrt.runtime.context import install as _install
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.outbox import Answered, coalescing_enabled
-from actorrt.runtime.protocol import rpc_failure
+from actorrt.runtime.protocol import PICKLING_ERRORS, rpc_failure, unsendable_argument
 from actorrt.runtime.staging import to_cpu
 
 __all__ = ["Runtime", "current", "is_initialized"]
@@ -133,7 +132,7 @@ class Runtime:
                     host_mod.rpc_create,
                     args=(actor_id, key, blob, args, kwargs, meta),
                 )
-            except (TypeError, AttributeError, pickle.PicklingError) as exc:
+            except PICKLING_ERRORS as exc:
                 raise TypeError(
                     f"{class_name}.remote(): a constructor argument cannot be sent ({exc}). "
                     "Arguments travel through torch RPC's pickler: use tensors, plain data "
@@ -226,13 +225,9 @@ class Runtime:
                 args=(handle.actor_id, self.name, seq, method, args, kwargs),
                 timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
             )
-        except (TypeError, AttributeError, pickle.PicklingError) as exc:
+        except PICKLING_ERRORS as exc:
             self._skip(handle, seq)
-            err = TypeError(
-                f"{ref._what}.remote(): an argument cannot be sent ({exc}). Arguments travel "
-                "through torch RPC's pickler: use tensors, plain data and importable classes "
-                "(no lambdas or local classes)."
-            )
+            err = unsendable_argument(ref._what, exc)
             if raise_now:
                 raise err from exc
             self._fail(ref, err)

@@ -257,24 +257,20 @@ def rpc_probe(pid: int, fd: int, magic: bytes) -> bool:
     return bytes(mm[16:32]) == magic
 
 
-def pack(peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """Swaps large CPU tensors in a call's arguments for shared-memory handles.
+def pack_value(peer: str, value: Any) -> Any:
+    """Swaps large CPU tensors in ``value`` (nested dicts, lists, tuples) for shm handles.
 
     Only for peers that proved they can map our segments; everything else is returned
-    as is (the same objects when nothing changed).
+    as is (the same object when nothing changed).
     """
-    if not (_has_big(args) or (kwargs and _has_big(kwargs))):
-        return args, kwargs
-    if not _peer_ok(peer):
-        return args, kwargs
-    return _swap(args), (_swap(kwargs) if kwargs else kwargs)
-
-
-def pack_value(peer: str, value: Any) -> Any:
-    """:func:`pack` for one value (a method's return value on its way back to ``peer``)."""
     if not _has_big(value) or not _peer_ok(peer):
         return value
     return _swap(value)
+
+
+def pack(peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """:func:`pack_value` for a call's arguments."""
+    return pack_value(peer, args), (pack_value(peer, kwargs) if kwargs else kwargs)
 
 
 # -- the receiving side --------------------------------------------------------------
