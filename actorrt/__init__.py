@@ -19,7 +19,17 @@ Example::
 """
 
 from actorrt.actor import ActorClass, ActorHandle, ActorMethod, actor
-from actorrt.api import get_actor, is_initialized, kill, shutdown, start
+from actorrt.api import (
+    actors,
+    dump_cluster,
+    get_actor,
+    is_initialized,
+    kill,
+    nodes,
+    plan,
+    shutdown,
+    start,
+)
 from actorrt.errors import (
     ActorDiedError,
     ActorError,
@@ -31,9 +41,11 @@ from actorrt.errors import (
 )
 from actorrt.options import ActorOptions
 from actorrt.refs import ObjectRef, get, wait
+from actorrt.runtime.directory import ActorInfo, NodeInfo
 
 __all__ = [
     "ActorClass",
+    "ActorInfo",
     "ActorDiedError",
     "ActorError",
     "ActorHandle",
@@ -42,14 +54,19 @@ __all__ = [
     "ActorRtError",
     "ClusterError",
     "GetTimeoutError",
+    "NodeInfo",
     "NotInitializedError",
     "ObjectRef",
     "PlacementError",
     "actor",
+    "actors",
+    "dump_cluster",
     "get",
     "get_actor",
     "is_initialized",
     "kill",
+    "nodes",
+    "plan",
     "shutdown",
     "start",
     "wait",

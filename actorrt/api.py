@@ -1,24 +1,37 @@
-"""The public functions: ``start``, ``shutdown``, ``is_initialized``, ``get_actor``, ``kill``."""
+"""The public functions: ``start``, ``shutdown``, ``get_actor``, ``kill`` and introspection."""
 
 from __future__ import annotations
 
 import atexit
-import collections
 import os
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from actorrt.actor import ActorHandle
 from actorrt.errors import ActorRtError, ClusterError
+from actorrt.placement.clusterfile import dump_cluster as _dump_spec
+from actorrt.placement.layout import Layout, parse_layout
 from actorrt.runtime import runtime as rt_mod
 from actorrt.runtime.context import current, current_or_none, is_initialized
-from actorrt.runtime.directory import ClusterDirectory, ProcessSlot
+from actorrt.runtime.directory import ActorInfo, ClusterDirectory, NodeInfo
 from actorrt.runtime.runtime import Runtime
 
-__all__ = ["get_actor", "is_initialized", "kill", "shutdown", "start"]
+__all__ = [
+    "actors",
+    "dump_cluster",
+    "get_actor",
+    "is_initialized",
+    "kill",
+    "nodes",
+    "plan",
+    "shutdown",
+    "start",
+]
+
+LayoutArg = Mapping[str, Any] | str | os.PathLike[str] | Layout | None
 
 _TRANSPORTS = ("auto", "cpu", "cuda")
 _start_lock = threading.Lock()
@@ -35,6 +48,9 @@ _RESTART_WARNING = (
 def start(
     init_method: str | None = None,
     *,
+    labels: LayoutArg = None,
+    talks: Mapping[str, Any] | Iterable[Any] | None = None,
+    strategy: str | None = None,
     num_workers: int | None = None,
     rank: int = 0,
     world_size: int | None = None,
@@ -55,9 +71,24 @@ def start(
     of this machine) and waits for ``world_size - 1`` workers started with
     ``actorrt worker``, torchrun or srun.
 
+    With a layout (``labels=``), the plan places every labelled slot before ``init_rpc``:
+    which process (and, locally, how many processes), which GPU, and the device maps of
+    the processes whose labels talk. ``Cls.remote()`` with a label then goes into a slot
+    of that label. ``actorrt plan CLUSTER_FILE --labels LAYOUT`` shows the same plan for
+    the cluster file that :func:`dump_cluster` writes.
+
     Args:
         init_method: ``tcp://HOST:PORT`` of a multi-node cluster; None for a local one.
-        num_workers: Local worker processes (default: CPU count, at most 8).
+        labels: The layout: ``{"learner": {"count": 1, "num_gpus": 1}, "collector":
+            {"count": 8, "num_cpus": 1, "num_gpus": 0.25}}`` (keys optional, count
+            defaults to 1), or a path to a TOML file with that ``[labels]`` table.
+        talks: Label pairs that exchange data, e.g. ``[("collector", "learner")]``
+            (default: every pair); device maps are planned for those pairs only.
+        strategy: ``"spread"`` (default: slots of a label on different hosts), ``"pack"``
+            (fewest hosts), ``"nearest"`` / ``"nearest:LABEL"`` (near the first / named
+            label's slots).
+        num_workers: Local worker processes (default: one per layout slot; without a
+            layout, the CPU count, at most 8).
         rank: Must be 0: the driver is rank 0 (workers use ``actorrt worker``).
         world_size: Processes in all, the driver included (multi-node only).
         token: Shared secret workers must present (default: ``ACTORRT_TOKEN`` if set);
@@ -78,8 +109,10 @@ def start(
         RuntimeError: actorrt is already started in this process.
         ValueError: An argument is invalid (the message says which and how to fix it).
         ClusterError: The cluster could not be formed (missing ranks, bad port, ...).
-        PlacementError: The plan is infeasible (e.g. ``transport="cuda"`` without GPUs).
+        PlacementError: The layout is malformed or infeasible (raised before any local
+            worker is started), or ``transport="cuda"`` meets a process without a GPU.
     """
+    layout = parse_layout(labels, talks, strategy)
     if transport not in _TRANSPORTS:
         raise ValueError(f"transport={transport!r}: choose one of {', '.join(_TRANSPORTS)}.")
     if rank != 0:
@@ -97,7 +130,9 @@ def start(
                 "world_size is for multi-node clusters (with init_method); a local cluster "
                 "takes num_workers=N."
             )
-        n = num_workers if num_workers is not None else min(os.cpu_count() or 1, 8)
+        slots = sum(spec.count for spec in layout.specs)
+        default = max(1, slots) if layout.specs else min(os.cpu_count() or 1, 8)
+        n = num_workers if num_workers is not None else default
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"num_workers={num_workers!r} must be an int >= 1.")
         # a local cluster makes its own token and listens on loopback only
@@ -129,6 +164,7 @@ def start(
             port=port,
             world_size=world,
             token=token,
+            layout=layout,
             local_workers=local_workers,
             transport=transport,
             cuda_device_map=cuda_device_map,
@@ -159,6 +195,7 @@ def _start_driver(
     port: int,
     world_size: int,
     token: str | None,
+    layout: Layout,
     local_workers: int,
     transport: str,
     cuda_device_map: str | None,
@@ -176,19 +213,34 @@ def _start_driver(
 
     os.environ.setdefault("IBV_FORK_SAFE", "1")
     os.environ.setdefault("RDMAV_FORK_SAFE", "1")
+    local = local_workers > 0
+    socket_ifname = "lo" if local else None
+    own = planning.describe_process((), gpus, cuda_device_map, hosts_actors=False)
+    if local:
+        visible = gpus if gpus is not None else tuple(range(_cuda_count()))
+        if layout.specs:
+            # Every worker sees the GPUs the driver may use; the plan says which one each
+            # slot takes (capacity per physical GPU). Planned now, on the descriptions the
+            # workers will report, so an infeasible layout fails before any is started.
+            per_worker = [visible] * local_workers
+            worker = {k: v for k, v in own.items() if k != "cuda_device_map"}
+            predicted = [own, *({**worker, "hosts_actors": True} for _ in per_worker)]
+            planning.cluster_spec(
+                predicted, layout, transport=transport, socket_ifname=socket_ifname
+            ).plan()
+        else:
+            per_worker = [
+                (visible[i % len(visible)],) if visible else () for i in range(local_workers)
+            ]
     server = rendezvous.StoreServer(host, port, timeout)
     cluster: LocalCluster | None = None
-    local = local_workers > 0
     if local:
         token = rendezvous.new_token()
-        visible = gpus if gpus is not None else tuple(range(_cuda_count()))
         cluster = LocalCluster(
             local_workers,
             server.port,
             token,
-            gpus_per_worker=[
-                (visible[i % len(visible)],) if visible else () for i in range(local_workers)
-            ],
+            gpus_per_worker=per_worker,
             labels_per_worker=[() for _ in range(local_workers)],
             timeout=timeout,
             rpc_timeout=rpc_timeout,
@@ -202,7 +254,6 @@ def _start_driver(
         server.close()
 
     try:
-        own = planning.describe_process((), gpus, cuda_device_map)
         others = rendezvous.gather(
             server,
             world_size,
@@ -214,12 +265,14 @@ def _start_driver(
         descriptions = [own, *others]
         # Multi-node: every process keeps its own TP_SOCKET_IFNAME (interface names differ
         # between machines), so the plan sets none.
-        plan = planning.plan_cluster(
+        spec = planning.cluster_spec(
             descriptions,
+            layout,
             transport=transport,
-            socket_ifname="lo" if local else None,
+            socket_ifname=socket_ifname,
             session=server.session,
         )
+        the_plan = spec.plan()
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
         try:
@@ -230,16 +283,17 @@ def _start_driver(
             abandon()
         raise
     graceful = rendezvous.graceful_shutdown_possible()
-    plan["graceful_shutdown"] = graceful  # workers read it (see the function's docstring)
-    rendezvous.publish_plan(server.store, plan)
-    setup = planning.setup_for(plan, 0)
+    published = the_plan.to_dict()
+    published["graceful_shutdown"] = graceful  # workers read it (see the function's docstring)
+    rendezvous.publish_plan(server.store, published)
+    setup = planning.ProcessSetup(published, 0)
     setup.apply_env()
     from actorrt.cluster.netif import apply_socket_ifname
 
     # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     # (set here unless given): the interface holding HOST, so loopback for a local cluster.
     apply_socket_ifname(host, server.port, own_address=True)
-    directory = ClusterDirectory(_slots(setup.plan, descriptions))
+    directory = ClusterDirectory(the_plan, spec.processes)
     state: dict[str, Any] = {"graceful": graceful}
     rt = Runtime(
         name=setup.name,
@@ -251,7 +305,8 @@ def _start_driver(
         guard_tiny_cuda=setup.guard_tiny_cuda,
         on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
     )
-    rt.plan = setup.plan
+    rt.plan = the_plan
+    rt.spec = spec
     rt.descriptions = descriptions
     rt_mod._install(rt)
     try:
@@ -287,29 +342,6 @@ def _cuda_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def _slots(plan: Any, descriptions: list[dict[str, Any]]) -> list[ProcessSlot]:
-    def host_of(d: dict[str, Any]) -> str:
-        return d.get("boot_id", "") + d.get("hostname", "")
-
-    per_host = collections.Counter(host_of(d) for d in descriptions[1:])
-    slots = []
-    for proc in plan.processes:
-        if proc.rank == 0:
-            continue  # the driver hosts no actors, as in Ray
-        d = descriptions[proc.rank]
-        share = per_host[host_of(d)]
-        slots.append(
-            ProcessSlot(
-                name=proc.name,
-                rank=proc.rank,
-                labels=tuple(d.get("labels", ())),
-                num_cpus=float(d.get("num_cpus", 1)) / share,
-                gpus=tuple(int(g["index"]) for g in d.get("gpus", ())),
-            )
-        )
-    return slots
 
 
 def _watch_local_workers(rt: Runtime, cluster: Any) -> None:
@@ -360,6 +392,54 @@ def shutdown() -> None:
         return
     atexit.unregister(shutdown)
     rt.close()
+
+
+def actors() -> list[ActorInfo]:
+    """One record per actor in the cluster: id, class, name, label, process, host, GPUs, state.
+
+    Example::
+
+        for a in actorrt.actors():
+            print(a.class_name, a.label, a.process, a.host, a.gpus, a.state)
+    """
+    return current("actorrt.actors()").actors()
+
+
+def nodes() -> list[NodeInfo]:
+    """One record per process of the cluster (the driver included): host, labels, GPUs, alive."""
+    return current("actorrt.nodes()").nodes()
+
+
+def plan() -> dict[str, Any]:
+    """The live plan, in the JSON form of ``actorrt plan --json``."""
+    the_plan = current("actorrt.plan()").plan
+    if the_plan is None:
+        raise RuntimeError("this process has no plan yet; call it after actorrt.start()")
+    return the_plan.to_dict()
+
+
+def dump_cluster(path: str | os.PathLike[str] | None = None) -> str:
+    """The live cluster as a cluster file (TOML): every process's node description and the layout.
+
+    ``actorrt plan FILE --json`` on it prints exactly :func:`plan`, so a real cluster can
+    be previewed offline, with other layouts (``--labels``). Driver only.
+
+    Args:
+        path: Also write the text to this file.
+
+    Returns:
+        The cluster file's text.
+    """
+    spec = current("actorrt.dump_cluster()").spec
+    if spec is None:
+        raise RuntimeError(
+            "actorrt.dump_cluster() works on the driver, which holds every description"
+        )
+    text = _dump_spec(spec)
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return text
 
 
 def get_actor(name: str) -> ActorHandle:

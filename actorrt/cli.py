@@ -1,4 +1,4 @@
-"""The ``actorrt`` command: ``actorrt worker``, ``actorrt plan`` and ``actorrt bench``.
+"""The ``actorrt`` command: ``actorrt worker``, ``actorrt plan`` and ``actorrt describe``.
 
 Each subcommand lives in the module that owns its job; this file only wires argparse
 to them, importing lazily so ``actorrt --help`` stays fast.
@@ -17,6 +17,10 @@ __all__ = ["main"]
 _SUBCOMMANDS = {
     "worker": ("actorrt.cluster.worker_cli", "join a cluster as a worker process"),
     "plan": ("actorrt.placement.plan_cli", "print (or draw) the placement plan for a cluster file"),
+    "describe": (
+        "actorrt.placement.describe_cli",
+        "print this machine as a [[nodes]] block of a cluster file",
+    ),
 }
 
 

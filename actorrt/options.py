@@ -6,13 +6,13 @@ Bad options fail here, at decoration or ``.options()`` time, never later on a wo
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ActorOptions"]
+from actorrt.placement.layout import LABEL_PATTERN
+from actorrt.placement.resources import Resources
 
-_LABEL_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+__all__ = ["ActorOptions"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +20,10 @@ class ActorOptions:
     """How an actor is placed and run.
 
     Attributes:
-        label: Role of the actor (``"learner"``, ``"collector"``...). Labelled actors only go
-            to processes that offer the label, when any process offers labels at all.
+        label: Role of the actor (``"learner"``, ``"collector"``...). With a layout
+            (``actorrt.start(labels=...)``) the actor goes into a slot of its label, on the
+            process and GPU the plan gave that slot; without one, only to processes that
+            offer the label, when any process offers labels at all.
         num_cpus: CPUs reserved on the hosting process (0 reserves none, as Ray does for
             running actors).
         num_gpus: GPUs reserved; the actor's threads get that GPU as their current device.
@@ -39,26 +41,23 @@ class ActorOptions:
 
     def __post_init__(self) -> None:
         if self.label is not None and (
-            not isinstance(self.label, str) or not _LABEL_RE.match(self.label)
+            not isinstance(self.label, str) or not LABEL_PATTERN.match(self.label)
         ):
             raise ValueError(
                 f"label={self.label!r} is not a valid label: use letters, digits, '_', '.', '-' "
                 "(starting with a letter or '_'), e.g. label='learner'."
             )
-        for field in ("num_cpus", "num_gpus"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{field}={value!r} must be a number >= 0, e.g. {field}=1.")
-        if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
-            raise ValueError(
-                f"num_gpus={self.num_gpus!r}: fractions are only allowed below 1 (a share of "
-                "one GPU); use a whole number of GPUs above 1."
-            )
+        Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise ValueError(f"name={self.name!r} must be a non-empty string.")
         mc = self.max_concurrency
         if isinstance(mc, bool) or not isinstance(mc, int) or mc < 1:
             raise ValueError(f"max_concurrency={mc!r} must be an int >= 1, e.g. max_concurrency=4.")
+
+    @property
+    def resources(self) -> Resources:
+        """What the actor reserves (validated by :class:`Resources`)."""
+        return Resources(self.num_cpus, self.num_gpus)
 
     @classmethod
     def from_kwargs(

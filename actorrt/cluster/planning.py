@@ -12,13 +12,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.dicompat import device_map_override_from_di
 from actorrt.placement.discovery import describe_node
+from actorrt.placement.layout import Layout
 from actorrt.placement.node import NodeDescription, ProcessInfo
-from actorrt.placement.plan import Plan, make_plan
+from actorrt.placement.plan import Plan
 from actorrt.placement.transports import registered_tensorpipe_backends
 
-__all__ = ["describe_process", "plan_cluster", "process_name", "ProcessSetup", "setup_for"]
+__all__ = ["ProcessSetup", "cluster_spec", "describe_process", "process_name"]
 
 
 def process_name(rank: int, session: str = "") -> str:
@@ -37,27 +39,38 @@ def describe_process(
     labels: Sequence[str] = (),
     gpus: Sequence[int] | None = None,
     cuda_device_map: str | None = None,
-) -> dict:
+    *,
+    hosts_actors: bool = True,
+) -> dict[str, Any]:
     """This process's node description (host, container, GPUs, HCAs, labels) as a dict.
 
     ``cuda_device_map`` is this process's own DI-engine style map
     (``<peer rank>_<local gpu>_<peer gpu>,...``); it travels with the description so rank 0
-    can apply every process's override when it plans.
+    can apply every process's override when it plans. The driver passes
+    ``hosts_actors=False``: it hosts no actors.
     """
-    description = describe_node(tuple(labels), gpus=gpus).to_dict()
+    node = describe_node(tuple(labels), gpus=gpus)
+    if not hosts_actors:
+        node = dataclasses.replace(node, hosts_actors=False)
+    description = node.to_dict()
     if cuda_device_map:
         description["cuda_device_map"] = cuda_device_map
     return description
 
 
-def plan_cluster(
+def cluster_spec(
     descriptions: Sequence[dict[str, Any]],
+    layout: Layout,
     *,
     transport: str = "auto",
     socket_ifname: str | None = None,
     session: str = "",
-) -> dict[str, Any]:
-    """On rank 0: the plan for ranks ``0..len(descriptions)-1``, as a JSON-safe dict."""
+) -> ClusterSpec:
+    """On rank 0: the planner's input for ranks ``0..len(descriptions)-1``.
+
+    ``ClusterSpec.plan()`` on it is the cluster's plan; ``dump_cluster`` writes it as the
+    cluster file that ``actorrt plan`` plans identically.
+    """
     processes = [
         ProcessInfo(rank=r, name=process_name(r, session), node=NodeDescription.from_dict(d))
         for r, d in enumerate(descriptions)
@@ -65,14 +78,14 @@ def plan_cluster(
     di_maps = {
         r: d["cuda_device_map"] for r, d in enumerate(descriptions) if d.get("cuda_device_map")
     }
-    override = device_map_override_from_di(di_maps, processes) if di_maps else None
-    plan = make_plan(
-        processes,
+    override = device_map_override_from_di(di_maps, processes) if di_maps else {}
+    return ClusterSpec(
+        processes=tuple(processes),
+        layout=layout,
         transport=transport,
-        device_map_override=override,
         socket_ifname=socket_ifname,
+        device_map_override=override,
     )
-    return plan.to_dict()
 
 
 class ProcessSetup:
@@ -111,7 +124,3 @@ class ProcessSetup:
 def _env_list(name: str) -> list[str] | None:
     value = os.environ.get(name, "").strip()
     return [v.strip() for v in value.split(",") if v.strip()] or None
-
-
-def setup_for(plan: dict[str, Any], rank: int) -> ProcessSetup:
-    return ProcessSetup(plan, rank)

@@ -6,7 +6,13 @@ every pair of processes will use. No processes, sockets or GPUs are touched, exc
 :func:`describe_node`, which reads the local machine.
 """
 
-from actorrt.placement.clusterfile import ClusterSpec, load_cluster, parse_cluster
+from actorrt.placement.clusterfile import (
+    ClusterSpec,
+    dump_cluster,
+    load_cluster,
+    node_table,
+    parse_cluster,
+)
 from actorrt.placement.dicompat import (
     device_map_override_from_di,
     di_device_map_for,
@@ -16,6 +22,15 @@ from actorrt.placement.dicompat import (
     parse_local_cuda_devices,
 )
 from actorrt.placement.discovery import describe_node
+from actorrt.placement.layout import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    LabelSpec,
+    Layout,
+    load_layout,
+    parse_label_specs,
+    parse_layout,
+)
 from actorrt.placement.node import (
     ContainerIdentity,
     GpuInfo,
@@ -24,7 +39,8 @@ from actorrt.placement.node import (
     ProcessInfo,
 )
 from actorrt.placement.plan import TRANSPORT_MODES, Pair, Plan, ProcessPlan, make_plan
-from actorrt.placement.scheduler import STRATEGIES, LabelSpec, Slot, parse_label_specs
+from actorrt.placement.resources import Resources
+from actorrt.placement.scheduler import Placer, Slot
 from actorrt.placement.topology import BANDWIDTH_CLASS, LINK_KINDS, build_topology
 from actorrt.placement.transports import (
     GDR_MIN_BYTES,
@@ -34,6 +50,7 @@ from actorrt.placement.transports import (
 
 __all__ = [
     "BANDWIDTH_CLASS",
+    "DEFAULT_STRATEGY",
     "GDR_MIN_BYTES",
     "LINK_KINDS",
     "STRATEGIES",
@@ -43,24 +60,31 @@ __all__ = [
     "GpuInfo",
     "HcaInfo",
     "LabelSpec",
+    "Layout",
     "NodeDescription",
     "Pair",
+    "Placer",
     "Plan",
     "ProcessInfo",
     "ProcessPlan",
+    "Resources",
     "Slot",
     "build_topology",
     "describe_node",
     "device_map_override_from_di",
+    "dump_cluster",
     "di_device_map_for",
     "format_cuda_device_map",
     "format_local_cuda_devices",
     "guard_tiny_cuda_tensors",
     "load_cluster",
+    "load_layout",
     "make_plan",
+    "node_table",
     "parse_cluster",
     "parse_cuda_device_map",
     "parse_label_specs",
     "parse_local_cuda_devices",
+    "parse_layout",
     "registered_tensorpipe_backends",
 ]

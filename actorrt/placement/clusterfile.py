@@ -1,16 +1,17 @@
-"""Cluster files: a TOML description of nodes, processes and labels, for ``actorrt plan``.
+"""Cluster files: a TOML description of nodes, processes and a layout, for ``actorrt plan``.
 
 See ``docs/placement.md`` for the format; ``examples/clusters/`` has one file per
-typical layout. A cluster file turns into exactly the ``ProcessInfo`` list that the
-runtime would have gathered from the processes themselves, so ``actorrt plan`` shows
-what the runtime would do.
+typical layout. A cluster file turns into a :class:`ClusterSpec`: exactly the
+``ProcessInfo`` list the runtime gathers from the processes themselves, plus the layout
+and plan options. ``actorrt.start()`` builds the same ``ClusterSpec`` from the live
+cluster and calls the same :meth:`ClusterSpec.plan`, and :func:`dump_cluster` writes a
+live cluster back as a file, so ``actorrt plan`` shows what the runtime does.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from actorrt.errors import PlacementError
 from actorrt.placement.dicompat import device_map_override_from_di
+from actorrt.placement.layout import LabelSpec, Layout, layout_from_tables, load_toml
 from actorrt.placement.node import (
     ContainerIdentity,
     GpuInfo,
@@ -27,12 +29,12 @@ from actorrt.placement.node import (
     normalize_bus_id,
 )
 from actorrt.placement.plan import Plan, make_plan
-from actorrt.placement.scheduler import LabelSpec, parse_label_specs
 
-__all__ = ["ClusterSpec", "load_cluster", "parse_cluster"]
+__all__ = ["ClusterSpec", "dump_cluster", "load_cluster", "node_table", "parse_cluster"]
 
 _PLAN_KEYS = {"transport", "strategy", "socket_ifname"}
-_TOP_KEYS = {"plan", "labels", "nodes", "device_maps", "cuda_device_map"}
+_TOP_KEYS = {"plan", "labels", "talks", "nodes", "processes", "device_maps", "cuda_device_map"}
+_PROCESS_KEYS = {"rank", "name", "node"}
 _NODE_KEYS = {
     "hostname",
     "name",
@@ -46,51 +48,50 @@ _NODE_KEYS = {
     "processes",
     "gpus_per_process",
     "labels",
+    "hosts_actors",
 }
-_GROUP_KEYS = {"count", "name", "labels", "gpus", "gpus_per_process"}
+_GROUP_KEYS = {"count", "name", "labels", "gpus", "gpus_per_process", "hosts_actors"}
 _WORKER_NAME = re.compile(r"[^A-Za-z0-9_:\-]")  # what torch accepts in an RPC worker name
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A parsed cluster file: the processes and everything ``make_plan`` takes."""
+    """Everything the planner takes: the processes, the layout and the plan options.
+
+    Built from a cluster file by :func:`parse_cluster`, and from the live node
+    descriptions by the runtime; :meth:`plan` is the one way either gets a plan.
+    """
 
     processes: tuple[ProcessInfo, ...]
-    specs: tuple[LabelSpec, ...] = ()
+    layout: Layout = field(default_factory=Layout)
     transport: str = "auto"
-    strategy: str = "pack"
     socket_ifname: str | None = None
     device_map_override: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
 
-    def plan(self, *, transport: str | None = None, strategy: str | None = None) -> Plan:
-        """Plan this cluster (optionally with another transport mode or strategy)."""
+    @property
+    def specs(self) -> tuple[LabelSpec, ...]:
+        return self.layout.specs
+
+    @property
+    def strategy(self) -> str:
+        return self.layout.strategy
+
+    def plan(
+        self,
+        *,
+        transport: str | None = None,
+        strategy: str | None = None,
+        layout: Layout | None = None,
+    ) -> Plan:
+        """Plan this cluster (optionally with another transport mode, strategy or layout)."""
         return make_plan(
             self.processes,
-            self.specs,
+            layout or self.layout,
             transport=transport or self.transport,
-            strategy=strategy or self.strategy,
+            strategy=strategy,
             device_map_override=self.device_map_override or None,
             socket_ifname=self.socket_ifname,
         )
-
-
-def _load_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        try:
-            import tomli as tomllib
-        except ImportError as e:
-            raise PlacementError(
-                "reading a cluster file on Python 3.10 needs the 'tomli' package: pip install tomli"
-            ) from e
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except OSError as e:
-        raise PlacementError(f"cannot read cluster file {path}: {e.strerror or e}") from e
-    except tomllib.TOMLDecodeError as e:
-        raise PlacementError(f"cluster file {path} is not valid TOML: {e}") from e
 
 
 def load_cluster(path: str | os.PathLike[str]) -> ClusterSpec:
@@ -100,7 +101,7 @@ def load_cluster(path: str | os.PathLike[str]) -> ClusterSpec:
         PlacementError: The file is missing, not TOML, or has a bad field (named).
     """
     p = Path(path)
-    return parse_cluster(_load_toml(p), source=str(p))
+    return parse_cluster(load_toml(p), source=str(p))
 
 
 def _check_keys(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -196,11 +197,45 @@ def parse_cluster(data: Mapping[str, Any], source: str = "<cluster>") -> Cluster
     _check_keys(data, _TOP_KEYS, source)
     plan_opts = data.get("plan", {})
     _check_keys(plan_opts, _PLAN_KEYS, f"{source} [plan]")
-    specs = parse_label_specs(data.get("labels", {}))
+    layout = layout_from_tables(data, source)
     nodes = data.get("nodes")
-    if not nodes or not isinstance(nodes, list):
-        raise PlacementError(f"{source}: needs at least one [[nodes]] table")
+    if "processes" in data:
+        if nodes:
+            raise PlacementError(f"{source}: has both [[nodes]] and [[processes]]; use one of them")
+        processes = _verbatim_processes(data["processes"], source)
+    elif not nodes or not isinstance(nodes, list):
+        raise PlacementError(f"{source}: needs at least one [[nodes]] (or [[processes]]) table")
+    else:
+        processes = _expand_nodes(nodes, source)
+    return ClusterSpec(
+        processes=tuple(processes),
+        layout=layout,
+        transport=str(plan_opts.get("transport", "auto")),
+        socket_ifname=plan_opts.get("socket_ifname"),
+        device_map_override=_overrides(data, processes, source),
+    )
 
+
+def _verbatim_processes(raw: Any, source: str) -> list[ProcessInfo]:
+    if not isinstance(raw, list):
+        raise PlacementError(f"{source}: [[processes]] must be a list of tables")
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"{source} processes[{i}]"
+        if not isinstance(entry, Mapping):
+            raise PlacementError(f"{where}: expected a table, got {entry!r}")
+        _check_keys(entry, _PROCESS_KEYS, where)
+        if "name" not in entry or "node" not in entry:
+            raise PlacementError(f"{where}: needs a name and a node table")
+        try:
+            node = NodeDescription.from_dict(entry["node"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlacementError(f"{where}.node: {type(exc).__name__}: {exc}") from None
+        out.append(ProcessInfo(rank=int(entry.get("rank", i)), name=str(entry["name"]), node=node))
+    return out
+
+
+def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
     processes: list[ProcessInfo] = []
     for n_idx, node in enumerate(nodes):
         where = f"{source} nodes[{n_idx}]"
@@ -240,8 +275,9 @@ def parse_cluster(data: Mapping[str, Any], source: str = "<cluster>") -> Cluster
             gw = f"{where}.processes[{g_idx}]"
             _check_keys(group, _GROUP_KEYS, gw)
             count = group.get("count", 1)
-            if not isinstance(count, int) or count < 0:
-                raise PlacementError(f"{gw}.count: expected an integer >= 0, got {count!r}")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise PlacementError(f"{gw}.count: expected an integer >= 1, got {count!r}")
+            hosts_actors = bool(group.get("hosts_actors", node.get("hosts_actors", True)))
             labels = tuple(group.get("labels", node.get("labels", ())))
             visible_sets = _visible_sets(
                 group, count, len(tables), node.get("gpus_per_process", "all"), gw
@@ -290,9 +326,16 @@ def parse_cluster(data: Mapping[str, Any], source: str = "<cluster>") -> Cluster
                             gpus=gpus,
                             hcas=hca_infos,
                             labels=labels,
+                            hosts_actors=hosts_actors,
                         ),
                     )
                 )
+    return processes
+
+
+def _overrides(
+    data: Mapping[str, Any], processes: list[ProcessInfo], source: str
+) -> dict[str, dict[str, dict[str, str]]]:
     override: dict[str, dict[str, dict[str, str]]] = {}
     for src, per_peer in data.get("device_maps", {}).items():
         override[str(src)] = {
@@ -309,11 +352,51 @@ def parse_cluster(data: Mapping[str, Any], source: str = "<cluster>") -> Cluster
             {int(k): str(v) for k, v in di.items()}, processes
         ).items():
             override.setdefault(src, {}).update(per_peer)
-    return ClusterSpec(
-        processes=tuple(processes),
-        specs=specs,
-        transport=str(plan_opts.get("transport", "auto")),
-        strategy=str(plan_opts.get("strategy", "pack")),
-        socket_ifname=plan_opts.get("socket_ifname"),
-        device_map_override=override,
-    )
+    return override
+
+
+def dump_cluster(spec: ClusterSpec) -> str:
+    """Write ``spec`` as a cluster file (TOML) that :func:`load_cluster` reads back equal.
+
+    Processes are written verbatim (``[[processes]]``, one node description each), so a
+    live cluster dumped by ``actorrt.dump_cluster()`` plans offline exactly as it did.
+    """
+    import tomli_w
+
+    data: dict[str, Any] = {"plan": {"transport": spec.transport, "strategy": spec.strategy}}
+    if spec.socket_ifname:
+        data["plan"]["socket_ifname"] = spec.socket_ifname
+    data["labels"] = {
+        s.label: {"count": s.count, "num_gpus": s.num_gpus, "num_cpus": s.num_cpus}
+        for s in spec.specs
+    }
+    if spec.layout.talks is not None:
+        talks: dict[str, list[str]] = {}
+        for a, b in spec.layout.talks:
+            talks.setdefault(a, []).append(b)
+        data["talks"] = talks
+    if spec.device_map_override:
+        data["device_maps"] = spec.device_map_override
+    data["processes"] = [p.to_dict() for p in spec.processes]
+    return tomli_w.dumps(data)
+
+
+def node_table(node: NodeDescription, processes: int = 1) -> str:
+    """This node as a ``[[nodes]]`` block of a cluster file (what ``actorrt describe`` prints)."""
+    import tomli_w
+
+    table: dict[str, Any] = {
+        "hostname": node.hostname,
+        "boot_id": node.boot_id,
+        "container": node.container.to_dict(),
+        "num_cpus": node.num_cpus,
+        "gpus": [
+            {"pci_bus_id": g.pci_bus_id, "name": g.name, "nvlink_peers": list(g.nvlink_peers)}
+            for g in node.gpus
+        ],
+        "hcas": [h.to_dict() for h in node.hcas],
+        "processes": processes,
+    }
+    if node.labels:
+        table["labels"] = list(node.labels)
+    return tomli_w.dumps({"nodes": [table]})

@@ -11,7 +11,7 @@ directions agree and the ``devices`` of each process are exactly the devices its
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from actorrt.errors import PlacementError
 from actorrt.placement.node import ProcessInfo
@@ -56,13 +56,16 @@ def _pair_map(src: Sequence[int], dst: Sequence[int]) -> tuple[tuple[str, str], 
 
 
 def compute_device_maps(
-    processes: Sequence[ProcessInfo], devices: Sequence[Sequence[int]]
+    processes: Sequence[ProcessInfo],
+    devices: Sequence[Sequence[int]],
+    talk: Callable[[int, int], bool] | None = None,
 ) -> list[dict[str, dict[str, str]]]:
-    """Device maps between every two processes that both use GPUs.
+    """Device maps between every two processes that both use GPUs and talk.
 
     Args:
         processes: Processes sorted by rank.
         devices: Local CUDA indices each process offers to RPC (empty: CPU only).
+        talk: Whether processes ``i`` and ``j`` exchange data (None: every pair does).
 
     Returns:
         Per process, ``{peer name: {"cuda:a": "cuda:b"}}``; symmetric (B's map to A is
@@ -77,7 +80,7 @@ def compute_device_maps(
         mine = out[i]
         ki = keys[i]
         for j in gpu_procs:
-            if j == i:
+            if j == i or (talk is not None and not talk(i, j)):
                 continue
             pair = (ki, keys[j])
             m = cache.get(pair)

@@ -184,6 +184,7 @@ class NodeDescription:
         gpus: GPUs visible to the process, by local index.
         hcas: InfiniBand adapters of the host, in verbs-list order.
         labels: Labels the process offers; empty means it accepts any label.
+        hosts_actors: False for the driver, which hosts no actors (as in Ray).
     """
 
     hostname: str
@@ -193,11 +194,7 @@ class NodeDescription:
     gpus: tuple[GpuInfo, ...] = ()
     hcas: tuple[HcaInfo, ...] = ()
     labels: tuple[str, ...] = ()
-
-    @property
-    def host_key(self) -> str:
-        """Identity of the physical host: the boot id, else the host name."""
-        return self.boot_id or self.hostname
+    hosts_actors: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -208,6 +205,7 @@ class NodeDescription:
             "gpus": [g.to_dict() for g in self.gpus],
             "hcas": [h.to_dict() for h in self.hcas],
             "labels": list(self.labels),
+            "hosts_actors": self.hosts_actors,
         }
 
     @classmethod
@@ -220,6 +218,7 @@ class NodeDescription:
             gpus=tuple(GpuInfo.from_dict(g) for g in d.get("gpus", ())),
             hcas=tuple(HcaInfo.from_dict(h) for h in d.get("hcas", ())),
             labels=tuple(str(x) for x in d.get("labels", ())),
+            hosts_actors=bool(d.get("hosts_actors", True)),
         )
 
 

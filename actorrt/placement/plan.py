@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -21,8 +21,9 @@ from actorrt.placement.devicemap import (
     compute_device_maps,
     devices_in_use,
 )
+from actorrt.placement.layout import DEFAULT_STRATEGY, LabelSpec, Layout
 from actorrt.placement.node import ProcessInfo, check_processes
-from actorrt.placement.scheduler import LabelSpec, Slot, schedule
+from actorrt.placement.scheduler import Slot, schedule
 from actorrt.placement.topology import container_key, host_key
 from actorrt.placement.transports import (
     pair_transports,
@@ -155,13 +156,16 @@ class Plan:
         transport: The mode it was planned in (auto / cpu / cuda).
         strategy: The placement strategy used.
         specs: The label specs it satisfies.
+        talks: The label pairs that exchange data (None: every pair); pairs of processes
+            that do not talk have no device map and no entry in ``pairs``.
     """
 
     processes: tuple[ProcessPlan, ...]
     pairs: tuple[Pair, ...] = ()
     transport: str = "auto"
-    strategy: str = "pack"
+    strategy: str = DEFAULT_STRATEGY
     specs: tuple[LabelSpec, ...] = ()
+    talks: tuple[tuple[str, str], ...] | None = None
     _by_rank: dict[int, ProcessPlan] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -199,7 +203,15 @@ class Plan:
         try:
             return self._by_pair[(a, b)]
         except KeyError:
-            raise PlacementError(f"no pair {a!r} <-> {b!r} in the plan") from None
+            raise PlacementError(
+                f"no pair {a!r} <-> {b!r} in the plan: their labels do not talk (talks="
+                f"{self.talks}); add the pair to the layout's talks"
+            ) from None
+
+    @property
+    def layout(self) -> Layout:
+        """The layout this plan places."""
+        return Layout(self.specs, self.talks, self.strategy)
 
     def holders(self, label: str) -> Iterator[tuple[ProcessPlan, Slot]]:
         """Every (process, slot) that carries ``label``, by rank then slot index."""
@@ -214,6 +226,7 @@ class Plan:
             "transport": self.transport,
             "strategy": self.strategy,
             "specs": [s.to_dict() for s in self.specs],
+            "talks": None if self.talks is None else [list(t) for t in self.talks],
             "processes": [p.to_dict() for p in self.processes],
         }
         if include_pairs:
@@ -222,15 +235,14 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Plan:
+        talks = d.get("talks")
         return cls(
             processes=tuple(ProcessPlan.from_dict(p) for p in d["processes"]),
             pairs=tuple(Pair(p["src"], p["dst"], p["transport"]) for p in d.get("pairs", ())),
             transport=str(d.get("transport", "auto")),
-            strategy=str(d.get("strategy", "pack")),
-            specs=tuple(
-                LabelSpec(s["label"], s.get("count", 1), s.get("num_gpus", 0))
-                for s in d.get("specs", ())
-            ),
+            strategy=str(d.get("strategy", DEFAULT_STRATEGY)),
+            specs=tuple(LabelSpec.from_dict(s) for s in d.get("specs", ())),
+            talks=None if talks is None else tuple((str(a), str(b)) for a, b in talks),
         )
 
     def to_json(self, include_pairs: bool = True, **kwargs: Any) -> str:
@@ -271,22 +283,26 @@ def _gc_paused() -> Iterator[None]:
 
 def make_plan(
     processes: Sequence[ProcessInfo],
-    specs: Sequence[LabelSpec] = (),
+    layout: Layout | Sequence[LabelSpec] = (),
     *,
     transport: str = "auto",
-    strategy: str = "pack",
+    strategy: str | None = None,
     device_map_override: DeviceMapOverride | None = None,
     socket_ifname: str | None = None,
 ) -> Plan:
     """Plan a cluster: placement, device maps, transports and environment of every process.
 
+    The one planner: ``actorrt plan`` (on a cluster file) and ``actorrt.start()`` (on the
+    live node descriptions) both call it, through :meth:`ClusterSpec.plan`.
+
     Args:
         processes: One entry per RPC process (any order; planned by rank).
-        specs: Label specs to place.
+        layout: The :class:`Layout` to place, or just its label specs.
         transport: ``auto`` (device maps between processes that both use GPUs),
             ``cuda`` (every process must have a GPU) or ``cpu`` (no device maps: CUDA
             tensors are staged through host memory by the runtime).
-        strategy: ``pack``, ``spread``, ``nearest`` or ``nearest:LABEL``.
+        strategy: Overrides the layout's strategy (``spread``, ``pack``, ``nearest``,
+            ``nearest:LABEL``).
         device_map_override: ``{process: {peer: {"cuda:0": "cuda:1"}}}``; replaces the
             computed maps of those pairs after validation.
         socket_ifname: Network interface TensorPipe listens on (``TP_SOCKET_IFNAME``).
@@ -295,25 +311,46 @@ def make_plan(
         The plan.
 
     Raises:
-        PlacementError: The spec cannot be met, the mode does not fit the hardware or
+        PlacementError: The layout cannot be met, the mode does not fit the hardware or
             an override is invalid; the message says which and what to change.
     """
     if transport not in TRANSPORT_MODES:
         raise PlacementError(f"unknown transport {transport!r}; use auto, cuda or cpu")
+    if not isinstance(layout, Layout):
+        layout = Layout(tuple(layout), None, strategy or DEFAULT_STRATEGY)
+    elif strategy:
+        layout = Layout(layout.specs, layout.talks, strategy)
     with _gc_paused():
-        return _make_plan(processes, specs, transport, strategy, device_map_override, socket_ifname)
+        return _make_plan(processes, layout, transport, device_map_override, socket_ifname)
+
+
+def _talk_rule(
+    layout: Layout, slots: Sequence[tuple[Slot, ...]]
+) -> Callable[[int, int], bool] | None:
+    """Which process pairs exchange data; None when every pair does."""
+    if layout.talks is None:
+        return None
+    labels = [frozenset(s.label for s in ps) for ps in slots]
+
+    def talk(i: int, j: int) -> bool:
+        # A process with no slot (the driver, a spare worker) may talk to anyone.
+        if not labels[i] or not labels[j]:
+            return True
+        return any(layout.talk(a, b) for a in labels[i] for b in labels[j])
+
+    return talk
 
 
 def _make_plan(
     processes: Sequence[ProcessInfo],
-    specs: Sequence[LabelSpec],
+    layout: Layout,
     transport: str,
-    strategy: str,
     device_map_override: DeviceMapOverride | None,
     socket_ifname: str | None,
 ) -> Plan:
     procs = check_processes(processes)
-    slots = schedule(procs, tuple(specs), strategy)
+    _, slots = schedule(procs, layout.specs, layout.strategy)
+    talk = _talk_rule(layout, slots)
 
     # Which GPUs each process offers to device maps.
     offered: list[tuple[int, ...]] = []
@@ -333,10 +370,11 @@ def _make_plan(
             offered.append(assigned or visible)
         else:
             # A process hosting only CPU slots keeps its GPUs out of RPC; a process with
-            # no slot yet may host GPU actors later, so it offers what it sees.
+            # no slot (the driver, a spare worker) may send or host GPU tensors later, so
+            # it offers what it sees.
             offered.append(assigned or (() if ps else visible))
 
-    maps = compute_device_maps(procs, offered)
+    maps = compute_device_maps(procs, offered, talk)
     touched: set[tuple[int, int]] = set()
     if device_map_override:
         if transport == "cpu":
@@ -372,12 +410,13 @@ def _make_plan(
         )
     make_pair = Pair._make  # tuple.__new__: 3x cheaper than Pair(...) over ~10^5 pairs
     pairs = tuple(
-        make_pair((names[i], names[j], t)) for i, j, t in pair_transports(names, facts, maps)
+        make_pair((names[i], names[j], t)) for i, j, t in pair_transports(names, facts, maps, talk)
     )
     return Plan(
         processes=tuple(plans),
         pairs=pairs,
         transport=transport,
-        strategy=strategy,
-        specs=tuple(specs),
+        strategy=layout.strategy,
+        specs=layout.specs,
+        talks=layout.talks,
     )

@@ -1,4 +1,9 @@
-"""``actorrt plan CLUSTER_FILE``: print (or draw) what the planner does with a cluster."""
+"""``actorrt plan CLUSTER_FILE``: print (or draw) what the planner does with a cluster.
+
+It calls the very function ``actorrt.start()`` calls (``ClusterSpec.plan``), so on a
+file written by ``actorrt.dump_cluster()`` it prints the running cluster's plan, and with
+``--labels`` what another layout would do on the same machines.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,11 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``plan`` subcommand's arguments."""
     parser.add_argument("cluster_file", help="TOML cluster file (see docs/placement.md)")
+    parser.add_argument(
+        "--labels",
+        metavar="LAYOUT.toml",
+        help="plan this layout ([labels], [talks], [plan] strategy) instead of the file's",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the plan as JSON instead of tables"
     )
@@ -38,11 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Plan the cluster file and print it; returns the exit status (2 on a bad plan)."""
     from actorrt.placement.clusterfile import load_cluster
+    from actorrt.placement.layout import load_layout
     from actorrt.placement.render import draw_topology, placement_table, transport_matrix
 
     try:
         cluster = load_cluster(args.cluster_file)
-        plan = cluster.plan(transport=args.transport, strategy=args.strategy)
+        layout = load_layout(args.labels) if args.labels else None
+        plan = cluster.plan(transport=args.transport, strategy=args.strategy, layout=layout)
         if args.draw:
             draw_topology(cluster.processes, plan, args.draw)
     except PlacementError as e:

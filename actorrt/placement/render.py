@@ -80,7 +80,10 @@ def transport_matrix(plan: Plan, max_processes: int = 40) -> str:
     if n > max_processes:
         return f"{n} processes, {len(plan.pairs)} pairs ({summary or 'none'})"
     index = {p.name: i for i, p in enumerate(plan.processes)}
-    grid = [["="] * n for _ in range(n)]
+    # "." marks a pair whose labels do not talk (the layout's talks): nothing planned.
+    grid = [["=" if i == j else "." for j in range(n)] for i in range(n)]
+    if plan.talks is not None:
+        legend += "  .=do not talk (no device map)"
     for src, dst, t in plan.pairs:
         letter = TRANSPORT_LETTERS.get(t, "?")
         grid[index[src]][index[dst]] = grid[index[dst]][index[src]] = letter

@@ -140,8 +140,9 @@ def pair_transports(
     names: Sequence[str],
     facts: Sequence[ProcessFacts],
     maps: Sequence[dict[str, dict[str, str]]],
+    talk: Callable[[int, int], bool] | None = None,
 ) -> list[tuple[int, int, str]]:
-    """The transport each pair ``i < j`` uses (same vocabulary as ``LINK_KINDS``).
+    """The transport each pair ``i < j`` that talks uses (vocabulary of ``LINK_KINDS``).
 
     CUDA tensors of a pair move on a CUDA path only when the pair has a device map;
     otherwise they would be staged through host memory over the CPU transport.
@@ -153,6 +154,8 @@ def pair_transports(
         mi = maps[i]
         ni = names[i]
         for j in range(i + 1, n):
+            if talk is not None and not talk(i, j):
+                continue
             fj = facts[j]
             m = mi.get(names[j])
             if m is None:

@@ -1,130 +1,272 @@
-"""The cluster directory, kept by rank 0: which process hosts each actor, and actor names.
+"""The cluster directory, kept by rank 0: where each actor lives, actor names, introspection.
 
-Every actor creation asks the directory for a process (so resources are counted once,
-cluster-wide), and named actors are registered here for ``actorrt.get_actor``.
+It holds the cluster's plan and places nothing by itself: an actor whose label is in the
+layout goes into one of that label's slots (the plan chose their processes and GPUs);
+any other actor is placed by the plan's own :class:`~actorrt.placement.Placer`, with the
+layout's slots already counted against GPU and CPU capacity. The RPC entry points other
+processes use to reach it are at the bottom of this module.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 
 from actorrt.errors import PlacementError
 from actorrt.options import ActorOptions
+from actorrt.placement.node import ProcessInfo
+from actorrt.placement.plan import Plan
+from actorrt.placement.resources import Resources
+from actorrt.placement.scheduler import Placer, Slot
+from actorrt.runtime.context import current
 
-__all__ = ["ClusterDirectory", "ProcessSlot", "Placement"]
-
-
-@dataclass
-class ProcessSlot:
-    """What one process offers actors, and what is reserved on it now."""
-
-    name: str
-    rank: int
-    labels: tuple[str, ...] = ()
-    num_cpus: float = 0.0
-    gpus: tuple[int, ...] = ()
-    used_cpus: float = 0.0
-    gpu_load: dict[int, float] = field(default_factory=dict)
-    actors: int = 0
-    alive: bool = True
-
-    def free_gpus(self, need: float) -> tuple[int, ...] | None:
-        """GPU indices that can take ``need`` GPUs (a share of one, or whole ones)."""
-        if need <= 0:
-            return ()
-        if need < 1:
-            for gpu in self.gpus:
-                if self.gpu_load.get(gpu, 0.0) + need <= 1.0 + 1e-9:
-                    return (gpu,)
-            return None
-        idle = [g for g in self.gpus if self.gpu_load.get(g, 0.0) == 0.0]
-        return tuple(idle[: int(need)]) if len(idle) >= need else None
+__all__ = [
+    "ActorInfo",
+    "ClusterDirectory",
+    "NodeInfo",
+    "Placement",
+    "rpc_actors",
+    "rpc_lookup",
+    "rpc_nodes",
+    "rpc_place",
+    "rpc_register_name",
+    "rpc_released",
+]
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where an actor goes."""
+    """Where an actor goes: the process and the local GPUs it may use."""
 
     worker: str
     gpu_ids: tuple[int, ...]
 
 
-class ClusterDirectory:
-    """Places actors on processes and keeps actor names. Lives on rank 0 only."""
+@dataclass(frozen=True)
+class ActorInfo:
+    """One actor, as ``actorrt.actors()`` reports it.
 
-    def __init__(self, slots: list[ProcessSlot]) -> None:
+    Attributes:
+        actor_id: The actor's id (as in its handle).
+        class_name: Its class.
+        name: Its registered name, or None.
+        label: Its label, or None.
+        process: RPC name of the process hosting it.
+        rank: That process's rank.
+        host: That process's host name.
+        gpus: Local CUDA indices it was given (empty: none).
+        slot: ``"label/index"`` of the layout slot it occupies, or None.
+        state: ``ALIVE``, or ``DEAD`` once its process died.
+    """
+
+    actor_id: str
+    class_name: str
+    name: str | None
+    label: str | None
+    process: str
+    rank: int
+    host: str
+    gpus: tuple[int, ...]
+    slot: str | None
+    state: str
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One process of the cluster, as ``actorrt.nodes()`` reports it.
+
+    Attributes:
+        process: Its RPC name.
+        rank: Its rank (0 is the driver).
+        host: Its host name.
+        labels: The labels the plan gave its slots.
+        gpus: Local CUDA indices the plan gave its slots.
+        alive: False once it died.
+        actors: Actors it hosts now.
+        hosts_actors: False for the driver.
+    """
+
+    process: str
+    rank: int
+    host: str
+    labels: tuple[str, ...]
+    gpus: tuple[int, ...]
+    alive: bool
+    actors: int
+    hosts_actors: bool
+
+
+@dataclass
+class _SlotUse:
+    """A layout slot at run time: what its actors reserve out of what the slot holds."""
+
+    index: int  # process index in the placer
+    slot: Slot
+    cpu_units: int = 0
+    gpu_units: int = 0
+    actors: int = 0
+
+    def fits(self, res: Resources) -> bool:
+        room = self.slot.resources
+        return (
+            self.cpu_units + res.cpu_units <= room.cpu_units
+            and self.gpu_units + res.gpu_units <= room.gpu_units
+        )
+
+
+@dataclass
+class _Record:
+    info: ActorInfo
+    index: int
+    resources: Resources
+    use: _SlotUse | None = None
+    gpus: tuple[int, ...] = field(default_factory=tuple)
+
+
+class ClusterDirectory:
+    """Places actors into the plan, keeps actor names and the actor table. Rank 0 only.
+
+    Args:
+        plan: The cluster's plan.
+        processes: The processes it was planned from (``ClusterSpec.processes``).
+    """
+
+    def __init__(self, plan: Plan, processes: Sequence[ProcessInfo]) -> None:
         self._lock = threading.Lock()
-        self._slots = {s.name: s for s in slots}
-        self._reservations: dict[str, tuple[str, float, tuple[int, ...], float]] = {}
+        self._plan = plan
+        self._layout = plan.layout
+        self._placer = Placer(processes)
+        self._slots: dict[str, list[_SlotUse]] = {s.label: [] for s in plan.specs}
+        for pp in plan.processes:
+            i = self._placer.index_of(pp.rank)
+            for slot in pp.slots:
+                self._placer.take(i, slot.resources, self._placer.gpus_of(i, slot.gpus))
+                self._slots[slot.label].append(_SlotUse(i, slot))
+        for uses in self._slots.values():
+            uses.sort(key=lambda u: u.slot.index)
+        self._records: dict[str, _Record] = {}
         self._names: dict[str, object] = {}
 
-    def place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
-        """Chooses the least loaded process that has the label and free resources."""
-        with self._lock:
-            slots = [s for s in self._slots.values() if s.alive]
-            if options.label is not None and any(s.labels for s in slots):
-                labelled = [s for s in slots if options.label in s.labels]
-                if not labelled:
-                    offered = sorted({label for s in slots for label in s.labels})
-                    raise PlacementError(
-                        f"{class_name}: no process offers label {options.label!r} (offered: "
-                        f"{', '.join(offered) or 'none'}); start a worker with "
-                        f"--labels {options.label}, or drop the label."
-                    )
-                slots = labelled
-            fitting = []
-            for slot in slots:
-                if options.num_cpus and slot.used_cpus + options.num_cpus > slot.num_cpus + 1e-9:
-                    continue
-                gpus = slot.free_gpus(options.num_gpus)
-                if gpus is None:
-                    continue
-                fitting.append((slot.actors, slot.rank, slot, gpus))
-            if not fitting:
-                raise PlacementError(self._why_not(options, class_name, slots))
-            _, _, slot, gpus = min(fitting, key=lambda t: (t[0], t[1]))
-            slot.actors += 1
-            slot.used_cpus += options.num_cpus
-            share = options.num_gpus if options.num_gpus < 1 else 1.0
-            for gpu in gpus:
-                slot.gpu_load[gpu] = slot.gpu_load.get(gpu, 0.0) + share
-            self._reservations[actor_id] = (slot.name, options.num_cpus, gpus, share)
-            return Placement(slot.name, gpus)
+    @property
+    def plan(self) -> Plan:
+        return self._plan
 
-    def _why_not(self, options: ActorOptions, class_name: str, slots: list[ProcessSlot]) -> str:
-        total_gpus = sum(len(s.gpus) for s in slots)
-        where = f"with label {options.label!r} " if options.label else ""
-        if options.num_gpus and total_gpus == 0:
-            return (
-                f"{class_name} needs {options.num_gpus:g} GPU(s); no process {where}has a GPU. "
-                "Run it with num_gpus=0 (e.g. Cls.options(num_gpus=0).remote()), or start "
-                "workers on a machine with GPUs."
+    def place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+        """Chooses the actor's process: a slot of its label, else the placer's pick."""
+        res = options.resources
+        label = options.label
+        with self._lock:
+            if label is not None and self._layout.specs:
+                use = self._slot_for(label, res, class_name)
+                index, gpus = use.index, use.slot.gpus if res.num_gpus else ()
+                use.cpu_units += res.cpu_units
+                use.gpu_units += res.gpu_units
+                use.actors += 1
+                slot_name: str | None = f"{label}/{use.slot.index}"
+                self._placer.load[index] += 1
+            else:
+                use, slot_name = None, None
+                try:
+                    index, gpu_infos = self._placer.place(label, res, self._layout.strategy)
+                except PlacementError as exc:
+                    raise PlacementError(f"{class_name}: {exc}") from None
+                gpus = tuple(g.index for g in gpu_infos)
+            proc = self._placer.procs[index]
+            info = ActorInfo(
+                actor_id=actor_id,
+                class_name=class_name,
+                name=options.name,
+                label=label,
+                process=proc.name,
+                rank=proc.rank,
+                host=proc.node.hostname,
+                gpus=gpus,
+                slot=slot_name,
+                state="ALIVE",
             )
-        if not slots:
-            return f"{class_name}: no live process can host actors; start the cluster again."
-        return (
-            f"{class_name} needs num_cpus={options.num_cpus:g}, num_gpus={options.num_gpus:g}; "
-            f"no process {where}has that much free ({len(slots)} process(es), {total_gpus} GPU(s)"
-            " in all). Kill actors you no longer need, lower the request, or add workers."
+            self._records[actor_id] = _Record(info, index, res, use, gpus)
+            return Placement(proc.name, gpus)
+
+    def _slot_for(self, label: str, res: Resources, class_name: str) -> _SlotUse:
+        spec = self._layout.spec(label)
+        if spec is None:
+            raise PlacementError(
+                f"{class_name}: label {label!r} is not in the cluster's layout (labels offered: "
+                f"{', '.join(self._layout.labels)}); add it to actorrt.start(labels=...), or "
+                "use one of those labels"
+            )
+        uses = [u for u in self._slots[label] if self._placer.alive[u.index]]
+        fitting = [u for u in uses if u.fits(res)]
+        if fitting:
+            return min(fitting, key=lambda u: (u.actors, u.slot.index))
+        asked = f"num_cpus={res.num_cpus:g}, num_gpus={res.num_gpus:g}"
+        if not res.fits_in(spec.resources):
+            raise PlacementError(
+                f"{class_name} asks {asked}, more than a {label!r} slot holds "
+                f"(num_cpus={spec.num_cpus:g}, num_gpus={spec.num_gpus:g} in the layout); "
+                f"raise them for {label!r} in actorrt.start(labels=...), or lower the actor's"
+            )
+        dead = len(self._slots[label]) - len(uses)
+        gone = f" ({dead} on dead processes)" if dead else ""
+        raise PlacementError(
+            f"{class_name} asks {asked}; all {spec.count} slot(s) of label {label!r}{gone} are "
+            f"taken by other actors; raise count for {label!r} in actorrt.start(labels=...), "
+            "or kill an actor of that label"
         )
 
     def release(self, actor_id: str) -> None:
         with self._lock:
-            res = self._reservations.pop(actor_id, None)
-            if res is None:
+            rec = self._records.pop(actor_id, None)
+            if rec is None:
                 return
-            name, cpus, gpus, share = res
-            slot = self._slots[name]
-            slot.actors -= 1
-            slot.used_cpus -= cpus
-            for gpu in gpus:
-                slot.gpu_load[gpu] = max(0.0, slot.gpu_load.get(gpu, 0.0) - share)
+            if rec.use is not None:
+                rec.use.cpu_units -= rec.resources.cpu_units
+                rec.use.gpu_units -= rec.resources.gpu_units
+                rec.use.actors -= 1
+                self._placer.load[rec.index] = max(0, self._placer.load[rec.index] - 1)
+            else:
+                self._placer.give_back(rec.index, rec.resources, rec.gpus)
+            for name, handle in list(self._names.items()):
+                if getattr(handle, "actor_id", None) == actor_id:
+                    del self._names[name]
 
     def mark_dead(self, worker: str) -> None:
+        """No actor is placed on ``worker`` any more; its actors show as DEAD."""
         with self._lock:
-            if worker in self._slots:
-                self._slots[worker].alive = False
+            for i, p in enumerate(self._placer.procs):
+                if p.name == worker:
+                    self._placer.alive[i] = False
+            for rec in self._records.values():
+                if rec.info.process == worker:
+                    rec.info = replace(rec.info, state="DEAD")
+
+    def actors(self) -> list[ActorInfo]:
+        with self._lock:
+            infos = [r.info for r in self._records.values()]
+        return sorted(infos, key=lambda a: (a.rank, a.slot or "", a.actor_id))
+
+    def nodes(self) -> list[NodeInfo]:
+        with self._lock:
+            counts: dict[int, int] = {}
+            for rec in self._records.values():
+                counts[rec.index] = counts.get(rec.index, 0) + 1
+            out = []
+            for i, p in enumerate(self._placer.procs):
+                pp = self._plan.for_rank(p.rank)
+                out.append(
+                    NodeInfo(
+                        process=p.name,
+                        rank=p.rank,
+                        host=p.node.hostname,
+                        labels=pp.labels,
+                        gpus=pp.gpus,
+                        alive=self._placer.alive[i],
+                        actors=counts.get(i, 0),
+                        hosts_actors=p.node.hosts_actors,
+                    )
+                )
+            return out
 
     # -- names -----------------------------------------------------------------
     def register_name(self, name: str, handle: object) -> None:
@@ -140,8 +282,36 @@ class ClusterDirectory:
         with self._lock:
             return self._names.get(name)
 
-    def unregister_actor(self, actor_id: str) -> None:
-        with self._lock:
-            for name, handle in list(self._names.items()):
-                if getattr(handle, "actor_id", None) == actor_id:
-                    del self._names[name]
+
+# -- RPC entry points (run on rank 0; other processes reach the directory through them) --
+
+
+def _directory() -> ClusterDirectory:
+    directory = current().directory
+    if directory is None:
+        raise RuntimeError("the cluster directory lives on rank 0 only")
+    return directory
+
+
+def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+    return _directory().place(actor_id, options, class_name)
+
+
+def rpc_released(actor_id: str) -> None:
+    _directory().release(actor_id)
+
+
+def rpc_register_name(name: str, handle: object) -> None:
+    _directory().register_name(name, handle)
+
+
+def rpc_lookup(name: str) -> object | None:
+    return _directory().lookup(name)
+
+
+def rpc_actors() -> list[ActorInfo]:
+    return _directory().actors()
+
+
+def rpc_nodes() -> list[NodeInfo]:
+    return _directory().nodes()

@@ -20,6 +20,8 @@ import torch.distributed.rpc as rpc
 from actorrt.actor import ActorClass, ActorHandle
 from actorrt.errors import ActorDiedError
 from actorrt.options import ActorOptions
+from actorrt.placement.clusterfile import ClusterSpec
+from actorrt.placement.plan import Plan
 from actorrt.placement.transports import guard_tiny_cuda_tensors
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
@@ -27,7 +29,18 @@ from actorrt.runtime import shm
 from actorrt.runtime.batches import CallBatches, ReplyBatches
 from actorrt.runtime.context import current, is_initialized
 from actorrt.runtime.context import install as _install
-from actorrt.runtime.directory import ClusterDirectory, Placement
+from actorrt.runtime.directory import (
+    ActorInfo,
+    ClusterDirectory,
+    NodeInfo,
+    Placement,
+    rpc_actors,
+    rpc_lookup,
+    rpc_nodes,
+    rpc_place,
+    rpc_register_name,
+    rpc_released,
+)
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.outbox import Answered, coalescing_enabled
 from actorrt.runtime.protocol import PICKLING_ERRORS, rpc_failure, unsendable_argument
@@ -85,7 +98,8 @@ class Runtime:
         self._seqs: dict[str, Any] = {}
         self._dead_workers: set[str] = set()
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
-        self.plan: Any = None  # the cluster's placement Plan (driver)
+        self.plan: Plan | None = None  # the cluster's placement plan (every process)
+        self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
         self.descriptions: list[dict[str, Any]] = []  # node descriptions by rank (driver)
         self._on_shutdown = on_shutdown
         self.stopped = threading.Event()  # set once this runtime is shutting down
@@ -309,6 +323,14 @@ class Runtime:
             )
         return handle
 
+    def actors(self) -> list[ActorInfo]:
+        """One record per actor the cluster holds (see :class:`ActorInfo`)."""
+        return list(self._directory_call(rpc_actors))
+
+    def nodes(self) -> list[NodeInfo]:
+        """One record per process of the cluster, the driver included."""
+        return list(self._directory_call(rpc_nodes))
+
     def _actor_ended(self, actor_id: str) -> None:
         if self.stopped.is_set():
             return
@@ -350,34 +372,6 @@ def _resolve_now(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     args = tuple(get(a) if type(a) is ObjectRef else a for a in args)
     kwargs = {k: get(v) if type(v) is ObjectRef else v for k, v in kwargs.items()}
     return args, kwargs
-
-
-# -- directory RPC entry points (run on rank 0) ---------------------------------------
-
-
-def _directory() -> ClusterDirectory:
-    directory = current().directory
-    if directory is None:
-        raise RuntimeError("the cluster directory lives on rank 0 only")
-    return directory
-
-
-def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
-    return _directory().place(actor_id, options, class_name)
-
-
-def rpc_released(actor_id: str) -> None:
-    directory = _directory()
-    directory.release(actor_id)
-    directory.unregister_actor(actor_id)
-
-
-def rpc_register_name(name: str, handle: ActorHandle) -> None:
-    _directory().register_name(name, handle)
-
-
-def rpc_lookup(name: str) -> ActorHandle | None:
-    return _directory().lookup(name)  # type: ignore[return-value]
 
 
 def rpc_stop() -> None:

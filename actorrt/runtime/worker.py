@@ -58,7 +58,7 @@ def run_worker(cfg: WorkerConfig) -> int:
     if cfg.transport is not None:
         description["transport"] = cfg.transport  # rank 0 refuses a mismatch
     plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
-    setup = planning.setup_for(plan, cfg.rank)
+    setup = planning.ProcessSetup(plan, cfg.rank)
     setup.apply_env()
     # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME;
     # without them, on the interface we reach the driver through (their fallbacks, the
@@ -72,6 +72,7 @@ def run_worker(cfg: WorkerConfig) -> int:
         cuda_peers=setup.cuda_peers,
         guard_tiny_cuda=setup.guard_tiny_cuda,
     )
+    rt.plan = setup.plan
     rt_mod._install(rt)
     _watch_driver(cfg, rt)  # before init_rpc: a driver dying during start-up ends us too
     rt_mod.init_rpc(

@@ -5,6 +5,7 @@ starts the cluster, runs the scenario, prints ``RESULT <json>`` and shuts down. 
 actor classes live in this ``__main__``, so they reach workers by value (cloudpickle).
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -105,12 +106,42 @@ def scenario_simple(rt, cfg):
     }
 
 
+def scenario_layout(rt, cfg):
+    """A layout given to the driver, workers without labels: where the slots landed.
+
+    Returns each actor's ``where()`` with its id, the live ``actors()``, ``nodes()`` and
+    ``plan()``, and writes ``dump_cluster()`` to ``cfg["dump"]`` for ``actorrt plan``.
+    """
+    learn = Probe.options(label="learner").remote()
+    colls = [Probe.options(label="collector").remote() for _ in range(2)]
+    handles = [learn, *colls]
+    where = actorrt.get([h.where.remote() for h in handles], timeout=60)
+    for h, w in zip(handles, where, strict=True):
+        w["actor_id"] = h.actor_id
+    try:
+        Probe.options(label="nowhere").remote()
+        missing_label = "no error"
+    except actorrt.PlacementError as exc:
+        missing_label = str(exc)
+    actorrt.dump_cluster(cfg["dump"])
+    return {
+        "where": where,
+        "driver_net": os.readlink("/proc/self/ns/net"),
+        "actors": [dataclasses.asdict(a) for a in actorrt.actors()],
+        "nodes": [dataclasses.asdict(n) for n in actorrt.nodes()],
+        "plan": actorrt.plan(),
+        "missing_label": missing_label,
+    }
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     try:
         rt = actorrt.start(
             init_method=cfg["init"],
             world_size=cfg["world"],
+            labels=cfg.get("labels"),
+            talks=cfg.get("talks"),
             token=cfg.get("token"),
             transport=cfg.get("transport", "auto"),
             timeout=cfg.get("timeout", 60),

@@ -484,7 +484,7 @@ def test_handle_passed_to_actor_keeps_actor_alive(cluster):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without GPUs")
 def test_gpu_actor_on_a_cpu_cluster_is_a_placement_error(cluster):
-    with pytest.raises(actorrt.PlacementError, match="no process has a GPU"):
+    with pytest.raises(actorrt.PlacementError, match="no process that may host it has a GPU"):
         Counter.options(num_gpus=1).remote()
     assert actorrt.get(Counter.remote(1).add.remote(1), timeout=30) == 2  # cluster goes on
 

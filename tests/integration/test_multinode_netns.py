@@ -7,6 +7,9 @@
 Needs root and iproute2 (CI runs as root); skips with the reason otherwise.
 """
 
+import json
+import subprocess
+
 import pytest
 from netns import PY, Hosts, Procs, driver_argv, require_netns, require_unshare, worker_argv
 
@@ -78,6 +81,113 @@ def test_three_hosts_labels_calls_and_64mb_tensors(procs):
     assert pairs[("worker1", "worker2")] == pairs[("worker2", "worker3")] == "tcp"
     # the driver's interface name is not forced on the others: no TP_SOCKET_IFNAME in the plan
     assert all("TP_SOCKET_IFNAME" not in env for env in res["plan_env"].values())
+
+
+def test_three_hosts_layout_without_worker_labels(procs, tmp_path):
+    """A layout given to the driver; workers start without --labels and get theirs from the plan.
+
+    The slots land where the plan says (spread: the collectors in different namespaces),
+    and ``actorrt plan`` run on ``dump_cluster()``'s file prints the live plan exactly.
+    """
+    hosts = _hosts(3)
+    dump = tmp_path / "cluster.toml"
+    try:
+        init = f"tcp://{hosts.addrs[0]}:{PORT}"
+        env = {"ACTORRT_TOKEN": TOKEN}
+        cfg = {
+            "init": init,
+            "world": 4,
+            "scenario": "layout",
+            "labels": {"learner": {"count": 1}, "collector": {"count": 2}},
+            "talks": [["collector", "learner"]],
+            "dump": str(dump),
+        }
+        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
+        for rank, host in ((1, 0), (2, 1), (3, 2)):
+            wenv = dict(env)
+            if host:
+                wenv["TP_SOCKET_IFNAME"] = hosts.ifnames[host]
+            procs.start(
+                f"worker{rank}",
+                worker_argv(init, rank, 4, prefix=hosts.exec_prefix(host)),  # no --labels
+                wenv,
+            )
+        res = procs.result("driver", 120)
+        assert procs.wait("driver", 30) == 0, procs.logs()
+        for rank in (1, 2, 3):
+            assert procs.wait(f"worker{rank}", 20) == 0, procs.logs()
+    finally:
+        procs.close()
+        hosts.close()
+
+    plan, where = res["plan"], res["where"]
+    # The placer keys hosts by boot id, which these namespaces share: it sees one host
+    # (rank 0's host position 0, ranks 1-3 at 1-3) and balances slots over processes:
+    # the learner on rank 1 (load 0, first position after the driver), then the
+    # collectors on ranks 2 and 3 (load 0 before rank 1's load 1).
+    learn, *colls = where
+    assert learn["rank"] == 1
+    assert [c["rank"] for c in colls] == [2, 3]
+    assert learn["net"] == res["driver_net"] == hosts.inode(0)
+    assert [c["net"] for c in colls] == [hosts.inode(1), hosts.inode(2)]  # different hosts
+
+    # actorrt.actors(): each actor runs where its record says, in its slot
+    infos = {a["actor_id"]: a for a in res["actors"]}
+    assert len(infos) == 3, res["actors"]
+    for w, label in zip(where, ("learner", "collector", "collector"), strict=True):
+        info = infos[w["actor_id"]]
+        assert info["rank"] == w["rank"], info
+        assert info["label"] == label and info["class_name"] == "Probe", info
+        assert info["state"] == "ALIVE" and info["slot"].startswith(f"{label}/"), info
+    assert sorted(infos[c["actor_id"]]["slot"] for c in colls) == ["collector/0", "collector/1"]
+
+    # the plan: its processes carry the labels of the slots placed on them
+    by_rank = {p["rank"]: p for p in plan["processes"]}
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    assert by_rank[0]["labels"] == []
+    assert by_rank[1]["labels"] == ["learner"]
+    assert by_rank[2]["labels"] == by_rank[3]["labels"] == ["collector"]
+    assert plan["strategy"] == "spread"
+    assert plan["talks"] == [["collector", "learner"]]
+    assert [(s["label"], s["count"]) for s in plan["specs"]] == [("learner", 1), ("collector", 2)]
+    for w in where:
+        assert infos[w["actor_id"]]["process"] == by_rank[w["rank"]]["name"]
+
+    # actorrt.nodes(): the same labels, one actor on each worker, none on the driver
+    nodes = {n["rank"]: n for n in res["nodes"]}
+    assert sorted(nodes) == [0, 1, 2, 3]
+    assert (
+        nodes[0]["hosts_actors"] is False and nodes[0]["labels"] == [] and nodes[0]["actors"] == 0
+    )
+    assert nodes[1]["labels"] == ["learner"]
+    assert nodes[2]["labels"] == nodes[3]["labels"] == ["collector"]
+    for rank in (1, 2, 3):
+        assert nodes[rank]["alive"] and nodes[rank]["actors"] == 1, nodes[rank]
+        assert nodes[rank]["process"] == by_rank[rank]["name"]
+
+    # talks: collectors do not talk to each other; learner <-> collector and the driver do
+    pairs = {frozenset((p["src"], p["dst"])) for p in plan["pairs"]}
+    name = {r: by_rank[r]["name"] for r in by_rank}
+    assert frozenset((name[2], name[3])) not in pairs, plan["pairs"]
+    for c in (2, 3):
+        assert frozenset((name[1], name[c])) in pairs, plan["pairs"]
+    for r in (1, 2, 3):
+        assert frozenset((name[0], name[r])) in pairs, plan["pairs"]
+    assert len(pairs) == 5, plan["pairs"]
+
+    msg = res["missing_label"]
+    assert "'nowhere'" in msg and "learner, collector" in msg, msg
+
+    # `actorrt plan` on the dumped descriptions computes the running cluster's plan
+    assert dump.is_file(), procs.logs()
+    cli = subprocess.run(
+        [PY, "-m", "actorrt", "plan", str(dump), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == plan
 
 
 def test_two_containers_on_one_host(procs):

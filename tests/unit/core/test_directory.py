@@ -1,65 +1,137 @@
-"""The cluster directory: which process hosts an actor, resources, names (no processes)."""
+"""The cluster directory: slots of the layout, the plan's placer for the rest, names, records.
+
+No processes: the directory is built from a plan made over synthetic node descriptions.
+"""
+
+import sys
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from actorrt.errors import PlacementError
-from actorrt.options import ActorOptions
-from actorrt.runtime.directory import ClusterDirectory, ProcessSlot
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
+from placement_testlib import node  # noqa: E402
+
+from actorrt.errors import PlacementError  # noqa: E402
+from actorrt.options import ActorOptions  # noqa: E402
+from actorrt.placement import LabelSpec, Layout, ProcessInfo, make_plan  # noqa: E402
+from actorrt.runtime.directory import ClusterDirectory  # noqa: E402
 
 
-def _dir(*slots):
-    return ClusterDirectory(list(slots))
+def _cluster(*workers, layout=None):
+    """A driver (rank 0, hosts no actors) and the given worker nodes, planned with ``layout``."""
+    driver = replace(workers[0], labels=(), hosts_actors=False)  # on the first worker's host
+    ps = [ProcessInfo(0, "driver", driver)]
+    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
+    plan = make_plan(ps, layout or Layout())
+    return ClusterDirectory(plan, ps), plan
 
 
-def test_least_loaded_process_first_then_lowest_rank():
-    d = _dir(ProcessSlot("w1", 1, num_cpus=2), ProcessSlot("w2", 2, num_cpus=2))
+def test_without_layout_least_loaded_process_first_then_lowest_rank_never_the_driver():
+    d, _ = _cluster(node("a"), node("a"))
     got = [d.place(f"a{i}", ActorOptions(), "A").worker for i in range(4)]
     assert got == ["w1", "w2", "w1", "w2"]
     d.release("a0")
     assert d.place("a4", ActorOptions(), "A").worker == "w1"
 
 
-def test_labels_are_honoured_when_processes_offer_them():
-    d = _dir(ProcessSlot("w1", 1, labels=("learner",)), ProcessSlot("w2", 2, labels=("collector",)))
+def test_without_layout_worker_labels_constrain():
+    d, _ = _cluster(node("a", labels=("learner",)), node("a", labels=("collector",)))
     assert d.place("l", ActorOptions(label="learner"), "L").worker == "w1"
     assert d.place("c", ActorOptions(label="collector"), "C").worker == "w2"
     with pytest.raises(PlacementError, match="no process offers label 'evaluator'.*--labels"):
         d.place("e", ActorOptions(label="evaluator"), "E")
+    free, _ = _cluster(node("a"), node("a"))
+    assert free.place("l", ActorOptions(label="learner"), "L").worker == "w1"
 
 
-def test_labels_go_anywhere_when_no_process_offers_any():
-    d = _dir(ProcessSlot("w1", 1), ProcessSlot("w2", 2))
-    assert d.place("l", ActorOptions(label="learner"), "L").worker == "w1"
-
-
-def test_gpus_whole_and_shared():
-    d = _dir(ProcessSlot("w1", 1, gpus=(0, 1)))
-    assert d.place("a", ActorOptions(num_gpus=1), "A").gpu_ids == (0,)
-    assert d.place("b", ActorOptions(num_gpus=0.5), "B").gpu_ids == (1,)
-    assert d.place("c", ActorOptions(num_gpus=0.5), "C").gpu_ids == (1,)
-    with pytest.raises(PlacementError, match="needs num_cpus=0, num_gpus=1"):
-        d.place("d", ActorOptions(num_gpus=1), "D")
+def test_gpu_capacity_is_per_physical_gpu_not_per_process():
+    # Two processes see the same two GPUs: three whole-GPU actors cannot fit, and two
+    # halves share one GPU wherever they run.
+    d, _ = _cluster(node("a", 2), node("a", 2))
+    a = d.place("a", ActorOptions(num_gpus=1), "A")
+    b = d.place("b", ActorOptions(num_gpus=1), "B")
+    assert {a.gpu_ids, b.gpu_ids} == {(0,), (1,)} and a.worker != b.worker
+    with pytest.raises(PlacementError, match="needs 1 GPU; no node with a free GPU"):
+        d.place("c", ActorOptions(num_gpus=1), "C")
     d.release("a")
-    assert d.place("d", ActorOptions(num_gpus=1), "D").gpu_ids == (0,)
+    h1 = d.place("h1", ActorOptions(num_gpus=0.5), "H")
+    h2 = d.place("h2", ActorOptions(num_gpus=0.5), "H")
+    assert h1.gpu_ids == h2.gpu_ids == a.gpu_ids
+    with pytest.raises(PlacementError):
+        d.place("h3", ActorOptions(num_gpus=0.5), "H")
 
 
 def test_gpu_request_on_a_cpu_cluster_says_what_to_do():
-    d = _dir(ProcessSlot("w1", 1, num_cpus=2))
-    with pytest.raises(PlacementError, match=r"needs 1 GPU\(s\); no process has a GPU.*num_gpus=0"):
+    d, _ = _cluster(node("a"))
+    with pytest.raises(PlacementError, match=r"Learner: .*needs 1 GPU; no process .* num_gpus=0"):
         d.place("a", ActorOptions(num_gpus=1), "Learner")
 
 
-def test_cpu_reservations_and_dead_processes():
-    d = _dir(ProcessSlot("w1", 1, num_cpus=1), ProcessSlot("w2", 2, num_cpus=1))
+def test_cpu_reservations_per_host_and_dead_processes():
+    one_cpu = replace(node("a"), num_cpus=1)
+    d, _ = _cluster(one_cpu, replace(node("b"), num_cpus=1))
     assert d.place("a", ActorOptions(num_cpus=1), "A").worker == "w1"
     d.mark_dead("w2")
-    with pytest.raises(PlacementError):
+    with pytest.raises(PlacementError, match="num_cpus=1; no host has that many CPUs free"):
         d.place("b", ActorOptions(num_cpus=1), "B")
     assert d.place("c", ActorOptions(), "C").worker == "w1"  # 0 CPUs reserves nothing
+    states = {a.actor_id: a.state for a in d.actors()}
+    assert states == {"a": "ALIVE", "c": "ALIVE"}
+
+
+def test_labelled_actors_go_into_the_plans_slots():
+    layout = Layout((LabelSpec("learner", 1, num_gpus=1), LabelSpec("collector", 2, 0.5)))
+    d, plan = _cluster(node("a", 1), node("b", 1), node("b", 1), layout=layout)
+    slot_of = {(s.label, s.index): pp.name for pp in plan.processes for s in pp.slots}
+    learner = d.place("L", ActorOptions(label="learner", num_gpus=1), "Learner")
+    c0 = d.place("c0", ActorOptions(label="collector", num_gpus=0.5), "Collector")
+    c1 = d.place("c1", ActorOptions(label="collector", num_gpus=0.5), "Collector")
+    assert learner.worker == slot_of[("learner", 0)] and learner.gpu_ids == (0,)
+    assert {c0.worker, c1.worker} == {slot_of[("collector", 0)], slot_of[("collector", 1)]}
+    infos = {a.actor_id: a for a in d.actors()}
+    assert infos["L"].slot == "learner/0" and infos["L"].host == "a"
+    assert {infos["c0"].slot, infos["c1"].slot} == {"collector/0", "collector/1"}
+    # A slot's GPU share is reserved in the plan: an unlabelled GPU actor cannot take it.
+    with pytest.raises(PlacementError, match="no node with a free GPU"):
+        d.place("x", ActorOptions(num_gpus=1), "X")
+    # Slots are full: a third GPU collector is refused with the fix named.
+    with pytest.raises(PlacementError, match="all 2 slot\\(s\\) of label 'collector'.*raise count"):
+        d.place("c2", ActorOptions(label="collector", num_gpus=0.5), "Collector")
+    # Zero-resource actors share a slot (as actors share a Ray placement-group bundle).
+    assert d.place("c3", ActorOptions(label="collector"), "Collector").worker in (
+        c0.worker,
+        c1.worker,
+    )
+    d.release("c0")
+    assert d.place("c4", ActorOptions(label="collector", num_gpus=0.5), "C").worker == c0.worker
+
+
+def test_label_outside_the_layout_and_too_big_a_request_are_refused():
+    layout = Layout((LabelSpec("learner"), LabelSpec("collector", 2)))
+    d, _ = _cluster(node("a"), node("a"), node("a"), layout=layout)
+    with pytest.raises(
+        PlacementError, match="label 'evaluator' is not in the cluster's layout.*learner, collector"
+    ):
+        d.place("e", ActorOptions(label="evaluator"), "Evaluator")
+    with pytest.raises(PlacementError, match="asks num_cpus=0, num_gpus=1, more than a 'learner'"):
+        d.place("l", ActorOptions(label="learner", num_gpus=1), "Learner")
+
+
+def test_nodes_report_the_plan_and_liveness():
+    layout = Layout((LabelSpec("learner"),))
+    d, _ = _cluster(node("a"), node("b"), layout=layout)
+    d.place("l", ActorOptions(label="learner"), "L")
+    d.mark_dead("w2")
+    nodes = {n.process: n for n in d.nodes()}
+    assert not nodes["driver"].hosts_actors and nodes["driver"].rank == 0
+    assert nodes["w1"].labels == ("learner",) and nodes["w1"].actors == 1
+    assert nodes["w2"].alive is False and nodes["w1"].alive is True
 
 
 def test_names_register_lookup_and_go_with_the_actor():
-    d = _dir(ProcessSlot("w1", 1))
+    d, _ = _cluster(node("a"))
+    d.place("x", ActorOptions(name="svc"), "A")
 
     class H:
         actor_id = "x"
@@ -68,5 +140,5 @@ def test_names_register_lookup_and_go_with_the_actor():
     assert d.lookup("svc") is H
     with pytest.raises(ValueError, match="already exists"):
         d.register_name("svc", H)
-    d.unregister_actor("x")
+    d.release("x")
     assert d.lookup("svc") is None

@@ -61,9 +61,14 @@ def test_gpu_capacity_is_per_physical_gpu():
         PlacementError, match=r"label 'collector' needs 1 GPU; no node with a free GPU"
     ):
         make_plan(ps, [LabelSpec("collector", 3, num_gpus=1)])
-    # Fractions share: 4 x 0.5 fit on 2 GPUs, and pack fills the first GPU first.
-    plan = make_plan(ps, [LabelSpec("collector", 4, num_gpus=0.5)])
+    # Fractions share: 4 x 0.5 fit on 2 GPUs; pack fills the first GPU first, spread
+    # (the default) takes the emptiest GPU.
+    plan = make_plan(ps, [LabelSpec("collector", 4, num_gpus=0.5)], strategy="pack")
     assert [p.gpus for p in plan.processes] == [(0,), (0,), (1,), (1,)]
+    plan = make_plan(ps, [LabelSpec("collector", 4, num_gpus=0.5)])
+    assert [p.gpus for p in plan.processes] == [(0,), (1,), (0,), (1,)]
+    with pytest.raises(PlacementError, match="no node with a free GPU for slot 5 of 5"):
+        make_plan(ps, [LabelSpec("collector", 5, num_gpus=0.5)])
 
 
 def test_multi_gpu_slot_takes_whole_free_gpus():
@@ -79,7 +84,7 @@ def test_infeasible_specs_name_what_is_missing():
     cpu_only = procs(node("a"), node("b"))
     with pytest.raises(PlacementError) as e:
         make_plan(cpu_only, [LabelSpec("learner", 1, num_gpus=1)])
-    assert "label 'learner' needs 1 GPU; no node with a free GPU" in str(e.value)
+    assert "label 'learner' needs 1 GPU; no process that may host it has a GPU" in str(e.value)
     labelled = procs(node("a", labels=("collector",)))
     with pytest.raises(PlacementError, match="no process offers label 'learner'.*'collector'"):
         make_plan(labelled, [LabelSpec("learner")])
@@ -120,7 +125,9 @@ def test_nearest_prefers_nvlink_then_host_then_ib():
     specs = [LabelSpec("learner", 1, 1), LabelSpec("collector", 4, 0.25)]
     plan = make_plan(ps, specs, strategy="nearest")
     learner = next(plan.holders("learner"))[0]
-    assert learner.rank == 0  # the anchor is packed first: lowest rank
+    # The anchor goes first, to the GPU with the best path: rank 1's GPU sits next to an
+    # active GPUDirect adapter (rank 0 has none; ranks 2-4 share host lh, a later host).
+    assert learner.rank == 1
     # Re-plan with the learner pinned to rank 2 via labels.
     ps2 = [
         ProcessInfo(
