@@ -9,11 +9,18 @@ Process layout::
 
 The driver hosts no actor. It polls the learner's ``stats()`` for the progress bar and
 the logs, evaluates a copy of the learner's network in-process, and writes checkpoints.
+
+The layout (:func:`build_layout`: one ``learner`` slot, ``--collectors`` ``collector``
+slots, collectors talk to the learner) goes to ``actorrt.start(labels=..., talks=...)``
+locally and across nodes alike: the plan, computed once when the cluster forms, decides
+which process (and GPU) hosts each slot, so workers are started without ``--labels``.
+Every run writes that plan to ``<logdir>/plan.json``; ``--plan`` prints it and exits.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -37,7 +44,18 @@ from examples.atari_dqn.learner import Learner
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
 from examples.atari_dqn.networks import build_q_network
 
-__all__ = ["build_config", "launch_actors", "main", "parse_args", "train"]
+__all__ = [
+    "build_config",
+    "build_layout",
+    "launch_actors",
+    "main",
+    "parse_args",
+    "placement_line",
+    "resolve_gpus",
+    "show_plan",
+    "train",
+    "write_plan",
+]
 
 _POLL_S = 1.0  # progress / log interval
 _CALL_TIMEOUT_S = 300.0  # bound on any single driver wait for an actor reply
@@ -74,7 +92,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--num-workers",
         type=int,
         default=None,
-        help="local worker processes (default: collectors + 1)",
+        help="local worker processes (default: one per layout slot, i.e. collectors + 1)",
     )
     p.add_argument(
         "--init-method",
@@ -148,11 +166,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--learning-starts", type=int, default=None)
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
+    p.add_argument(
+        "--plan",
+        nargs="?",
+        const="table",
+        choices=("table", "json"),
+        default=None,
+        help="start the cluster, print where the layout's slots went (a table, or 'json': "
+        "the plan.json form) and exit without training",
+    )
     args = p.parse_args(argv)
     if args.collectors < 1:
         p.error("--collectors must be >= 1")
     if args.init_method and not args.world_size:
         p.error("--init-method needs --world-size (all processes, the driver included)")
+    if args.init_method and args.num_workers is not None:
+        p.error("--num-workers is for a local cluster; with --init-method use --world-size")
+    if args.num_workers is not None and args.num_workers < 1:
+        p.error("--num-workers must be >= 1")
     return args
 
 
@@ -174,8 +205,45 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     return cfg
 
 
+def resolve_gpus(
+    transport: str = "cpu",
+    learner_gpus: float | None = None,
+    collector_gpus: float | None = None,
+) -> tuple[float, float]:
+    """The GPUs of the learner and of each collector, defaults applied.
+
+    Learner: 1 when this process sees CUDA or the transport is cuda, else 0. Collector:
+    1 with the cuda transport, else 0. The layout's slots and the actors' ``num_gpus``
+    both come from here, so an actor never asks more than its slot holds.
+    """
+    if learner_gpus is None:
+        learner_gpus = 1.0 if (transport == "cuda" or torch.cuda.is_available()) else 0.0
+    if collector_gpus is None:
+        collector_gpus = 1.0 if transport == "cuda" else 0.0
+    return float(learner_gpus), float(collector_gpus)
+
+
+def build_layout(args: argparse.Namespace) -> dict[str, Any]:
+    """``actorrt.start()``'s layout arguments: ``{"labels": ..., "talks": ...}``.
+
+    One ``learner`` slot (a GPU when there is one) and ``--collectors`` ``collector``
+    slots; only collectors and the learner exchange data, so device maps are planned for
+    those pairs only. Strategy: actorrt's default, ``spread``.
+    """
+    learner_gpus, collector_gpus = resolve_gpus(
+        args.transport, args.learner_gpus, args.collector_gpus
+    )
+    return {
+        "labels": {
+            "learner": {"count": 1, "num_gpus": learner_gpus},
+            "collector": {"count": args.collectors, "num_gpus": collector_gpus},
+        },
+        "talks": [("collector", "learner")],
+    }
+
+
 def _start_cluster(args: argparse.Namespace) -> None:
-    common: dict[str, Any] = {"transport": args.transport}
+    common: dict[str, Any] = {"transport": args.transport, **build_layout(args)}
     if args.cuda_device_map:
         common["cuda_device_map"] = args.cuda_device_map
     if args.local_cuda_devices:
@@ -183,8 +251,81 @@ def _start_cluster(args: argparse.Namespace) -> None:
     if args.init_method:
         actorrt.start(init_method=args.init_method, rank=0, world_size=args.world_size, **common)
     else:
-        workers = args.num_workers or args.collectors + 1
-        actorrt.start(num_workers=workers, **common)
+        if args.num_workers is not None:  # else one worker process per layout slot
+            common["num_workers"] = args.num_workers
+        actorrt.start(**common)
+
+
+def _slot_holders(plan: dict[str, Any], label: str) -> list[str]:
+    out = []
+    for p in plan["processes"]:
+        for slot in p["slots"]:
+            if slot["label"] == label:
+                gpus = ",".join(map(str, slot["gpus"]))
+                out.append(f"{p['name']}@{p['node']}" + (f"[gpu {gpus}]" if gpus else ""))
+    return out
+
+
+def placement_line(plan: dict[str, Any]) -> str:
+    """One line: which process (and node, GPU) holds each slot of the plan.
+
+    ``placement (spread, transport cpu): learner=worker1@nodeB[gpu 0]
+    collector=worker2@nodeC,worker3@nodeC`` (one line; the node is the plan's node id)
+    """
+    parts = [
+        f"{spec['label']}={','.join(_slot_holders(plan, spec['label'])) or '-'}"
+        for spec in plan["specs"]
+    ]
+    return f"placement ({plan['strategy']}, transport {plan['transport']}): " + " ".join(parts)
+
+
+def _actors_line(infos: Sequence[Any]) -> str:
+    """One line: where the actors actually run (``actorrt.actors()``)."""
+    parts = [
+        f"{a.label or a.class_name}={a.process}@{a.host}"
+        + (f"[gpu {','.join(map(str, a.gpus))}]" if a.gpus else "")
+        for a in infos
+    ]
+    return "actors: " + " ".join(parts)
+
+
+def write_plan(path: Path) -> dict[str, Any]:
+    """Writes the live plan (``actorrt.plan()``, the ``actorrt plan --json`` form) to ``path``."""
+    plan = actorrt.plan()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan, indent=1) + "\n")
+    return plan
+
+
+def show_plan(args: argparse.Namespace) -> int:
+    """``--plan``: forms the cluster with the layout, prints its plan, shuts it down.
+
+    The plan depends on the processes that join (hosts, GPUs), so it is read from a
+    cluster that really formed: locally, the worker processes start and stop again
+    (a few seconds, no actor and no environment is created); with ``--init-method``,
+    the workers must be running, and they exit when the driver shuts down.
+    """
+    from actorrt.placement import Plan
+    from actorrt.placement.render import placement_table, transport_matrix
+
+    _start_cluster(args)
+    try:
+        plan = actorrt.plan()
+    finally:
+        actorrt.shutdown()
+    if args.plan == "json":
+        print(json.dumps(plan, indent=1))
+        return 0
+    parsed = Plan.from_dict(plan)
+    n = len(parsed.processes)
+    print(f"{n} processes, transport={parsed.transport}, strategy={parsed.strategy}")
+    print()
+    print(placement_table(parsed))
+    print()
+    print(transport_matrix(parsed))
+    print()
+    print(placement_line(plan))
+    return 0
 
 
 def launch_actors(
@@ -216,10 +357,7 @@ def launch_actors(
     Returns:
         ``(learner_handle, [collector_handles])``, ready (constructors have finished).
     """
-    if learner_gpus is None:
-        learner_gpus = 1.0 if (transport == "cuda" or torch.cuda.is_available()) else 0.0
-    if collector_gpus is None:
-        collector_gpus = 1.0 if transport == "cuda" else 0.0
+    learner_gpus, collector_gpus = resolve_gpus(transport, learner_gpus, collector_gpus)
     if learner_threads is None and not learner_gpus:
         learner_threads = max(1, (os.cpu_count() or 1) - num_collectors)
     learner_cls = actorrt.actor(label="learner", num_gpus=learner_gpus, max_concurrency=1)(Learner)
@@ -263,7 +401,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
-        ``checkpoint``, ``updates``, ``weight_refreshes`` (sum over collectors).
+        ``checkpoint``, ``plan`` (the plan.json path), ``updates``, ``weight_refreshes``
+        (sum over collectors).
     """
     cfg = build_config(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
@@ -278,10 +417,17 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     logger = MetricsLogger(logdir, resume=resume_state is not None)
     evaluator = _Evaluator(cfg)
     t_start = time.monotonic()
-    summary: dict[str, Any] = {"logdir": str(logdir), "checkpoint": str(ckpt_path)}
+    summary: dict[str, Any] = {
+        "logdir": str(logdir),
+        "checkpoint": str(ckpt_path),
+        "plan": str(logdir / "plan.json"),
+    }
 
     _start_cluster(args)
     try:
+        # The plan this run runs with: where every slot (and so every actor) is.
+        plan = write_plan(logdir / "plan.json")
+        print(placement_line(plan), flush=True)
         learner, collectors = launch_actors(
             cfg,
             args.collectors,
@@ -291,6 +437,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             learner_threads=args.learner_threads,
             frame_offset=frame_offset,
         )
+        print(_actors_line(actorrt.actors()), flush=True)
         if resume_state is not None:
             actorrt.get(
                 learner.load_checkpoint_state.remote(resume_state["learner"]),
@@ -429,6 +576,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m examples.atari_dqn``; returns the exit status."""
     args = parse_args(argv)
     try:
+        if args.plan:
+            return show_plan(args)
         train(args)
     except KeyboardInterrupt:
         print("interrupted; cluster shut down", file=sys.stderr)

@@ -1,4 +1,5 @@
 import pytest
+from netns import Procs
 from procutil import kill_pids, pid_alive
 
 import actorrt
@@ -20,3 +21,13 @@ def cluster():
     finally:
         actorrt.shutdown()
         kill_pids(p for p in pids if pid_alive(p))
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """Processes of one multi-process test, all killed (by pid and group) at its end."""
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.close()

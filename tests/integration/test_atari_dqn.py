@@ -5,6 +5,7 @@ Starts worker processes; every wait is bounded and the cluster is always shut do
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -91,6 +92,25 @@ def test_pong_collectors_stream_to_learner(cluster, tmp_path):
     assert fresh_stats["transitions"] == stats["transitions"]
 
 
+def _line(out: str, prefix: str) -> str:
+    lines = [ln for ln in out.splitlines() if ln.startswith(prefix)]
+    assert len(lines) == 1, f"expected one {prefix!r} line in:\n{out[-3000:]}"
+    return lines[0][len(prefix) :]
+
+
+def _holders(plan: dict, label: str) -> list[str]:
+    return [p["name"] for p in plan["processes"] for s in p["slots"] if s["label"] == label]
+
+
+def _actor_processes(out: str) -> dict[str, list[str]]:
+    """``actors: learner=worker1@host collector=...``: label -> processes, as printed."""
+    where: dict[str, list[str]] = {}
+    for item in _line(out, "actors: ").split():
+        label, _, at = item.partition("=")
+        where.setdefault(label, []).append(at.split("@")[0])
+    return where
+
+
 def test_driver_cli_runs_saves_and_resumes(tmp_path):
     """``python -m examples.atari_dqn`` end to end (CartPole: fast), then ``--resume``."""
     logdir = tmp_path / "run"
@@ -110,16 +130,57 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
     out = run("--total-frames", "4000", "--eval-every", "500")
     assert "final evaluation: env=CartPole-v1 episodes=2" in out
     assert "eval at" in out  # the periodic evaluation ran
-    for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt"):
+    for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "plan.json"):
         assert (logdir / name).stat().st_size > 0, name
     assert list(logdir.glob("events.out.tfevents.*")), "no TensorBoard event file"
     first = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")
     assert first["frames"] >= 4000
 
-    out = run("--total-frames", "6000", "--resume")
+    # The layout decided the local cluster: one worker per slot, each slot on its own
+    # worker, and the actors ran where plan.json says.
+    plan = json.loads((logdir / "plan.json").read_text())
+    assert plan["strategy"] == "spread" and plan["talks"] == [["collector", "learner"]]
+    assert [p["labels"] for p in plan["processes"]] == [
+        [],
+        ["learner"],
+        ["collector"],
+        ["collector"],
+    ]
+    learner, collectors = _holders(plan, "learner"), _holders(plan, "collector")
+    assert _actor_processes(out) == {"learner": learner, "collector": collectors}
+    assert _line(out, "placement (spread, transport cpu): ") == (
+        f"learner={learner[0]}@{plan['processes'][1]['node']} collector="
+        + ",".join(f"{p['name']}@{p['node']}" for p in plan["processes"][2:])
+    )
+
+    # --num-workers still sets the local cluster's size: 2 workers for 3 slots.
+    out = run("--total-frames", "6000", "--resume", "--num-workers", "2")
     assert f"resuming from {logdir / 'checkpoint.pt'} at {first['frames']:,} frames" in out
     second = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")
     assert second["frames"] >= 6000
     assert second["learner"]["updates"] > first["learner"]["updates"]
     rows = (logdir / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("wall_s,frames") and rows.count(rows[0]) == 1  # appended
+    plan = json.loads((logdir / "plan.json").read_text())  # this run's plan replaced it
+    assert len(plan["processes"]) == 3
+    where = _actor_processes(out)
+    assert where == {"learner": _holders(plan, "learner"), "collector": _holders(plan, "collector")}
+    assert len(where["collector"]) == 2 and {*where["learner"], *where["collector"]} == {
+        "worker1",
+        "worker2",
+    }
+
+
+def test_driver_plan_flag_prints_the_plan_and_exits(tmp_path):
+    """``--plan json``: the plan of the layout, printed; nothing trained or written."""
+    logdir = tmp_path / "never"
+    proc = subprocess.run(
+        [sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1", "--collectors",
+         "3", "--logdir", str(logdir), "--plan", "json"],
+        cwd=_ROOT, capture_output=True, text=True, timeout=_T,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    plan = json.loads(proc.stdout)
+    assert [(s["label"], s["count"]) for s in plan["specs"]] == [("learner", 1), ("collector", 3)]
+    assert [p["labels"] for p in plan["processes"][1:]] == [["learner"]] + [["collector"]] * 3
+    assert not logdir.exists(), "--plan trained or wrote outputs"

@@ -11,21 +11,12 @@ import json
 import subprocess
 
 import pytest
-from netns import PY, Hosts, Procs, driver_argv, require_netns, require_unshare, worker_argv
+from netns import PY, Hosts, driver_argv, require_netns, require_unshare, worker_argv
 
 pytestmark = [pytest.mark.timeout(150), pytest.mark.netns]
 
 TOKEN = "netns-test-token"
 PORT = 29500  # fresh namespaces: nothing else listens there
-
-
-@pytest.fixture
-def procs(tmp_path):
-    p = Procs(tmp_path)
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 def _hosts(n):
