@@ -23,9 +23,12 @@ from typing import Any
 
 import pytest
 import torch
-from torch.distributed.rpc.backend_registry import _validate_device_maps
 
 import actorrt
+
+# The placement tests' helpers (torch's validator over a plan) serve the GPU tests too.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "placement"))
+import placement_testlib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,19 +226,4 @@ def check_with_torch(plan: Any, device_counts: dict[str, int]) -> None:
         plan: An :class:`actorrt.placement.Plan`.
         device_counts: ``torch.cuda.device_count()`` of each process, by name.
     """
-    names = [p.name for p in plan.processes]
-    all_maps = {
-        p.name: {
-            peer: {torch.device(a): torch.device(b) for a, b in m.items()}
-            for peer, m in p.device_maps.items()
-        }
-        for p in plan.processes
-    }
-    all_devices = {p.name: [torch.device(d) for d in p.devices] for p in plan.processes}
-    _validate_device_maps(names, device_counts, all_maps, all_devices, is_static_group=True)
-    # Replies use the inverse of the peer's map: those devices must be listed too,
-    # since an explicit `devices` list is used as is.
-    for p in plan.processes:
-        for peer, m in p.device_maps.items():
-            assert set(m.values()) <= set(plan.for_name(peer).devices), (p.name, peer)
-            assert set(m) <= set(p.devices), (p.name, peer)
+    placement_testlib.check_with_torch(plan, [], device_counts)

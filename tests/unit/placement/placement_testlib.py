@@ -88,9 +88,15 @@ def procs(*nodes: NodeDescription) -> list[ProcessInfo]:
     return [ProcessInfo(rank=i, name=f"w{i}", node=n) for i, n in enumerate(nodes)]
 
 
-def check_with_torch(plan: Plan, processes: list[ProcessInfo]) -> None:
-    """Feed the plan to torch's own group-wide validator, as init_rpc would."""
-    counts = {p.name: len(p.node.gpus) for p in processes}
+def check_with_torch(
+    plan: Plan, processes: list[ProcessInfo], device_counts: dict[str, int] | None = None
+) -> None:
+    """Feed the plan to torch's own group-wide validator, as init_rpc would.
+
+    ``device_counts`` (``torch.cuda.device_count()`` per process name) defaults to the
+    GPUs each process's description lists.
+    """
+    counts = device_counts or {p.name: len(p.node.gpus) for p in processes}
     names = [p.name for p in plan.processes]
     all_maps = {
         p.name: {
