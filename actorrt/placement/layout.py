@@ -216,22 +216,6 @@ class Layout:
         """Whether labels ``a`` and ``b`` exchange data."""
         return self.talks is None or ((a, b) if a <= b else (b, a)) in self.talks
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "specs": [s.to_dict() for s in self.specs],
-            "talks": None if self.talks is None else [list(p) for p in self.talks],
-            "strategy": self.strategy,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Layout:
-        talks = d.get("talks")
-        return cls(
-            specs=tuple(LabelSpec.from_dict(s) for s in d.get("specs", ())),
-            talks=None if talks is None else tuple((str(a), str(b)) for a, b in talks),
-            strategy=str(d.get("strategy", DEFAULT_STRATEGY)),
-        )
-
 
 def parse_layout(
     labels: Mapping[str, Any] | str | os.PathLike[str] | Layout | None,

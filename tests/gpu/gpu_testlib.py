@@ -30,6 +30,10 @@ import actorrt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "placement"))
 import placement_testlib  # noqa: E402
 
+# ... and the integration tests' process helpers (liveness and kills, by pid).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from procutil import kill_pids, pid_alive  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -75,21 +79,6 @@ def need_api(*names: str) -> None:
 # -- processes ------------------------------------------------------------------------
 
 
-def pid_alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie (exited, not yet reaped) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def descendants(pid: int) -> list[int]:
     """Every live descendant of ``pid`` (children first), read from /proc."""
     out: list[int] = []
@@ -111,15 +100,6 @@ def descendants(pid: int) -> list[int]:
                     out.append(kid)
                     todo.append(kid)
     return out
-
-
-def kill_pids(pids) -> None:
-    """SIGKILLs each pid that still exists (one by one, by pid)."""
-    for pid in pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def wait_gone(pids, within: float) -> list[int]:

@@ -10,10 +10,12 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except PermissionError:  # exists, owned by someone else
+        return True
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except OSError:
         return False
 
 
@@ -21,6 +23,6 @@ def kill_pids(pids) -> None:
     """SIGKILLs each pid that still exists."""
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
