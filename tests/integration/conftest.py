@@ -3,10 +3,11 @@ from netns import Procs
 from procutil import kill_pids, pid_alive
 
 import actorrt
+from actorrt.runtime.context import current_or_none
 
 
 @pytest.fixture(scope="session")
-def cluster():
+def shared_cluster():
     """A 3-worker local cluster shared by every in-process test of one pytest process.
 
     One per process on purpose: torch binds its RRef context to the first RPC agent of a
@@ -21,6 +22,18 @@ def cluster():
     finally:
         actorrt.shutdown()
         kill_pids(p for p in pids if pid_alive(p))
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    """The shared cluster, checked alive: a test that stops it breaks every later one."""
+    if current_or_none() is not shared_cluster:
+        pytest.fail(
+            "the shared cluster of this pytest process was shut down by an earlier test: "
+            "a test that starts or stops a cluster must run it in its own process "
+            "(tests/integration/scripts.py)"
+        )
+    return shared_cluster
 
 
 @pytest.fixture

@@ -4,18 +4,13 @@ Each test runs its driver as a script (a process starts one cluster; see
 test_lifecycle.py), reads its REPORT lines, and checks that no process of it is left.
 """
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
-from procutil import kill_pids, pid_alive
+from scripts import run_script
 
 pytestmark = pytest.mark.timeout(240)
 
 HEADER = """
-import dataclasses, json, os, signal, time
+import dataclasses, os, signal, time
 import actorrt
 
 signal.alarm(150)  # a bounded life even if the test that started us is gone
@@ -35,33 +30,11 @@ class Free:
     def where(self):
         return os.getpid()
 
-def report(**kw):
-    print("REPORT", json.dumps(kw), flush=True)
 """
 
 
 def run_driver(tmp_path, body, timeout=180):
-    script = tmp_path / "layout_driver.py"
-    script.write_text(HEADER + textwrap.dedent(body))
-    try:
-        out = subprocess.run(
-            [sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=tmp_path,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"the driver did not finish within {timeout} s: {exc.stdout}\n{exc.stderr}")
-    reports = [
-        json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("REPORT ")
-    ]
-    pids = [p for rep in reports for p in rep.get("pids", [])]
-    left = [p for p in pids if pid_alive(p)]
-    kill_pids(left)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    assert not left, f"processes left after shutdown: {left}"
-    return reports
+    return run_script(tmp_path, HEADER, body, timeout=timeout, name="layout_driver.py")
 
 
 def test_layout_places_labels_on_the_planned_processes_and_refuses_unknown_ones(tmp_path):

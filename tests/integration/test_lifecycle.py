@@ -14,7 +14,8 @@ import textwrap
 import time
 
 import pytest
-from procutil import kill_pids, pid_alive
+from procutil import kill_pids
+from scripts import run_script, wait_gone
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,43 +31,22 @@ class Sleeper:          # defined in __main__: shipped to the workers with cloud
     def sleep(self, s):
         time.sleep(s)
         return s
-
-def report(**kw):
-    print("REPORT", json.dumps(kw), flush=True)
 """
 
 
-def run_driver(tmp_path, body, timeout=150):
-    """Runs HEADER + body as a driver script; returns its REPORT lines as dicts."""
-    script = tmp_path / "driver_script.py"
-    script.write_text(HEADER + textwrap.dedent(body))
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    reports = [
-        json.loads(line[7:]) for line in out.stdout.splitlines() if line.startswith("REPORT ")
-    ]
-    for rep in reports:
-        kill_pids(p for p in rep.get("pids", []) if pid_alive(p))
-    return reports
+def run_driver(tmp_path, body, timeout=150, grace=10):
+    """Runs HEADER + body as a driver script; returns its REPORT lines as dicts.
 
-
-def _wait_gone(pids, within):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if pid_alive(p)]
+    Every pid a report lists must be gone ``grace`` seconds after the script exits.
+    """
+    return run_script(tmp_path, HEADER, body, timeout=timeout, grace=grace)
 
 
 def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_path):
     (rep,) = run_driver(
         tmp_path,
-        """
+        grace=5,
+        body="""
         rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5)
         pids = list(rt.local_worker_pids)
         a = Sleeper.remote()
@@ -110,7 +90,6 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
     assert rep["known_dead"] == [rep["a"]]
     assert rep["c"] == rep["b"] and rep["c_value"] == 0  # new actors avoid the dead worker
     assert rep["shutdown_s"] < 5 + 10, rep["shutdown_s"]
-    assert _wait_gone(rep["pids"], 5) == []
 
 
 def test_context_manager_restart_and_shutdown_with_calls_in_flight(tmp_path):
@@ -135,7 +114,6 @@ def test_context_manager_restart_and_shutdown_with_calls_in_flight(tmp_path):
     assert first["v"] == 0 and second["v"] == 0
     assert not first["initialized"] and not second["initialized"]
     assert first["down_s"] < 5 + 10
-    assert _wait_gone(first["pids"] + second["pids"], 10) == []
 
 
 def test_shutdown_twice_and_calls_after_shutdown(tmp_path):
@@ -155,7 +133,6 @@ def test_shutdown_twice_and_calls_after_shutdown(tmp_path):
         """,
     )
     assert "call actorrt.start() first" in rep["error"]
-    assert _wait_gone(rep["pids"], 10) == []
 
 
 def test_class_defined_in_main_script(tmp_path):
@@ -219,7 +196,7 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path):
         pids.append(zygote)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        left = _wait_gone(pids, 20)
+        left = wait_gone(pids, 20)
         assert left == [], "workers (or their zygote) outlived their driver"
     finally:
         kill_pids([proc.pid, *pids])
@@ -267,7 +244,7 @@ def test_a_worker_dying_during_start_up_fails_start_at_once(tmp_path):
         env=env,
         cwd=tmp_path,
     )
-    left = _wait_gone(_pids_in(tmp_path), 10)  # the zygote and the other worker went too
+    left = wait_gone(_pids_in(tmp_path), 10)  # the zygote and the other worker went too
     kill_pids(left)
     assert left == [], "processes of the failed start outlived it"
     lines = [json.loads(x[7:]) for x in out.stdout.splitlines() if x.startswith("REPORT ")]

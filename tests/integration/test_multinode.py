@@ -1,38 +1,45 @@
 """Multi-node clusters on loopback: ``actorrt worker``, torchrun, srun's environment, errors.
 
-The driver is a script (``multinode_driver.py``: a second RPC agent in one process
-cannot use RRefs, so a test process starts no cluster of its own) or, where the start
-must fail before ``init_rpc``, this test process; workers are real
+The driver is a script (``multinode_driver.py``, or ``scripts.run_script`` where the
+start must fail): a second RPC agent in one process cannot use RRefs, and this process
+may hold the shared ``cluster`` fixture, so no test here starts a cluster in it. Workers
+are real
 ``python -m actorrt worker`` processes. Every wait is bounded and every process is
 killed by pid (and process group) at the end.
 """
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 import torch
-from netns import PY, Procs, driver_argv, free_port, pids_gone, worker_argv
-
-import actorrt
-from actorrt.errors import ClusterError, PlacementError
+from netns import PY, driver_argv, free_port, pids_gone, worker_argv
+from scripts import run_script
 
 pytestmark = pytest.mark.timeout(120)
 
 TOKEN = "loopback-test-token"
 
 
-@pytest.fixture
-def procs(tmp_path):
-    p = Procs(tmp_path)
+HEADER = """
+import socket
+import actorrt
+
+def refused(call):
     try:
-        yield p
-    finally:
-        actorrt.shutdown()
-        p.close()
+        call()
+    except Exception as exc:
+        return [type(exc).__name__, str(exc)]
+    return None
+"""
+
+
+def run_in_a_fresh_process(tmp_path, body, timeout=90):
+    """Runs a failing start() in its own process: this one may hold the shared cluster."""
+    (rep,) = run_script(tmp_path, HEADER, body, timeout=timeout)
+    return rep
 
 
 def _init(port):
@@ -66,7 +73,7 @@ def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
     assert procs.wait("worker1", 20) == 0, procs.logs()
 
 
-def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs):
+def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs, tmp_path):
     """Duplicate rank, other world size, other transport, other token; rank 2 never comes."""
     port = free_port()
     init = _init(port)
@@ -77,8 +84,17 @@ def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs):
     procs.start("transport", worker_argv(init, 2, 3, "--transport", "cpu"), env)
     procs.start("token", worker_argv(init, 2, 3), {"ACTORRT_TOKEN": "another-job"})
     names = ("good", "dup", "world", "transport", "token")
-    with pytest.raises(ClusterError, match=r"rank\(s\) 2 of 3 never joined within 20 s"):
-        actorrt.start(init_method=init, world_size=3, token=TOKEN, timeout=20)
+    rep = run_in_a_fresh_process(
+        tmp_path,
+        f"""
+        error = refused(lambda: actorrt.start(
+            init_method={init!r}, world_size=3, token={TOKEN!r}, timeout=20))
+        report(error=error, initialized=actorrt.is_initialized())
+        """,
+    )
+    assert rep["error"][0] == "ClusterError", rep
+    assert "rank(s) 2 of 3 never joined within 20 s" in rep["error"][1]
+    assert rep["initialized"] is False
     codes = {n: procs.wait(n, 20) for n in names}
     assert codes == dict.fromkeys(names, 2), procs.logs()
     logs = {n: procs.log(n) for n in names}
@@ -89,36 +105,56 @@ def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs):
     assert "world size 4 does not match the driver's 3" in logs["world"]
     assert "asks for --transport cpu but the driver uses transport='auto'" in logs["transport"]
     assert "wrong cluster token" in logs["token"]
-    assert not actorrt.is_initialized()
 
 
-def test_cuda_transport_without_gpus_is_a_placement_error(procs):
+def test_cuda_transport_without_gpus_is_a_placement_error(procs, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: transport='cuda' is feasible here")
     port = free_port()
     procs.start("worker1", worker_argv(_init(port), 1, 2), {"ACTORRT_TOKEN": TOKEN})
-    with pytest.raises(PlacementError, match="transport='cuda' needs a GPU in every process"):
-        actorrt.start(
-            init_method=_init(port), world_size=2, token=TOKEN, transport="cuda", timeout=60
-        )
+    rep = run_in_a_fresh_process(
+        tmp_path,
+        f"""
+        error = refused(lambda: actorrt.start(init_method={_init(port)!r}, world_size=2,
+                                              token={TOKEN!r}, transport="cuda", timeout=60))
+        report(error=error)
+        """,
+    )
+    assert rep["error"][0] == "PlacementError", rep
+    assert "transport='cuda' needs a GPU in every process" in rep["error"][1]
     assert procs.wait("worker1", 20) == 2
     assert "the driver aborted the start: transport='cuda' needs a GPU" in procs.log("worker1")
 
 
-def test_port_in_use_and_bad_driver_arguments_fail_at_once():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        with pytest.raises(ClusterError, match=f"port {port} on 127.0.0.1 is already in use"):
-            actorrt.start(init_method=_init(port), world_size=2, timeout=5)
-    with pytest.raises(ClusterError, match="HOST in init_method must be an address of this"):
-        actorrt.start(init_method="tcp://10.77.255.254:29500", world_size=2, timeout=5)
-    with pytest.raises(ValueError, match="needs world_size=W >= 2"):
-        actorrt.start(init_method=_init(29500), timeout=5)
-    with pytest.raises(ValueError, match="the driver, rank 0"):
-        actorrt.start(init_method=_init(29500), rank=1, world_size=2)
-    assert not actorrt.is_initialized()
+def test_port_in_use_and_bad_driver_arguments_fail_at_once(tmp_path):
+    rep = run_in_a_fresh_process(
+        tmp_path,
+        """
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+            port = s.getsockname()[1]
+            in_use = refused(lambda: actorrt.start(
+                init_method=f"tcp://127.0.0.1:{port}", world_size=2, timeout=5))
+        errors = [
+            in_use,
+            refused(lambda: actorrt.start(
+                init_method="tcp://10.77.255.254:29500", world_size=2, timeout=5)),
+            refused(lambda: actorrt.start(init_method="tcp://127.0.0.1:29500", timeout=5)),
+            refused(lambda: actorrt.start(
+                init_method="tcp://127.0.0.1:29500", rank=1, world_size=2)),
+        ]
+        report(port=port, errors=errors, initialized=actorrt.is_initialized())
+        """,
+    )
+    in_use, foreign, no_world, not_rank0 = rep["errors"]
+    assert in_use[0] == "ClusterError"
+    assert f"port {rep['port']} on 127.0.0.1 is already in use" in in_use[1]
+    assert foreign[0] == "ClusterError"
+    assert "HOST in init_method must be an address of this" in foreign[1]
+    assert no_world[0] == "ValueError" and "needs world_size=W >= 2" in no_world[1]
+    assert not_rank0[0] == "ValueError" and "the driver, rank 0" in not_rank0[1]
+    assert rep["initialized"] is False
 
 
 def test_worker_errors_without_a_driver_are_clear_and_fast(procs):
