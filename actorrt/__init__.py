@@ -18,30 +18,77 @@ Example::
         print(actorrt.get(c.add.remote(1)))
 """
 
-from actorrt.actor import ActorClass, ActorHandle, ActorMethod, actor
-from actorrt.api import (
-    actors,
-    dump_cluster,
-    get_actor,
-    is_initialized,
-    kill,
-    nodes,
-    plan,
-    shutdown,
-    start,
-)
-from actorrt.errors import (
-    ActorDiedError,
-    ActorError,
-    ActorRtError,
-    ClusterError,
-    GetTimeoutError,
-    NotInitializedError,
-    PlacementError,
-)
-from actorrt.options import ActorOptions
-from actorrt.refs import ObjectRef, get, wait
-from actorrt.runtime.directory import ActorInfo, NodeInfo
+# The public names are imported on first use (PEP 562): most of them import torch, which
+# takes seconds, and `import actorrt.cli` runs this file first, so `actorrt --help`,
+# `actorrt plan` and `actorrt describe` would pay for torch without needing it. A new
+# public name goes into _EXPORTS (and __all__), not into an eager import here;
+# tests/unit/cli/test_cli_fast.py fails if `import actorrt` imports torch again.
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+from actorrt._version import __version__ as __version__  # re-exported
+
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
+    from actorrt.actor_class import ActorClass, ActorHandle, ActorMethod, actor
+    from actorrt.api import (
+        actors,
+        dump_cluster,
+        get_actor,
+        is_initialized,
+        kill,
+        nodes,
+        plan,
+        shutdown,
+        start,
+    )
+    from actorrt.errors import (
+        ActorDiedError,
+        ActorError,
+        ActorRtError,
+        ClusterError,
+        GetTimeoutError,
+        NotInitializedError,
+        PlacementError,
+    )
+    from actorrt.options import ActorOptions
+    from actorrt.refs import ObjectRef, get, wait
+    from actorrt.runtime.directory import ActorInfo, NodeInfo
+    from actorrt.runtime.exits import exit_actor
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "ActorClass": "actorrt.actor_class",
+    "ActorHandle": "actorrt.actor_class",
+    "ActorMethod": "actorrt.actor_class",
+    "actor": "actorrt.actor_class",
+    "actors": "actorrt.api",
+    "dump_cluster": "actorrt.api",
+    "get_actor": "actorrt.api",
+    "is_initialized": "actorrt.api",
+    "kill": "actorrt.api",
+    "nodes": "actorrt.api",
+    "plan": "actorrt.api",
+    "shutdown": "actorrt.api",
+    "start": "actorrt.api",
+    "ActorDiedError": "actorrt.errors",
+    "ActorError": "actorrt.errors",
+    "ActorRtError": "actorrt.errors",
+    "ClusterError": "actorrt.errors",
+    "GetTimeoutError": "actorrt.errors",
+    "NotInitializedError": "actorrt.errors",
+    "PlacementError": "actorrt.errors",
+    "ActorOptions": "actorrt.options",
+    "ObjectRef": "actorrt.refs",
+    "get": "actorrt.refs",
+    "wait": "actorrt.refs",
+    "ActorInfo": "actorrt.runtime.directory",
+    "NodeInfo": "actorrt.runtime.directory",
+    "exit_actor": "actorrt.runtime.exits",
+}
 
 __all__ = [
     "ActorClass",
@@ -61,6 +108,7 @@ __all__ = [
     "actor",
     "actors",
     "dump_cluster",
+    "exit_actor",
     "get",
     "get_actor",
     "is_initialized",
@@ -72,4 +120,19 @@ __all__ = [
     "wait",
 ]
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> Any:
+    """Imports a public name (or a submodule) the first time it is looked up."""
+    module_name = _EXPORTS.get(name)
+    if module_name is not None:
+        value = getattr(importlib.import_module(module_name), name)
+        globals()[name] = value  # later lookups no longer come here
+        return value
+    # `import actorrt; actorrt.placement....` worked when everything was imported eagerly.
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,7 +10,8 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actorrt.actor import ActorHandle
+from actorrt.actor_class import ActorHandle
+from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
 from actorrt.errors import ActorRtError, ClusterError
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.layout import Layout, parse_layout
@@ -138,8 +139,6 @@ def start(
         # a local cluster makes its own token and listens on loopback only
         host, port, world, local_workers, token = "127.0.0.1", 0, n + 1, n, None
     else:
-        from actorrt.cluster.rendezvous import parse_tcp_init_method
-
         host, port = parse_tcp_init_method(init_method)
         if num_workers is not None:
             raise ValueError(
@@ -153,6 +152,7 @@ def start(
             )
         world, local_workers = world_size, 0
         token = token if token is not None else os.environ.get("ACTORRT_TOKEN", "")
+    check_cuda_device_map(cuda_device_map, rank=0, world_size=world, name="cuda_device_map")
     with _start_lock:
         if is_initialized():
             raise RuntimeError(

@@ -1,7 +1,9 @@
 """The ``actorrt`` command: ``actorrt worker``, ``actorrt plan`` and ``actorrt describe``.
 
 Each subcommand lives in the module that owns its job; this file only wires argparse
-to them, importing lazily so ``actorrt --help`` stays fast.
+to them, importing lazily so ``actorrt --help`` stays fast: only the chosen subcommand's
+module is imported, and ``actorrt/__init__.py`` imports nothing heavy until a public name
+is used, so torch is imported only by the subcommands that need it (``worker``).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main"]
+from actorrt._version import __version__
 
-# subcommand -> module that provides ``add_arguments(parser)`` and ``run(args) -> int``
-_SUBCOMMANDS = {
+__all__ = ["SUBCOMMANDS", "build_parser", "main"]
+
+#: subcommand -> (module providing ``add_arguments(parser)`` and ``run(args) -> int``, help)
+SUBCOMMANDS = {
     "worker": ("actorrt.cluster.worker_cli", "join a cluster as a worker process"),
     "plan": ("actorrt.placement.plan_cli", "print (or draw) the placement plan for a cluster file"),
     "describe": (
@@ -23,21 +27,46 @@ _SUBCOMMANDS = {
     ),
 }
 
+_DESCRIPTION = (
+    "Command line of actorrt, Ray-style actors on torch.distributed.rpc (whose Python API "
+    "is actorrt.start and @actorrt.actor). Run `actorrt COMMAND --help` for its options."
+)
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``actorrt`` command line; returns the process exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="actorrt", description=__doc__.splitlines()[0])
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The ``actorrt`` parser; only the subcommand named by ``argv[0]`` gets its flags.
+
+    Args:
+        argv: The command line without the program name (decides which module to import).
+
+    Returns:
+        The parser, with ``_run`` set as a default of the chosen subcommand.
+    """
+    parser = argparse.ArgumentParser(prog="actorrt", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"actorrt {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    # Only the chosen subcommand's module is imported (torch import is slow).
-    chosen = argv[0] if argv and argv[0] in _SUBCOMMANDS else None
-    for name, (module_name, help_text) in _SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text)
+    chosen = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:
             module = importlib.import_module(module_name)
             module.add_arguments(p)
             p.set_defaults(_run=module.run)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``actorrt`` command line.
+
+    Args:
+        argv: Arguments without the program name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The process exit status (``--help``, ``--version`` and usage errors exit through
+        argparse's ``SystemExit``: 0 and 2).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
     return int(args._run(args) or 0)
 
 

@@ -33,22 +33,39 @@ class ActorError(ActorRtError):
     Attributes:
         cause: The exception the method raised, when it could be sent back; otherwise None.
         remote_traceback: The traceback text printed on the actor's process.
+        actor_id: The id of the actor (32 hex digits, as ``ActorHandle.actor_id``), when known.
     """
 
-    def __init__(self, message: str, cause: BaseException | None, remote_traceback: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        cause: BaseException | None,
+        remote_traceback: str,
+        actor_id: str | None = None,
+    ) -> None:
         super().__init__(f"{message}\n\nRemote traceback:\n{remote_traceback}")
         self.cause = cause
         self.remote_traceback = remote_traceback
+        self.actor_id = actor_id
 
     def __reduce__(self):  # keep the fields when the error is pickled onwards
-        return (
-            type(self),
-            (self.args[0].split("\n\nRemote traceback:")[0], self.cause, self.remote_traceback),
-        )
+        message = self.args[0].split("\n\nRemote traceback:")[0]
+        return (type(self), (message, self.cause, self.remote_traceback, self.actor_id))
 
 
 class ActorDiedError(ActorRtError):
-    """The actor is gone: it was killed, its constructor failed, or its process died."""
+    """The actor is gone: it was killed, its constructor failed, or its process died.
+
+    Attributes:
+        actor_id: The id of the actor (32 hex digits, as ``ActorHandle.actor_id``), when known.
+    """
+
+    def __init__(self, message: str, actor_id: str | None = None) -> None:
+        super().__init__(message)
+        self.actor_id = actor_id
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.actor_id))
 
 
 class GetTimeoutError(ActorRtError, TimeoutError):

@@ -29,15 +29,17 @@ class ActorOptions:
         num_gpus: GPUs reserved; the actor's threads get that GPU as their current device.
         name: Registers the actor under this name for ``actorrt.get_actor(name)``; a named
             actor lives until it is killed or the cluster shuts down.
-        max_concurrency: How many calls may run at once. 1 (the default) runs one caller's
-            calls one at a time in the order they were made.
+        max_concurrency: How many calls may run at once. None (the default): 1 for a plain
+            actor, whose calls from one caller run one at a time in the order they were
+            made; 1000 for an async actor (a class with an ``async def`` method), as in Ray.
     """
 
     label: str | None = None
     num_cpus: float = 0.0
     num_gpus: float = 0.0
     name: str | None = None
-    max_concurrency: int = 1
+    max_concurrency: int | None = None
+    get_if_exists: bool = False
 
     def __post_init__(self) -> None:
         if self.label is not None and (
@@ -51,8 +53,18 @@ class ActorOptions:
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise ValueError(f"name={self.name!r} must be a non-empty string.")
         mc = self.max_concurrency
-        if isinstance(mc, bool) or not isinstance(mc, int) or mc < 1:
-            raise ValueError(f"max_concurrency={mc!r} must be an int >= 1, e.g. max_concurrency=4.")
+        if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
+            raise ValueError(
+                f"max_concurrency={mc!r} must be an int >= 1 (or None for the default), "
+                "e.g. max_concurrency=4."
+            )
+        if not isinstance(self.get_if_exists, bool):
+            raise ValueError(f"get_if_exists={self.get_if_exists!r} must be True or False.")
+        if self.get_if_exists and self.name is None:
+            raise ValueError(
+                "get_if_exists=True needs a name: the actor is looked up by it, e.g. "
+                "Cls.options(name='learner', get_if_exists=True)."
+            )
 
     @property
     def resources(self) -> Resources:

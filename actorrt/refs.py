@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import math
+import numbers
 import threading
 import time
 from collections.abc import Generator, Sequence
 from typing import Any, TypeVar, overload
 
-from actorrt.errors import GetTimeoutError
-from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure
+from actorrt.errors import ActorError, GetTimeoutError
+from actorrt.runtime.payload import unpack
+from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure, unreadable
 
 __all__ = ["ObjectRef", "get", "wait"]
 
@@ -29,6 +32,18 @@ T = TypeVar("T")
 _hook_lock = threading.Lock()
 
 
+class _RefFuture(cf.Future):
+    """A ref's future, which cannot be cancelled: the ref would be spoilt for good.
+
+    ``asyncio.wrap_future`` cancels the future it wraps when the awaiting task is
+    cancelled (``asyncio.wait_for`` timing out, say); the call runs on regardless, and
+    a later ``get`` or ``await`` of the same ref must still return its value.
+    """
+
+    def cancel(self) -> bool:
+        return False
+
+
 class ObjectRef:
     """The future result of ``handle.method.remote(...)``.
 
@@ -36,13 +51,14 @@ class ObjectRef:
     top-level argument of another remote call (it is resolved before that call runs).
     """
 
-    __slots__ = ("_what", "_worker", "_sent", "_cf", "_answered", "__weakref__")
+    __slots__ = ("_what", "_actor_id", "_worker", "_sent", "_cf", "_answered", "__weakref__")
 
-    def __init__(self, what: str, future: cf.Future | None = None) -> None:
+    def __init__(self, what: str, actor_id: str | None = None) -> None:
         self._what = what
+        self._actor_id = actor_id
         self._worker = ""
         self._sent: Any = None  # torch future of the raw reply, once the call is sent
-        self._cf: cf.Future | None = future
+        self._cf: cf.Future | None = None
         self._answered: Any = None  # a call sent alone: see runtime.outbox.Answered
 
     def __del__(self) -> None:
@@ -82,12 +98,17 @@ class ObjectRef:
     def _decode(self) -> Any:
         """The value of a reply that has arrived, or the error it stands for."""
         try:
-            raw = self._sent.value()
+            wire = self._sent.value()
         except LocalFailure as failure:
             raise failure.error from None
         except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
-            raise rpc_failure(self._what, self._worker, exc) from None
-        return decode_reply(raw)
+            raise rpc_failure(self._what, self._worker, exc, self._actor_id) from None
+        try:
+            reply = unpack(wire)
+        except Exception as exc:
+            error = unreadable(f"the reply of {self._what}", exc)
+            raise ActorError(str(error), error, "", self._actor_id) from None
+        return decode_reply(reply, self._actor_id)
 
     # -- the user's side -----------------------------------------------------------
     def done(self) -> bool:
@@ -97,20 +118,49 @@ class ObjectRef:
         return self._cf is not None and self._cf.done()
 
     def future(self) -> cf.Future:
-        """A :class:`concurrent.futures.Future` of the result (for callbacks)."""
+        """A :class:`concurrent.futures.Future` of the result, for callbacks and ``cf.wait``.
+
+        The same future every time. Its ``result()`` is the value, or raises what
+        :func:`get` would raise. ``cancel()`` does nothing and returns False: the call
+        runs on (to stop an actor, ``actorrt.kill`` it).
+
+        Returns:
+            The future of the call's result.
+
+        Example::
+
+            ref = counter.add.remote(1)
+            ref.future().add_done_callback(lambda f: print("got", f.result()))
+            done, _ = concurrent.futures.wait([ref.future()], timeout=30)
+        """
         fut = self._cf
         if fut is not None:
             return fut
         with _hook_lock:
             if self._cf is not None:
                 return self._cf
-            fut = self._cf = cf.Future()
+            fut = self._cf = _RefFuture()
             sent = self._sent
         if sent is not None:
             sent.add_done_callback(self._complete)  # runs at once if the reply is here
         return fut
 
     def __await__(self) -> Generator[Any, None, Any]:
+        """``await ref`` gives the value in a coroutine (raises what :func:`get` would raise).
+
+        Cancelling the awaiting task (e.g. ``asyncio.wait_for`` timing out) cancels the
+        wait only: the call runs on, and a later ``await ref`` or ``get(ref)`` returns its
+        value. Awaiting never blocks the event loop.
+
+        Example::
+
+            async def main():
+                ref = counter.add.remote(1)
+                try:
+                    return await asyncio.wait_for(ref, timeout=1)
+                except asyncio.TimeoutError:
+                    return await ref  # the same ref, still good
+        """
         return asyncio.wrap_future(self.future()).__await__()
 
     def __repr__(self) -> str:
@@ -122,6 +172,23 @@ class ObjectRef:
             "argument of a remote call (actorrt resolves it before the call runs), or call "
             "actorrt.get(ref) first and send the value."
         )
+
+
+def _check_timeout(timeout: object) -> float | None:
+    """``timeout`` as seconds (None: no limit); rejects what is not a number >= 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(
+            f"timeout={timeout!r} must be a number of seconds (e.g. timeout=30) or None to "
+            "wait as long as it takes."
+        )
+    if not timeout >= 0:  # also NaN
+        raise ValueError(
+            f"timeout={timeout!r} must be >= 0 seconds (0 polls once), or None to wait as "
+            "long as it takes."
+        )
+    return None if math.isinf(timeout) else float(timeout)
 
 
 def _check_ref(ref: object) -> ObjectRef:
@@ -151,8 +218,11 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
     Raises:
         GetTimeoutError: The results did not all arrive within ``timeout``.
         ActorError: The method raised (the remote traceback is in the message).
-        ActorDiedError: The actor was killed or its process died.
+        ActorDiedError: The actor was killed, ended itself or its process died.
+        TypeError: ``timeout`` is not a number.
+        ValueError: ``timeout`` is negative.
     """
+    timeout = _check_timeout(timeout)
     if isinstance(refs, ObjectRef):
         return _result(refs, timeout)
     if not isinstance(refs, (list, tuple)):
@@ -195,13 +265,22 @@ def wait(
     Returns:
         ``(ready, not_ready)``, each in the order of ``refs``; ``ready`` holds at most
         ``num_returns`` refs. A ref whose call failed counts as ready (``get`` raises).
+        No refs give ``([], [])``, as in Ray.
+
+    Raises:
+        TypeError: ``timeout`` is not a number.
+        ValueError: ``timeout`` is negative, ``num_returns`` is out of range, or a ref
+            appears twice.
     """
     if not isinstance(refs, (list, tuple)):
         raise TypeError(f"actorrt.wait takes a list of ObjectRefs, got {type(refs)!r}.")
+    timeout = _check_timeout(timeout)
+    if not refs:
+        return [], []
     refs = [_check_ref(r) for r in refs]
     if len({id(r) for r in refs}) != len(refs):
         raise ValueError("actorrt.wait got the same ObjectRef twice; pass each ref once.")
-    if not 1 <= num_returns <= max(1, len(refs)) or (not refs and num_returns):
+    if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = {r.future() for r in refs}

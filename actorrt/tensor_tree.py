@@ -1,8 +1,9 @@
-"""Walking the tensors inside a call's arguments or reply (dicts, lists, tuples).
+"""Rewriting the tensors inside a nested value (dicts, lists, tuples).
 
-Staging CUDA tensors to the host, keeping tiny ones off cuda_gdr, and swapping large CPU
-tensors for shared-memory handles all rewrite the tensors of a nested value and leave the
-rest alone; they share this one walk.
+For :func:`actorrt.placement.guard_tiny_cuda_tensors`, a public helper for values sent
+outside actorrt's calls. actorrt's own calls and replies rewrite each tensor as it is
+pickled instead (see :mod:`actorrt.runtime.payload`), which reaches tensors inside any
+object, not only inside containers.
 """
 
 from __future__ import annotations

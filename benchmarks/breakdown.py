@@ -28,6 +28,7 @@ import torch.distributed.rpc as rpc
 
 import actorrt
 from actorrt.runtime import host as host_mod
+from actorrt.runtime import payload
 
 _handoff_queue: queue.SimpleQueue | None = None
 _handoff_lock = threading.Lock()
@@ -65,15 +66,16 @@ def interleaved(handle: Any, rounds: int = 10, n: int = 300) -> dict[str, float]
     """Median microseconds of each way, measured in interleaved rounds against ``handle``."""
     worker = handle.worker
     seq = [10**9]
+    wire = payload.pack(((1,), {}))  # packed once: "callee" leaves out the caller's work
 
     def callee() -> None:
         seq[0] += 1
         rpc.rpc_sync(
-            worker, host_mod.rpc_call, args=(handle.actor_id, "bench", seq[0], "ping", (1,), {})
+            worker, host_mod.rpc_call, args=(handle.actor_id, "bench", seq[0], "ping", wire)
         )
 
     seq[0] = 0
-    rpc.rpc_sync(worker, host_mod.rpc_call, args=(handle.actor_id, "bench", 0, "ping", (1,), {}))
+    rpc.rpc_sync(worker, host_mod.rpc_call, args=(handle.actor_id, "bench", 0, "ping", wire))
     rref = rpc.remote(worker, _RawActor)
     ways = {
         "raw": lambda: rpc.rpc_sync(worker, host_mod.rpc_ping, args=(1,)),

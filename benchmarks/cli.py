@@ -41,6 +41,8 @@ JOBS = [
     ("actorrt", "dqn"),
     ("ray", "dqn"),
 ]
+SYSTEMS = tuple(dict.fromkeys(system for system, _ in JOBS))
+SUITES = tuple(dict.fromkeys(suite for _, suite in JOBS))
 
 
 def _versions() -> dict:
@@ -109,27 +111,54 @@ def _reap_group(pgid: int) -> None:
         pass
 
 
+def _names(p: argparse.ArgumentParser, flag: str, value: str, valid: tuple[str, ...]) -> list[str]:
+    """The comma-separated names of ``value``; an unknown one is a usage error (exit 2)."""
+    names = [s.strip() for s in value.split(",") if s.strip()]
+    unknown = [s for s in names if s not in valid]
+    if unknown:
+        p.error(f"{flag}: unknown {', '.join(map(repr, unknown))}; choose from {','.join(valid)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--quick", action="store_true", help="short run (about 3 minutes)")
-    p.add_argument("--systems", default="baseline,torch,actorrt,ray", help="comma-separated subset")
-    p.add_argument("--suites", default="", help="comma-separated subset of suites (default all)")
+    p.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated subset of {','.join(SYSTEMS)} (default all)",
+    )
+    p.add_argument(
+        "--suites", default="", help=f"comma-separated subset of {','.join(SUITES)} (default all)"
+    )
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     p.add_argument("--timeout", type=float, default=0, help="per-child limit in seconds")
     args = p.parse_args(argv)
-    cfg = config(args.quick)
-    systems = [s for s in args.systems.split(",") if s]
-    suites = [s for s in args.suites.split(",") if s]
+    # Checked before anything runs or is written: an unknown name would select nothing
+    # and still replace latest.json with an empty report.
+    systems = _names(p, "--systems", args.systems, SYSTEMS)
+    suites = _names(p, "--suites", args.suites, SUITES)
     notes = []
     if "ray" in systems and importlib.util.find_spec("ray") is None:
         systems.remove("ray")
         notes.append("Ray is not installed (`import ray` fails): its columns are skipped.")
+    jobs = [
+        (system, suite)
+        for system, suite in JOBS
+        if system in systems and (not suites or suite in suites)
+    ]
+    if not jobs:
+        p.exit(
+            2,
+            f"{p.prog}: error: no measurement is both in --systems {','.join(systems) or '(none)'}"
+            f" and in --suites {','.join(suites) or '(all)'}; nothing written\n"
+            + "".join(f"note: {n}\n" for n in notes),
+        )
+    cfg = config(args.quick)
     timeout = args.timeout or (180 if args.quick else 420)
     results: dict[str, dict] = {s: {} for s in systems}
     t_start = time.perf_counter()
-    for system, suite in JOBS:
-        if system not in systems or (suites and suite not in suites):
-            continue
+    for system, suite in jobs:
         reps = cfg["first_call_reps"] if suite == "first_call" else 1
         for _ in range(reps):
             print(f"[{time.perf_counter() - t_start:6.1f}s] {system}/{suite} ...", flush=True)

@@ -41,7 +41,6 @@ __all__ = [
     "connect_store",
     "gather",
     "join",
-    "parse_tcp_init_method",
     "publish_abort",
     "publish_plan",
     "refuse_late_claims",
@@ -51,17 +50,6 @@ __all__ = [
 
 _POLL_S = 0.02
 _PREFIX = "actorrt/"
-
-
-def parse_tcp_init_method(init_method: str) -> tuple[str, int]:
-    """Splits ``tcp://HOST:PORT`` into host and port, with an error that shows the form."""
-    url = urlparse(init_method)
-    if url.scheme != "tcp" or not url.hostname or url.port is None:
-        raise ValueError(
-            f"init_method={init_method!r} must look like 'tcp://HOST:PORT' "
-            "(e.g. tcp://10.0.0.1:29500), HOST being rank 0's address."
-        )
-    return url.hostname, url.port
 
 
 class StoreServer:

@@ -16,8 +16,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from actorrt.cluster.launch_env import from_environ
+from actorrt.cluster.launch_env import (
+    CUDA_DEVICE_MAP_FORM,
+    check_cuda_device_map,
+    from_environ,
+    parse_tcp_init_method,
+)
+
+if TYPE_CHECKING:
+    from actorrt.runtime.worker import WorkerConfig
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -59,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", help="the cluster token (default: ACTORRT_TOKEN)")
     p.add_argument(
         "--cuda-device-map",
-        help="DI-engine style device map override, '<peer rank>_<local gpu>_<peer gpu>,...'",
+        help=f"DI-engine style device map override, '{CUDA_DEVICE_MAP_FORM}' "
+        "(e.g. 0_0_1: this worker's GPU 0 to GPU 1 of the driver)",
     )
     p.add_argument(
         "--timeout",
@@ -76,15 +87,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rpc-timeout", type=float, default=60.0, help=argparse.SUPPRESS)
 
 
-def config_from_args(args: argparse.Namespace, environ=None):
+def config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> WorkerConfig:
     """The :class:`~actorrt.runtime.worker.WorkerConfig` for ``args`` and the environment.
+
+    Everything the user wrote is checked before torch is imported or anything connects.
 
     Raises:
         ValueError: Something needed is missing or malformed (the message says what).
     """
-    from actorrt.cluster.rendezvous import parse_tcp_init_method
-    from actorrt.runtime.worker import WorkerConfig
-
     environ = os.environ if environ is None else environ
     launch = from_environ(environ)
     where = f" (from {launch.launcher}'s environment)" if launch else ""
@@ -92,9 +104,14 @@ def config_from_args(args: argparse.Namespace, environ=None):
     if launch is not None:
         rank = launch.rank if rank is None else rank
         world = launch.world_size if world is None else world
-    init = args.init_method or (launch.init_method if launch else None)
-    if init is None:
-        init = environ.get("ACTORRT_INIT_METHOD") or None
+    init, init_name = args.init_method, "--init-method"
+    if not init:
+        explicit = environ.get("ACTORRT_INIT_METHOD", "").strip() or None
+        # Under a launcher, MASTER_ADDR also gives the address (see launch_env).
+        init = launch.init_method if launch is not None else explicit
+        init_name = (
+            "ACTORRT_INIT_METHOD" if explicit else "MASTER_ADDR:(ACTORRT_PORT or MASTER_PORT+1)"
+        )
     if rank is None or world is None:
         raise ValueError(
             "--rank and --world-size are needed (or run under torchrun / srun, whose RANK / "
@@ -112,10 +129,14 @@ def config_from_args(args: argparse.Namespace, environ=None):
         )
     if args.timeout is None or not args.timeout > 0:
         raise ValueError(f"--timeout {args.timeout} must be a number of seconds > 0.")
-    host, port = parse_tcp_init_method(init)
+    host, port = parse_tcp_init_method(init, init_name)
+    # Checked here, not by rank 0 once every rank has joined: a typo fails this worker now.
+    check_cuda_device_map(args.cuda_device_map, rank=rank, world_size=world)
     labels = tuple(x.strip() for item in args.labels for x in item.split(",") if x.strip())
     gpus = _gpus(args.gpus, launch.local_rank if launch else None)
     token = args.token if args.token is not None else environ.get("ACTORRT_TOKEN", "")
+    from actorrt.runtime.worker import WorkerConfig  # imports torch: after the checks
+
     return WorkerConfig(
         host=host,
         port=port,

@@ -154,6 +154,16 @@ def _gpu_tables(node: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     return tables
 
 
+def _num_cpus(value: Any, where: str) -> int:
+    # A host's CPUs are what num_cpus of a layout is counted against: a count below 1
+    # would make every layout with num_cpus infeasible for a reason the file hides.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlacementError(
+            f"{where}.num_cpus: expected an integer >= 1 (the host's CPUs), got {value!r}"
+        )
+    return value
+
+
 def _container(node: Mapping[str, Any], where: str) -> ContainerIdentity:
     c = node.get("container")
     if c is None:
@@ -225,8 +235,10 @@ def _verbatim_processes(raw: Any, source: str) -> list[ProcessInfo]:
         if not isinstance(entry, Mapping):
             raise PlacementError(f"{where}: expected a table, got {entry!r}")
         _check_keys(entry, _PROCESS_KEYS, where)
-        if "name" not in entry or "node" not in entry:
+        if "name" not in entry or not isinstance(entry.get("node"), Mapping):
             raise PlacementError(f"{where}: needs a name and a node table")
+        if "num_cpus" in entry["node"]:
+            _num_cpus(entry["node"]["num_cpus"], f"{where}.node")
         try:
             node = NodeDescription.from_dict(entry["node"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -239,9 +251,12 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
     processes: list[ProcessInfo] = []
     for n_idx, node in enumerate(nodes):
         where = f"{source} nodes[{n_idx}]"
+        if not isinstance(node, Mapping):
+            raise PlacementError(f"{where}: expected a table, got {node!r}")
         _check_keys(node, _NODE_KEYS, where)
         if "hostname" not in node:
             raise PlacementError(f"{where}: needs a hostname")
+        num_cpus = _num_cpus(node.get("num_cpus", 8), where)
         hostname = str(node["hostname"])
         tables = _gpu_tables(node, where)
         container = _container(node, where)
@@ -267,9 +282,17 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
             hcas.append((HcaInfo.from_dict({**h, "near_gpus": ()}), set(h.get("near_gpus", ()))))
         groups = node.get("processes", 1)
         if isinstance(groups, int) and not isinstance(groups, bool):
+            if groups < 1:
+                raise PlacementError(
+                    f"{where}.processes: expected a count >= 1 (a node runs at least one "
+                    f"process; leave the node out instead), got {groups}"
+                )
             groups = [{"count": groups}]
-        if not isinstance(groups, list):
-            raise PlacementError(f"{where}.processes: expected a count or a list of tables")
+        if not isinstance(groups, list) or not groups:
+            raise PlacementError(
+                f"{where}.processes: expected a count >= 1 or a non-empty list of tables, "
+                f"got {groups!r}"
+            )
         k = 0
         for g_idx, group in enumerate(groups):
             gw = f"{where}.processes[{g_idx}]"
@@ -322,7 +345,7 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
                             hostname=hostname,
                             boot_id=str(node.get("boot_id", f"boot-{hostname}")),
                             container=container,
-                            num_cpus=int(node.get("num_cpus", 8)),
+                            num_cpus=num_cpus,
                             gpus=gpus,
                             hcas=hca_infos,
                             labels=labels,

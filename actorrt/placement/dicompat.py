@@ -1,8 +1,8 @@
 """DI-engine's command-line formats: ``--cuda-device-map`` and ``--local-cuda-devices``.
 
-``--cuda-device-map`` is ``<peer node>_<local gpu>_<peer gpu>,...`` (``1_0_1,2_0_2,0_0_0``):
-for each peer node id (here: the peer's RPC rank), which local GPU maps to which GPU of
-the peer. ``--local-cuda-devices`` is a comma-separated list of local GPU indices.
+``--cuda-device-map`` is ``<peer rank>_<local gpu>_<peer gpu>,...`` (``1_0_1,2_0_2,0_0_0``):
+for each peer (DI-engine's node id, here the peer's RPC rank), which local GPU maps to
+which GPU of the peer. ``--local-cuda-devices`` is a comma-separated list of local GPU indices.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ __all__ = [
 ]
 
 
-def parse_cuda_device_map(text: str) -> dict[int, dict[int, int]]:
+def parse_cuda_device_map(text: str, name: str = "--cuda-device-map") -> dict[int, dict[int, int]]:
     """Parse ``"1_0_1,2_0_2"`` into ``{1: {0: 1}, 2: {0: 2}}`` (order kept).
+
+    Args:
+        text: The map as written.
+        name: How the user gave it, for the messages.
 
     Raises:
         PlacementError: Naming the entry that is malformed or breaks one-to-one.
@@ -38,19 +42,19 @@ def parse_cuda_device_map(text: str) -> dict[int, dict[int, int]]:
         parts = entry.split("_")
         if len(parts) != 3 or not all(p.isdigit() for p in parts):
             raise PlacementError(
-                f"--cuda-device-map entry {entry!r} is not <peer node>_<local gpu>_<peer gpu> "
-                "(three non-negative integers, e.g. 1_0_1)"
+                f"{name} entry {entry!r} is not <peer rank>_<local gpu>_<peer gpu> (three "
+                "integers >= 0; e.g. 1_0_1 maps this process's GPU 0 to GPU 1 of rank 1)"
             )
         peer, local, remote = (int(p) for p in parts)
         per_peer = out.setdefault(peer, {})
         if local in per_peer and per_peer[local] != remote:
             raise PlacementError(
-                f"--cuda-device-map entry {entry!r}: local GPU {local} is already mapped to "
-                f"GPU {per_peer[local]} of node {peer}"
+                f"{name} entry {entry!r}: <local gpu> {local} is already mapped to GPU "
+                f"{per_peer[local]} of rank {peer}"
             )
         if remote in per_peer.values() and per_peer.get(local) != remote:
             raise PlacementError(
-                f"--cuda-device-map entry {entry!r}: GPU {remote} of node {peer} is already the "
+                f"{name} entry {entry!r}: <peer gpu> {remote} of rank {peer} is already the "
                 "target of another local GPU; a device map must be one-to-one"
             )
         per_peer[local] = remote

@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print the plan as JSON instead of tables"
     )
     parser.add_argument(
-        "--draw", metavar="FILE", help="draw the topology with actors placed (.png, .svg, .pdf)"
+        "--draw",
+        metavar="FILE",
+        help="draw the topology with actors placed (FILE ends in .png, .svg or .pdf)",
     )
     parser.add_argument(
         "--transport", choices=("auto", "cuda", "cpu"), help="override the file's transport mode"
@@ -49,9 +51,16 @@ def run(args: argparse.Namespace) -> int:
     """Plan the cluster file and print it; returns the exit status (2 on a bad plan)."""
     from actorrt.placement.clusterfile import load_cluster
     from actorrt.placement.layout import load_layout
-    from actorrt.placement.render import draw_topology, placement_table, transport_matrix
+    from actorrt.placement.render import (
+        check_draw_path,
+        draw_topology,
+        placement_table,
+        transport_matrix,
+    )
 
     try:
+        if args.draw:
+            check_draw_path(args.draw)  # before planning: a typo in the path fails at once
         cluster = load_cluster(args.cluster_file)
         layout = load_layout(args.labels) if args.labels else None
         plan = cluster.plan(transport=args.transport, strategy=args.strategy, layout=layout)

@@ -13,8 +13,10 @@ from actorrt.placement.plan import Plan
 from actorrt.placement.topology import LINK_KINDS, build_topology, host_key
 
 __all__ = [
+    "DRAW_FORMATS",
     "TRANSPORT_COLORS",
     "TRANSPORT_LETTERS",
+    "check_draw_path",
     "draw_topology",
     "placement_table",
     "transport_matrix",
@@ -39,6 +41,40 @@ TRANSPORT_COLORS = {
     "ibv": "#ff7f0e",
     "tcp": "#d62728",
 }
+
+#: The formats a drawing may be written in, named by the file's extension.
+DRAW_FORMATS = ("png", "svg", "pdf")
+
+
+def check_draw_path(path: str | os.PathLike[str]) -> Path:
+    """Checks that a drawing can be written to ``path``, before any planning or drawing.
+
+    Args:
+        path: The output file; its extension picks the format (one of :data:`DRAW_FORMATS`).
+
+    Returns:
+        ``path`` as a Path.
+
+    Raises:
+        PlacementError: The extension is not a known format, or the folder does not exist
+            or cannot be written to (one line that says which).
+    """
+    out = Path(path)
+    kinds = ", ".join(f".{f}" for f in DRAW_FORMATS)
+    fmt = out.suffix.lower().lstrip(".")
+    if fmt not in DRAW_FORMATS:
+        what = f"unknown format {out.suffix!r}" if out.suffix else "no extension"
+        raise PlacementError(
+            f"cannot draw to {path}: {what}; name the file {kinds} (the extension picks the format)"
+        )
+    if out.is_dir():
+        raise PlacementError(f"cannot draw to {path}: it is a folder; name a file ({kinds})")
+    folder = out.parent
+    if not folder.is_dir():
+        raise PlacementError(f"cannot draw to {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PlacementError(f"cannot draw to {path}: folder {folder} is not writable")
+    return out
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -115,8 +151,10 @@ def draw_topology(
         The written path.
 
     Raises:
-        PlacementError: matplotlib is not installed.
+        PlacementError: ``path`` cannot be written or names an unknown format (see
+            :func:`check_draw_path`), or matplotlib is not installed.
     """
+    out = check_draw_path(path)
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -220,6 +258,8 @@ def draw_topology(
         f"actorrt plan: {len(plan.processes)} processes, "
         f"transport={plan.transport}, strategy={plan.strategy}"
     )
-    out = Path(path)
-    fig.savefig(out, dpi=120, bbox_inches="tight")
+    try:
+        fig.savefig(out, dpi=120, bbox_inches="tight")
+    except OSError as e:  # checked above, but the disk may be full or the file read-only
+        raise PlacementError(f"cannot draw to {path}: {e.strerror or e}") from e
     return out

@@ -25,12 +25,7 @@ import torch.distributed.rpc as rpc
 from actorrt.runtime.context import current
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
-from actorrt.runtime.protocol import (
-    PICKLING_ERRORS,
-    LocalFailure,
-    error_reply,
-    unsendable_argument,
-)
+from actorrt.runtime.payload import Wire
 
 __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
 
@@ -38,25 +33,24 @@ __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
 class CallBatches:
     """The caller's side: queues calls for busy workers, matches replies to them.
 
+    Calls are packed (see payload.py) before they queue, so a batch holds only bytes,
+    tensors and RRefs, which always pickle: one bad argument fails its own call at
+    ``.remote()`` and never the calls batched with it.
+
     Args:
         name: This process's RPC name (the callee sends replies here).
-        skip: ``skip(handle, seq)`` tells the actor to move past a seq whose call could
-            not be sent (see ``Runtime._skip``).
     """
 
-    def __init__(self, name: str, skip: Callable[[Any, int], None]) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
         self.outbox = Outbox("actorrt-call-batches", self._send)
-        self._skip = skip
         # (worker, actor id, seq) -> the torch future its ObjectRef waits on
         self._awaiting: dict[tuple[str, str, int], torch.futures.Future] = {}
 
-    def queue(
-        self, handle: Any, seq: int, method: str, args: tuple, kwargs: dict, what: str
-    ) -> torch.futures.Future | None:
-        """Queues a call; returns the future its reply will complete (None: closed)."""
+    def queue(self, handle: Any, seq: int, method: str, wire: Wire) -> torch.futures.Future | None:
+        """Queues a packed call; returns the future its reply will complete (None: closed)."""
         future: torch.futures.Future = torch.futures.Future()
-        item = (handle, seq, method, args, kwargs, future, what)
+        item = (handle, seq, method, wire, future)
         return future if self.outbox.put(handle.worker, item) else None
 
     def _send(self, worker: str, items: list[tuple]) -> Any:
@@ -64,40 +58,31 @@ class CallBatches:
             for item in items:
                 self._send_alone(worker, item)
             return None
-        for handle, seq, _, _, _, future, _ in items:
-            self._awaiting[(worker, handle.actor_id, seq)] = future
-        calls = [(h.actor_id, seq, m, a, kw) for h, seq, m, a, kw, _, _ in items]
+        keys = [(worker, handle.actor_id, seq) for handle, seq, _, _, _ in items]
+        for key, item in zip(keys, items, strict=True):
+            self._awaiting[key] = item[4]
+        calls = [(h.actor_id, seq, method, wire) for h, seq, method, wire, _ in items]
         try:
             sent = rpc.rpc_async(worker, rpc_call_batch, args=(self.name, calls), timeout=0)
-        except PICKLING_ERRORS:
-            for item in items:  # one call cannot be pickled: send each alone to find it
-                self._forget(worker, item)
-                self._send_alone(worker, item)
-            return None
         except Exception as exc:  # the agent could not queue it: the worker is gone
-            for item in items:
-                self._forget(worker, item)
-                item[5].set_exception(exc)
+            for key, item in zip(keys, items, strict=True):
+                self._awaiting.pop(key, None)
+                item[4].set_exception(exc)
             return None
-        # `items` (with the handles) lives until the batch is done: actors outlive calls.
-        sent.add_done_callback(partial(self._batch_done, worker, items))
+        # The handles live until the batch is done, so actors outlive their calls; the
+        # arguments do not (the caller may have dropped them).
+        handles = [item[0] for item in items]
+        sent.add_done_callback(partial(self._batch_done, keys, handles))
         return sent
 
     def _send_alone(self, worker: str, item: tuple) -> None:
-        handle, seq, method, args, kwargs, future, what = item
+        handle, seq, method, wire, future = item
         from actorrt.runtime.host import rpc_call
 
         try:
             alone = rpc.rpc_async(
-                worker,
-                rpc_call,
-                args=(handle.actor_id, self.name, seq, method, args, kwargs),
-                timeout=0,
+                worker, rpc_call, args=(handle.actor_id, self.name, seq, method, wire), timeout=0
             )
-        except PICKLING_ERRORS as exc:
-            self._skip(handle, seq)
-            future.set_exception(LocalFailure(unsendable_argument(what, exc)))
-            return
         except Exception as exc:
             future.set_exception(exc)
             return
@@ -110,21 +95,20 @@ class CallBatches:
 
         alone.add_done_callback(relay)
 
-    def _forget(self, worker: str, item: tuple) -> None:
-        self._awaiting.pop((worker, item[0].actor_id, item[1]), None)
-
-    def _batch_done(self, worker: str, items: list[tuple], sent: torch.futures.Future) -> None:
+    def _batch_done(
+        self, keys: list[tuple[str, str, int]], _handles: list[Any], sent: torch.futures.Future
+    ) -> None:
         try:
             sent.wait()
             return  # every reply was acknowledged, so every call is answered
         except Exception as exc:
             error = exc
-        for item in items:
-            future = self._awaiting.pop((worker, item[0].actor_id, item[1]), None)
+        for key in keys:
+            future = self._awaiting.pop(key, None)
             if future is not None and not future.done():
                 future.set_exception(error)
 
-    def resolve(self, worker: str, replies: list[tuple[str, int, Any]]) -> None:
+    def resolve(self, worker: str, replies: list[tuple[str, int, Wire]]) -> None:
         """Completes the calls ``worker`` answered (runs in ``rpc_replies``)."""
         for actor_id, seq, reply in replies:
             future = self._awaiting.pop((worker, actor_id, seq), None)
@@ -135,7 +119,7 @@ class CallBatches:
         """Fails calls never sent and calls still unanswered (the runtime is stopping)."""
         error = RuntimeError(reason)
         for _, item in self.outbox.close():
-            item[5].set_exception(error)
+            item[4].set_exception(error)
         for key in list(self._awaiting):
             future = self._awaiting.pop(key, None)
             if future is not None and not future.done():
@@ -168,10 +152,10 @@ class ReplyBatches:
             if last:
                 batch_done.set_result(None)
 
-        for actor_id, seq, method, args, kwargs in calls:
+        for actor_id, seq, method, wire in calls:
             answered: torch.futures.Future = torch.futures.Future()
             answered.add_done_callback(partial(self._post, caller, actor_id, seq, acked))
-            self._deliver(actor_id, Call(caller, seq, method, args, kwargs, answered))
+            self._deliver(actor_id, Call(caller, seq, method, wire, answered))
         return batch_done
 
     def _post(
@@ -195,29 +179,17 @@ class ReplyBatches:
             self._send(caller, items)
 
     def _send(self, caller: str, items: list[tuple]) -> Any:
-        replies = [(actor_id, seq, reply) for actor_id, seq, reply, _ in items]
+        # Replies were packed by the mailbox, so this send cannot fail on pickling.
+        replies = [(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
+        acks = [item[3] for item in items]
         try:
             sent = rpc.rpc_async(caller, rpc_replies, args=(self.name, replies), timeout=0)
-        except PICKLING_ERRORS as exc:
-            if len(items) > 1:  # find the reply that cannot be pickled
-                for item in items:
-                    self._send(caller, [item])
-                return None
-            actor_id, seq, _, acked = items[0]
-            what = f"actor {actor_id}: the return value of call {seq}"
-            bad = error_reply(
-                what,
-                TypeError(
-                    f"cannot be sent back ({exc}). Return values travel through torch RPC's "
-                    "pickler: use tensors, plain data and importable classes."
-                ),
-            )
-            return self._send(caller, [(actor_id, seq, bad, acked)])
         except Exception:  # the caller is gone: nobody waits for these replies
-            for item in items:
-                item[3]()
+            for ack in acks:
+                ack()
             return None
-        sent.add_done_callback(lambda _f: [item[3]() for item in items])
+        # Only the acknowledgements wait for the send; the replies are not held.
+        sent.add_done_callback(lambda _f: [ack() for ack in acks])
         return sent
 
 
@@ -230,6 +202,6 @@ def rpc_call_batch(caller: str, calls: list[tuple]) -> torch.futures.Future:
     return current().replies.accept(caller, calls)
 
 
-def rpc_replies(worker: str, replies: list[tuple[str, int, Any]]) -> None:
+def rpc_replies(worker: str, replies: list[tuple[str, int, Wire]]) -> None:
     """Runs on the caller: completes the calls ``worker`` answered."""
     current().calls.resolve(worker, replies)

@@ -146,7 +146,7 @@ class ClusterDirectory:
         for uses in self._slots.values():
             uses.sort(key=lambda u: u.slot.index)
         self._records: dict[str, _Record] = {}
-        self._names: dict[str, object] = {}
+        self._names: dict[str, tuple[object, str | None]] = {}  # name -> (handle, class)
 
     @property
     def plan(self) -> Plan:
@@ -227,7 +227,7 @@ class ClusterDirectory:
                 self._placer.load[rec.index] = max(0, self._placer.load[rec.index] - 1)
             else:
                 self._placer.give_back(rec.index, rec.resources, rec.gpus)
-            for name, handle in list(self._names.items()):
+            for name, (handle, _) in list(self._names.items()):
                 if getattr(handle, "actor_id", None) == actor_id:
                     del self._names[name]
 
@@ -269,18 +269,63 @@ class ClusterDirectory:
             return out
 
     # -- names -----------------------------------------------------------------
-    def register_name(self, name: str, handle: object) -> None:
+    def register_name(
+        self,
+        name: str,
+        handle: object,
+        get_if_exists: bool = False,
+        class_path: str | None = None,
+    ) -> object | None:
+        """Registers ``handle`` under ``name``, or finds the actor already there.
+
+        One step under the lock, so of concurrent creators of one name exactly one
+        registers, and with ``get_if_exists`` the others get its handle.
+
+        Args:
+            name: The actor's name.
+            handle: Its handle.
+            get_if_exists: Return the handle already under ``name`` instead of failing.
+            class_path: ``module.Class`` of the actor, checked against the registered
+                actor's with ``get_if_exists``.
+
+        Returns:
+            None when ``handle`` was registered; else the handle already registered.
+
+        Raises:
+            ValueError: ``name`` is taken (without ``get_if_exists``), or taken by an
+                actor of another class.
+        """
         with self._lock:
-            if name in self._names:
+            if name not in self._names:
+                self._names[name] = (handle, class_path)
+                return None
+            if not get_if_exists:
                 raise ValueError(
                     f"an actor named {name!r} already exists; pick another name, or use "
-                    f"actorrt.get_actor({name!r}) to reach it."
+                    f"actorrt.get_actor({name!r}) to reach it, or "
+                    f"Cls.options(name={name!r}, get_if_exists=True).remote() to get or "
+                    "create it."
                 )
-            self._names[name] = handle
+            return self._named(name, class_path)
 
-    def lookup(self, name: str) -> object | None:
+    def lookup(self, name: str, class_path: str | None = None) -> object | None:
+        """The handle registered under ``name``, or None; ``class_path`` as in register_name.
+
+        Raises:
+            ValueError: With ``class_path``: the actor under ``name`` is of another class.
+        """
         with self._lock:
-            return self._names.get(name)
+            return self._named(name, class_path) if name in self._names else None
+
+    def _named(self, name: str, class_path: str | None) -> object:
+        handle, registered = self._names[name]
+        if class_path is not None and registered is not None and registered != class_path:
+            raise ValueError(
+                f"an actor named {name!r} already exists and is a {registered}, not a "
+                f"{class_path}: get_if_exists=True returns only an actor of the same class; "
+                "pick another name."
+            )
+        return handle
 
 
 # -- RPC entry points (run on rank 0; other processes reach the directory through them) --
@@ -301,12 +346,14 @@ def rpc_released(actor_id: str) -> None:
     _directory().release(actor_id)
 
 
-def rpc_register_name(name: str, handle: object) -> None:
-    _directory().register_name(name, handle)
+def rpc_register_name(
+    name: str, handle: object, get_if_exists: bool = False, class_path: str | None = None
+) -> object | None:
+    return _directory().register_name(name, handle, get_if_exists, class_path)
 
 
-def rpc_lookup(name: str) -> object | None:
-    return _directory().lookup(name)
+def rpc_lookup(name: str, class_path: str | None = None) -> object | None:
+    return _directory().lookup(name, class_path)
 
 
 def rpc_actors() -> list[ActorInfo]:

@@ -16,7 +16,8 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.runtime.context import current
-from actorrt.runtime.mailbox import Call, Mailbox
+from actorrt.runtime.mailbox import Call, Mailbox, PackReply
+from actorrt.runtime.payload import Wire
 
 __all__ = ["ActorHost", "ActorLease"]
 
@@ -40,14 +41,14 @@ class ActorLease:
 class ActorHost:
     """Owns the mailboxes of the actors living in this process."""
 
-    def __init__(self, on_actor_end=None, reply_filter=None) -> None:
+    def __init__(self, pack_reply: PackReply, on_actor_end=None) -> None:
         self._lock = threading.Lock()
         self._mailboxes: dict[str, Mailbox] = {}
         self._tombstones: dict[str, str] = {}  # actor id -> why it is gone
         self._classes: dict[str, type] = {}
         self._pinned: dict[str, ActorLease] = {}  # named actors live until killed
         self._on_actor_end = on_actor_end
-        self._reply_filter = reply_filter
+        self._pack_reply = pack_reply
         self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
         threading.Thread(target=self._release_loop, name="actorrt-release", daemon=True).start()
 
@@ -61,7 +62,7 @@ class ActorHost:
         with self._lock:
             box = self._mailboxes.get(actor_id)
             if box is None:
-                box = Mailbox(actor_id, self._forget, self._reply_filter)
+                box = Mailbox(actor_id, self._forget, self._pack_reply)
                 reason = self._tombstones.get(actor_id)
                 if reason is not None:
                     box.mark_dead(reason)  # answers every call with why the actor is gone
@@ -74,11 +75,10 @@ class ActorHost:
         actor_id: str,
         class_key: str,
         class_blob: bytes | None,
-        args: tuple,
-        kwargs: dict,
+        wire: Wire,
         *,
         class_name: str,
-        max_concurrency: int,
+        max_concurrency: int | None,
         gpu_ids: tuple[int, ...],
         pinned: bool,
     ) -> ActorLease:
@@ -101,8 +101,7 @@ class ActorHost:
             return lease
         box.open(
             cls,
-            args,
-            kwargs,
+            wire,
             class_name=class_name,
             max_concurrency=max_concurrency,
             gpu_ids=gpu_ids,
@@ -139,6 +138,7 @@ class ActorHost:
         with self._lock:
             gone = self._mailboxes.pop(actor_id, None)
             self._tombstones.setdefault(actor_id, reason)
+            self._pinned.pop(actor_id, None)  # a named actor that exited itself
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 
@@ -154,16 +154,16 @@ def _host() -> ActorHost:
     return current().host
 
 
-def rpc_create(actor_id: str, class_key: str, class_blob: bytes | None, args, kwargs, meta):
+def rpc_create(actor_id: str, class_key: str, class_blob: bytes | None, wire: Wire, meta):
     """Runs on the chosen process under ``rpc.remote``; returns the lease the RRef holds."""
-    return _host().create(actor_id, class_key, class_blob, args, kwargs, **meta)
+    return _host().create(actor_id, class_key, class_blob, wire, **meta)
 
 
 @rpc.functions.async_execution
-def rpc_call(actor_id: str, caller: str, seq: int, method: str | None, args, kwargs):
-    """Hands one call to the actor's mailbox; the reply is sent when its future completes."""
+def rpc_call(actor_id: str, caller: str, seq: int, method: str | None, wire: Wire | None):
+    """Hands one call to the actor's mailbox; the packed reply goes back when it is done."""
     future: torch.futures.Future = torch.futures.Future()
-    _host().deliver(actor_id, Call(caller, seq, method, args, kwargs, future))
+    _host().deliver(actor_id, Call(caller, seq, method, wire, future))
     return future
 
 

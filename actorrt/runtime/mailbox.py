@@ -5,6 +5,11 @@ of order. Every call carries ``(caller, seq)``; the mailbox releases a caller's 
 strictly in ``seq`` order onto the actor's queue, whose ``max_concurrency`` threads
 run them (one thread: one at a time, in order). RPC threads only hand calls over here
 and never wait for an actor, so nested and callback calls cannot starve the RPC pool.
+
+An actor with an ``async def`` method is an async actor, as in Ray: its constructor and
+every method, plain ones too, run on its own event loop, each call a task started in
+the order released; up to ``max_concurrency`` (by default 1000) run at once, and each
+is answered when its task ends, so a call waiting in ``await`` holds no thread.
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ from typing import Any
 
 import torch
 
-from actorrt.runtime.protocol import OK, died_reply, error_reply
+from actorrt.runtime.exits import exit_reason, in_method
+from actorrt.runtime.payload import Wire, unpack
+from actorrt.runtime.protocol import OK, died_reply, error_reply, unreadable, unsendable_reply
 from actorrt.runtime.threads import ActorThreads
 
-__all__ = ["Call", "Mailbox"]
+__all__ = ["Call", "Mailbox", "PackReply"]
+
+PackReply = Callable[[str, tuple[int, Any]], Wire]
+"""``pack_reply(caller, reply)``: the payload pipeline's packing of a reply for ``caller``."""
+
+ASYNC_MAX_CONCURRENCY = 1000
+"""How many calls an async actor runs at once when ``max_concurrency`` is not set (Ray's)."""
 
 
 @dataclass(eq=False)
@@ -30,11 +43,18 @@ class Call:
 
     caller: str
     seq: int
-    method: str | None  # None: the caller skips this seq (its arguments never arrived)
-    args: tuple
-    kwargs: dict
+    method: str | None  # None: the caller skips this seq (its call could not be sent)
+    wire: Wire | None  # the packed ``(args, kwargs)``
     future: torch.futures.Future
     done: bool = field(default=False)
+
+    def arguments(self) -> tuple[tuple, dict]:
+        """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""
+        try:
+            args, kwargs = unpack(self.wire)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise unreadable("the arguments", exc) from exc
+        return args, kwargs
 
 
 class Mailbox:
@@ -44,19 +64,22 @@ class Mailbox:
         self,
         actor_id: str,
         on_ended: Callable[[str, str], None],
-        reply_filter: Callable[[str, Any], Any] | None = None,
+        pack_reply: PackReply,
     ) -> None:
         self.actor_id = actor_id
-        self._reply_filter = reply_filter
+        self._pack_reply = pack_reply
         self.what = f"actor {actor_id}"
         self._lock = threading.Lock()
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, dict[int, Call]] = {}
         self._before_open: list[Call] = []  # released before the constructor was queued
-        self._threads: ActorThreads | None = None
+        self._opened = False  # the constructor is queued: calls may follow it
+        self._threads: ActorThreads | None = None  # a sync actor's threads
+        self._loop: asyncio.AbstractEventLoop | None = None  # an async actor's loop
+        self._slots: asyncio.Semaphore | None = None  # an async actor's max_concurrency
+        self._tasks: set[asyncio.Task] = set()  # the loop keeps only weak references
         self._accepted: set[Call] = set()  # handed to the actor's threads, not answered
         self._instance: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._dead: str | None = None
         self._on_ended = on_ended
 
@@ -64,42 +87,73 @@ class Mailbox:
     def open(
         self,
         cls: type,
-        args: tuple,
-        kwargs: dict,
+        wire: Wire,
         *,
         class_name: str,
-        max_concurrency: int,
+        max_concurrency: int | None,
         gpu_ids: tuple[int, ...],
     ) -> None:
-        """Queues the constructor first, then every call that arrived before it."""
+        """Queues the constructor first, then every call that arrived before it.
+
+        Args:
+            cls: The actor's class.
+            wire: The packed constructor arguments.
+            class_name: For messages and thread names.
+            max_concurrency: How many calls may run at once; None: 1, or
+                :data:`ASYNC_MAX_CONCURRENCY` for a class with an ``async def`` method.
+            gpu_ids: The actor's GPUs; the first is the current device of its threads.
+        """
         self.what = f"{class_name} actor {self.actor_id}"
-        has_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
-        if has_async:
-            self._loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=self._loop.run_forever, name=f"{class_name}-loop", daemon=True
-            ).start()
-        self._threads = ActorThreads(
-            max_concurrency,
-            f"{class_name}-{self.actor_id[:8]}",
-            initializer=lambda: _set_gpu(gpu_ids),
-        )
+        name = f"{class_name}-{self.actor_id[:8]}"
+        is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         with self._lock:
             if self._dead is not None:
                 return
-            self._threads.submit(self._construct, (cls, args, kwargs))
+            self._opened = True
+            if is_async:
+                self._slots = asyncio.Semaphore(max_concurrency or ASYNC_MAX_CONCURRENCY)
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self._serve, args=(gpu_ids,), name=f"{name}-loop", daemon=True
+                ).start()
+                self._loop.call_soon_threadsafe(self._construct, (cls, wire))
+            else:
+                self._threads = ActorThreads(
+                    max_concurrency or 1, name, initializer=lambda: _set_gpu(gpu_ids)
+                )
+                self._threads.submit(self._construct, (cls, wire))
             waiting, self._before_open = self._before_open, []
             for call in waiting:
                 self._accepted.add(call)
-                self._threads.submit(self._run, call)
+                self._queue(call)
 
-    def _construct(self, what: tuple[type, tuple, dict]) -> None:
-        cls, args, kwargs = what
+    def _construct(self, what: tuple[type, Wire]) -> None:
+        cls, wire = what
+        token = in_method.set("__init__")
         try:
+            try:
+                args, kwargs = unpack(wire)
+            except Exception as exc:
+                raise unreadable("the constructor arguments", exc) from exc
             self._instance = cls(*args, **kwargs)
         except BaseException as exc:  # the actor never existed: every call reports why
             _, (_, summary, text, _) = error_reply(self.what, exc)
             self.kill(f"{self.what} failed in __init__: {summary}\n\nRemote traceback:\n{text}")
+        finally:
+            in_method.reset(token)
+
+    def _serve(self, gpu_ids: tuple[int, ...]) -> None:
+        """The async actor's loop thread."""
+        _set_gpu(gpu_ids)
+        loop = self._loop
+        assert loop is not None
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        except BaseException as exc:  # e.g. sys.exit() in a task the actor made itself
+            self.kill(f"{self.what} ended: its event loop raised {type(exc).__name__}: {exc}")
+        finally:
+            loop.close()
 
     # -- calls -----------------------------------------------------------------
     def deliver(self, call: Call) -> None:
@@ -123,41 +177,86 @@ class Mailbox:
                     call = held.pop(expected)
                 self._next_seq[call.caller] = expected
         for done, reply in answers:
-            _answer(done, reply)
+            self._answer(done, reply)
 
     def _release(self, call: Call, answers: list[tuple[Call, tuple[int, Any]]]) -> None:
         if call.method is None:  # a skipped seq only advances the order
             call.done = True
             answers.append((call, (OK, None)))
-        elif self._threads is None:
+        elif not self._opened:
             self._before_open.append(call)
         else:
             self._accepted.add(call)
-            self._threads.submit(self._run, call)
+            self._queue(call)
+
+    def _queue(self, call: Call) -> None:
+        # Under the lock, so calls reach the threads or the loop in the order released.
+        if self._loop is None:
+            self._threads.submit(self._run, call)  # type: ignore[union-attr]
+        else:
+            self._loop.call_soon_threadsafe(self._start_task, call)
 
     def _run(self, call: Call) -> None:
+        """Runs a call on one of a sync actor's threads."""
+        if not self._begin(call):
+            return
+        token = in_method.set(call.method)
+        try:
+            method = getattr(self._instance, call.method)
+            args, kwargs = call.arguments()
+            reply = (OK, method(*args, **kwargs))
+        except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
+            self.kill(exit_reason(self.what, call.method, exc))  # type: ignore[arg-type]
+            return
+        except BaseException as exc:
+            reply = error_reply(f"{self.what}.{call.method}", exc)
+        finally:
+            in_method.reset(token)
+        self._finish(call, reply)
+
+    def _start_task(self, call: Call) -> None:
+        # On the loop, in release order: tasks take their first step in this order too.
+        task = self._loop.create_task(self._run_async(call))  # type: ignore[union-attr]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_async(self, call: Call) -> None:
+        """Runs a call of an async actor as a task on its loop (plain methods too)."""
+        async with self._slots:  # type: ignore[union-attr]
+            if not self._begin(call):
+                return
+            in_method.set(call.method)  # the task runs in its own copy of the context
+            try:
+                method = getattr(self._instance, call.method)
+                args, kwargs = call.arguments()
+                result = method(*args, **kwargs)
+                if inspect.iscoroutine(result):  # not any awaitable: a returned ref is a value
+                    result = await result
+                reply = (OK, result)
+            except SystemExit as exc:  # caught here: out of a task it would stop the loop
+                self.kill(exit_reason(self.what, call.method, exc))  # type: ignore[arg-type]
+                return
+            except BaseException as exc:
+                reply = error_reply(f"{self.what}.{call.method}", exc)
+        self._finish(call, reply)
+
+    def _begin(self, call: Call) -> bool:
+        """False (the call answered, if nobody did) when the actor died before it ran."""
         with self._lock:
             dead = self._dead
             claimed = dead is not None and _claim(call)
         if dead is not None:
             if claimed:  # else a kill answered it while it was queued
-                _answer(call, died_reply(dead))
-            return
-        try:
-            method = getattr(self._instance, call.method)
-            result = method(*call.args, **call.kwargs)
-            if inspect.iscoroutine(result):
-                result = asyncio.run_coroutine_threadsafe(result, self._loop).result()
-            if self._reply_filter is not None:
-                result = self._reply_filter(call.caller, result)
-            reply = (OK, result)
-        except BaseException as exc:
-            reply = error_reply(f"{self.what}.{call.method}", exc)
+                self._answer(call, died_reply(dead))
+            return False
+        return True
+
+    def _finish(self, call: Call, reply: tuple[int, Any]) -> None:
         with self._lock:
             self._accepted.discard(call)
             claimed = _claim(call)
-        if claimed:
-            _answer(call, reply)
+        if claimed:  # else a kill answered it while it ran
+            self._answer(call, reply)
 
     # -- end of life -------------------------------------------------------------
     def kill(self, reason: str) -> None:
@@ -173,7 +272,7 @@ class Mailbox:
             self._before_open = []
             doomed = [call for call in doomed if _claim(call)]
         for call in doomed:
-            _answer(call, died_reply(reason))
+            self._answer(call, died_reply(reason))
         self._close()
 
     def mark_dead(self, reason: str) -> None:
@@ -182,25 +281,58 @@ class Mailbox:
 
     def release(self, reason: str) -> None:
         """No handle refers to the actor any more: let queued calls finish, then free it."""
-        if self._threads is None:
-            self.kill(reason)
-            return
         try:
-            self._threads.submit(self.kill, reason)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._release_when_idle, reason)
+            elif self._threads is not None:
+                self._threads.submit(self.kill, reason)
+            else:
+                self.kill(reason)
         except RuntimeError:  # already shut down (killed, or the cluster is stopping)
             self.kill(reason)
+
+    def _release_when_idle(self, reason: str) -> None:
+        # On the loop: every call released before this one has its task by now.
+        tasks = list(self._tasks)
+        if not tasks:
+            self.kill(reason)
+            return
+
+        async def kill_after() -> None:
+            await asyncio.wait(tasks)
+            self.kill(reason)
+
+        task = self._loop.create_task(kill_after())  # type: ignore[union-attr]
+        self._tasks.add(task)
 
     def _close(self) -> None:
         if self._threads is not None:
             self._threads.close()
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop.call_soon_threadsafe(self._stop_loop)
         self._instance = None
         self._on_ended(self.actor_id, self._dead or "the actor ended")
+
+    def _stop_loop(self) -> None:
+        # Every call is answered already; cancelling runs the tasks' cleanup before the stop.
+        for task in self._tasks:
+            task.cancel()
+        self._loop.call_soon(self._loop.stop)  # type: ignore[union-attr]
 
     @property
     def dead_reason(self) -> str | None:
         return self._dead
+
+    def _answer(self, call: Call, reply: tuple[int, Any]) -> None:
+        # Outside the lock: completing the future sends the reply from this thread (pickling,
+        # TensorPipe write), and RPC threads delivering new calls must not queue behind it.
+        call.wire = None  # drop argument tensors as soon as possible
+        try:
+            wire = self._pack_reply(call.caller, reply)
+        except Exception as exc:  # the return value cannot be pickled: the caller hears why
+            what = f"{self.what}.{call.method}: its return value"
+            wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
+        call.future.set_result(wire)
 
 
 def _claim(call: Call) -> bool:
@@ -209,13 +341,6 @@ def _claim(call: Call) -> bool:
         return False
     call.done = True
     return True
-
-
-def _answer(call: Call, reply: tuple[int, Any]) -> None:
-    # Outside the lock: completing the future sends the reply from this thread (pickling,
-    # TensorPipe write), and RPC threads delivering new calls must not queue behind it.
-    call.args = call.kwargs = None  # drop argument tensors as soon as possible
-    call.future.set_result(reply)
 
 
 def _set_gpu(gpu_ids: tuple[int, ...]) -> None:

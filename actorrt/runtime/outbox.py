@@ -152,12 +152,17 @@ class Outbox:
             dest = self._wake.get()
             if dest is None:
                 return
-            with self._lock:
-                items = self._pending.pop(dest, None)
-            if not items:
-                continue
-            for start in range(0, len(items), MAX_BATCH):
-                future = self._send_batch(dest, items[start : start + MAX_BATCH])
-                self.batches_sent += 1
-                if future is not None:
-                    self._record(dest, future)
+            self._flush(dest)
+
+    def _flush(self, dest: str) -> None:
+        # Its own frame, so the batch (handles, arguments, replies) is dropped as soon as
+        # it is sent, not kept by the loop's variables until the next burst.
+        with self._lock:
+            items = self._pending.pop(dest, None)
+        if not items:
+            return
+        for start in range(0, len(items), MAX_BATCH):
+            future = self._send_batch(dest, items[start : start + MAX_BATCH])
+            self.batches_sent += 1
+            if future is not None:
+                self._record(dest, future)

@@ -7,9 +7,13 @@ process is gone), which is how the caller tells ``ActorError`` from ``ActorDiedE
 
 from __future__ import annotations
 
+import os
 import pickle
+import socket
 import traceback
 from typing import Any
+
+import cloudpickle
 
 from actorrt.errors import ActorDiedError, ActorError
 
@@ -23,7 +27,9 @@ __all__ = [
     "died_reply",
     "error_reply",
     "rpc_failure",
+    "unreadable",
     "unsendable_argument",
+    "unsendable_reply",
 ]
 
 OK = 0
@@ -39,12 +45,35 @@ _PICKLING_WORDS = ("pickl", "serializ", "can't get attribute", "no module named"
 PICKLING_ERRORS = (TypeError, AttributeError, pickle.PicklingError)
 
 
+_PICKLING_HINT = (
+    "Values travel by cloudpickle (classes defined in the driver's script by value) with "
+    "tensors out of band; locks, open files, sockets and ctypes pointers cannot travel."
+)
+
+
 def unsendable_argument(what: str, exc: BaseException) -> TypeError:
     """The error for a call whose arguments could not be pickled (``what``: Cls.method)."""
     return TypeError(
-        f"{what}.remote(): an argument cannot be sent ({exc}). Arguments travel through "
-        "torch RPC's pickler: use tensors, plain data and importable classes (no lambdas "
-        "or local classes)."
+        f"{what}.remote(): an argument cannot be sent ({type(exc).__name__}: {exc}). "
+        f"{_PICKLING_HINT} Pass such state by creating it inside the actor instead."
+    )
+
+
+def unsendable_reply(exc: BaseException) -> TypeError:
+    """The error a caller gets for a return value that could not be pickled."""
+    return TypeError(
+        f"cannot be sent back ({type(exc).__name__}: {exc}). {_PICKLING_HINT} Return plain "
+        "data or tensors instead."
+    )
+
+
+def unreadable(what: str, exc: BaseException) -> TypeError:
+    """The error for a value that was sent but cannot be unpickled in this process."""
+    return TypeError(
+        f"{what} could not be unpickled on {socket.gethostname()} (pid {os.getpid()}): "
+        f"{type(exc).__name__}: {exc}. Classes defined in the driver's script travel by "
+        "value; every other class must be importable on every process of the cluster "
+        "(install its module there, or put it on PYTHONPATH)."
     )
 
 
@@ -63,7 +92,7 @@ def error_reply(what: str, exc: BaseException) -> tuple[int, Any]:
     """Packs an exception raised by a method: its traceback text and, if it pickles, itself."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        pickle.dumps(exc)
+        cloudpickle.dumps(exc)  # the reply is packed the same way (see payload.py)
         cause: BaseException | None = exc
     except Exception:  # an unpicklable exception still reaches the caller as text
         cause = None
@@ -75,29 +104,32 @@ def died_reply(reason: str) -> tuple[int, Any]:
     return DIED, reason
 
 
-def decode_reply(reply: tuple[int, Any]) -> Any:
+def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
     """Returns the value of an ``OK`` reply; raises what the others stand for."""
     status, payload = reply
     if status == OK:
         return payload
     if status == ERROR:
         what, summary, text, cause = payload
-        raise ActorError(f"{what} raised {summary}", cause, text)
-    raise ActorDiedError(payload)
+        raise ActorError(f"{what} raised {summary}", cause, text, actor_id)
+    raise ActorDiedError(payload, actor_id)
 
 
-def rpc_failure(what: str, worker: str, exc: BaseException) -> Exception:
+def rpc_failure(
+    what: str, worker: str, exc: BaseException, actor_id: str | None = None
+) -> Exception:
     """Turns an exception raised by torch RPC for a call into the error users see."""
     message = str(exc)
     if any(word in message.lower() for word in _PICKLING_WORDS):
         return ActorError(
             f"{what}: the call or its reply could not be sent ({message.splitlines()[0]}). "
-            "Arguments and return values travel through torch RPC's pickler: use tensors, "
-            "plain data and importable classes.",
+            f"{_PICKLING_HINT}",
             None,
             message,
+            actor_id,
         )
     return ActorDiedError(
         f"{what}: the actor's process {worker!r} is unreachable ({message.splitlines()[0]}); "
-        "it probably died. Create a new actor to go on."
+        "it probably died. Create a new actor to go on.",
+        actor_id,
     )

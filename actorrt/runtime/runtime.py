@@ -17,12 +17,12 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.actor import ActorClass, ActorHandle
+from actorrt.actor_class import ActorClass, ActorHandle
 from actorrt.errors import ActorDiedError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
-from actorrt.placement.transports import guard_tiny_cuda_tensors
+from actorrt.placement.transports import GDR_MIN_BYTES
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
 from actorrt.runtime import shm
@@ -43,8 +43,8 @@ from actorrt.runtime.directory import (
 )
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.outbox import Answered, coalescing_enabled
-from actorrt.runtime.protocol import PICKLING_ERRORS, rpc_failure, unsendable_argument
-from actorrt.runtime.staging import to_cpu
+from actorrt.runtime.payload import Wire, pack
+from actorrt.runtime.protocol import rpc_failure, unsendable_argument
 
 __all__ = ["Runtime", "current", "is_initialized"]
 
@@ -87,12 +87,9 @@ class Runtime:
         self._guard_tiny = guard_tiny_cuda
         self._stage_cuda = torch.cuda.is_available()
         self._shm = shm.enabled()  # same-host zero-copy road for large CPU tensors
-        self.host = ActorHost(
-            on_actor_end=self._actor_ended,
-            reply_filter=self._prepare_reply if self._stage_cuda or self._shm else None,
-        )
+        self.host = ActorHost(self._pack_reply, on_actor_end=self._actor_ended)
         # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
-        self.calls = CallBatches(name, self._skip)
+        self.calls = CallBatches(name)
         self.replies = ReplyBatches(name, self.host.deliver)
         self._coalesce = coalescing_enabled()
         self._seqs: dict[str, Any] = {}
@@ -123,15 +120,32 @@ class Runtime:
     def create_actor(
         self, actor_class: ActorClass, options: ActorOptions, args: tuple, kwargs: dict
     ) -> ActorHandle:
-        """Places the actor, ships its class and constructor arguments, returns its handle."""
+        """Places the actor, ships its class and constructor arguments, returns its handle.
+
+        With ``options.get_if_exists``, returns the actor already named ``options.name``
+        (of the same class) when there is one.
+        """
         class_name = actor_class.__name__
+        class_path = f"{actor_class.__module__}.{class_name}"  # the same on every process
         actor_id = uuid.uuid4().hex
         args, kwargs = _resolve_now(args, kwargs)
+        if options.get_if_exists:
+            # Finding the actor reserves nothing: a full slot must not fail the lookup.
+            found = self._directory_call(rpc_lookup, options.name, class_path)
+            if found is not None:
+                return found
         placement = self._place(actor_id, options, class_name)
-        handle = ActorHandle(actor_id, placement.worker, class_name, actor_class._methods, None)
+        handle = ActorHandle(actor_id, placement.worker, class_name, actor_class._table, None)
         try:
             if options.name is not None:
-                self._directory_call(rpc_register_name, options.name, handle)
+                # Registering is one step in the directory: of concurrent get_if_exists
+                # creators one registers; the others get its actor and give back their place.
+                found = self._directory_call(
+                    rpc_register_name, options.name, handle, options.get_if_exists, class_path
+                )
+                if found is not None:
+                    self._directory_call(rpc_released, actor_id)
+                    return found
             key, blob = actor_class.shipment()
             meta = {
                 "class_name": class_name,
@@ -139,19 +153,13 @@ class Runtime:
                 "gpu_ids": placement.gpu_ids,
                 "pinned": options.name is not None,
             }
-            args, kwargs = self._stage(placement.worker, args, kwargs)
             try:
-                rref = rpc.remote(
-                    placement.worker,
-                    host_mod.rpc_create,
-                    args=(actor_id, key, blob, args, kwargs, meta),
-                )
-            except PICKLING_ERRORS as exc:
-                raise TypeError(
-                    f"{class_name}.remote(): a constructor argument cannot be sent ({exc}). "
-                    "Arguments travel through torch RPC's pickler: use tensors, plain data "
-                    "and importable classes."
-                ) from exc
+                wire = self.pack(placement.worker, (args, kwargs))
+            except Exception as exc:
+                raise unsendable_argument(class_name, exc) from exc
+            rref = rpc.remote(
+                placement.worker, host_mod.rpc_create, args=(actor_id, key, blob, wire, meta)
+            )
         except BaseException:
             self._directory_call(rpc_released, actor_id)
             raise
@@ -174,7 +182,7 @@ class Runtime:
             seq = next(self._seqs[actor_id])
         except KeyError:
             seq = next(self._seqs.setdefault(actor_id, itertools.count()))
-        ref = ObjectRef(f"{handle.class_name}.{method}")
+        ref = ObjectRef(f"{handle.class_name}.{method}", actor_id)
         deps = [a for a in args if type(a) is ObjectRef]
         deps += [v for v in kwargs.values() if type(v) is ObjectRef]
         if not deps:
@@ -218,34 +226,32 @@ class Runtime:
             self._fail(
                 ref,
                 ActorDiedError(
-                    f"{ref._what}: the actor's process {worker!r} has died; create a new actor."
+                    f"{ref._what}: the actor's process {worker!r} has died; create a new actor.",
+                    handle.actor_id,
                 ),
             )
             return
-        if self._stage_cuda:
-            args, kwargs = self._stage(worker, args, kwargs)
-        if self._shm:
-            args, kwargs = shm.pack(worker, args, kwargs)
-        if self._coalesce and self.calls.outbox.busy(worker):
-            queued = self.calls.queue(handle, seq, method, args, kwargs, ref._what)
-            if queued is not None:
-                # An argument that cannot be pickled now fails at `get` (see batches.py).
-                ref._attach(queued, worker)
-                return
         try:
-            fut = rpc.rpc_async(
-                worker,
-                host_mod.rpc_call,
-                args=(handle.actor_id, self.name, seq, method, args, kwargs),
-                timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
-            )
-        except PICKLING_ERRORS as exc:
+            wire = self.pack(worker, (args, kwargs))
+        except Exception as exc:  # only this call fails; the seq it took is skipped
             self._skip(handle, seq)
             err = unsendable_argument(ref._what, exc)
             if raise_now:
                 raise err from exc
             self._fail(ref, err)
             return
+        if self._coalesce and self.calls.outbox.busy(worker):
+            queued = self.calls.queue(handle, seq, method, wire)
+            if queued is not None:
+                ref._attach(queued, worker)
+                return
+        try:
+            fut = rpc.rpc_async(
+                worker,
+                host_mod.rpc_call,
+                args=(handle.actor_id, self.name, seq, method, wire),
+                timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
+            )
         except Exception as exc:  # the agent could not even queue the call
             self._fail(ref, rpc_failure(ref._what, worker, exc))
             return
@@ -264,7 +270,7 @@ class Runtime:
             rpc.rpc_async(
                 handle.worker,
                 host_mod.rpc_call,
-                args=(handle.actor_id, self.name, seq, None, (), {}),
+                args=(handle.actor_id, self.name, seq, None, None),
                 timeout=0,
             )
         except Exception:  # the worker is gone: nothing waits for the seq any more
@@ -274,33 +280,39 @@ class Runtime:
     def _fail(ref: ObjectRef, exc: BaseException) -> None:
         ref._set_exception(exc)
 
-    def _stage(self, peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        return self.stage_reply(peer, args), self.stage_reply(peer, kwargs)
+    def pack(self, peer: str, value: Any) -> Wire:
+        """The payload pipeline: packs ``value`` (arguments or a reply) for ``peer``.
 
-    def _prepare_reply(self, peer: str, value: Any) -> Any:
-        # A return value takes the roads arguments take: CUDA staging, then shared memory.
-        if self._stage_cuda:
-            value = self.stage_reply(peer, value)
-        if self._shm:
-            value = shm.pack_value(peer, value)
-        return value
-
-    def stage_reply(self, peer: str, value: Any) -> Any:
-        """Prepares CUDA tensors in ``value`` for ``peer``.
-
-        Without a device map to ``peer`` they go through host memory; where cuda_gdr may
-        carry them, only the tiny ones (under 32 bytes) do.
+        Raises:
+            Exception: ``value`` cannot be pickled (see :mod:`actorrt.runtime.payload`).
         """
-        if not self._stage_cuda:
-            return value
-        if peer not in self._cuda_peers:
-            return to_cpu(value)
-        if self._guard_tiny:
-            return guard_tiny_cuda_tensors(value)
-        return value
+        return pack(value, self._road(peer))
+
+    def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
+        return pack(reply, self._road(peer))
+
+    def _road(self, peer: str) -> Callable[[torch.Tensor], Any] | None:
+        """What each tensor sent to ``peer`` goes through, or None when nothing changes."""
+        stage = self._stage_cuda
+        to_shm = self._shm and shm.peer_ok(peer)
+        if not stage and not to_shm:
+            return None
+        mapped = peer in self._cuda_peers
+        guard_tiny = self._guard_tiny
+
+        def road(t: torch.Tensor) -> Any:
+            if t.is_cuda:
+                # No device map to the peer: through host memory. Over cuda_gdr, tiny
+                # tensors too (pytorch issue 57136).
+                if mapped and not (guard_tiny and t.nbytes < GDR_MIN_BYTES):
+                    return t
+                t = t.cpu()
+            return shm.swap_one(t) if to_shm else t
+
+        return road
 
     def kill(self, handle: ActorHandle, timeout: float = 10.0) -> None:
-        reason = f"{handle.class_name} actor {handle.actor_id[:8]} was killed by actorrt.kill()"
+        reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
         if handle.worker not in self._dead_workers:
             try:
                 rpc.rpc_sync(

@@ -42,9 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from actorrt.tensor_tree import map_tensors
-
-__all__ = ["ShmTensor", "enabled", "pack", "pack_value", "rpc_probe"]
+__all__ = ["ShmTensor", "enabled", "peer_ok", "rpc_probe", "swap_one"]
 
 _HEADER = 4096  # flag at byte 0, generation (u64) at byte 8; data is page aligned
 _MIN_SEGMENT = 1 << 20
@@ -176,7 +174,11 @@ def _copy(dst: int, src: int, nbytes: int) -> None:
         helper.result()
 
 
-def _swap_one(t: torch.Tensor) -> Any:
+def swap_one(t: torch.Tensor) -> Any:
+    """A handle over a shared-memory copy of ``t`` when it is a large CPU tensor, else ``t``.
+
+    Only for a peer that :func:`peer_ok` approved.
+    """
     if (
         t.device.type == "cpu"
         and t.layout == torch.strided
@@ -188,23 +190,6 @@ def _swap_one(t: torch.Tensor) -> Any:
     return t
 
 
-def _swap(obj: Any) -> Any:
-    return map_tensors(obj, _swap_one)
-
-
-def _has_big(obj: Any, depth: int = 0) -> bool:
-    tp = type(obj)
-    if tp is torch.Tensor:
-        return obj.nbytes >= THRESHOLD and obj.device.type == "cpu"
-    if depth > 3:
-        return False
-    if tp is tuple or tp is list:
-        return any(_has_big(x, depth + 1) for x in obj)
-    if tp is dict:
-        return any(_has_big(x, depth + 1) for x in obj.values())
-    return False
-
-
 # -- which peers can map our segments ------------------------------------------------
 
 _peers: dict[str, bool | None] = {}  # None: probe in flight
@@ -213,7 +198,8 @@ _probe_seg: _Segment | None = None
 _probe_lock = threading.Lock()
 
 
-def _peer_ok(peer: str) -> bool:
+def peer_ok(peer: str) -> bool:
+    """Whether ``peer`` proved it can map our segments (the first ask starts a probe)."""
     state = _peers.get(peer, _UNKNOWN)
     if state is _UNKNOWN:
         _start_probe(peer)
@@ -255,22 +241,6 @@ def rpc_probe(pid: int, fd: int, magic: bytes) -> bool:
     except OSError:
         return False
     return bytes(mm[16:32]) == magic
-
-
-def pack_value(peer: str, value: Any) -> Any:
-    """Swaps large CPU tensors in ``value`` (nested dicts, lists, tuples) for shm handles.
-
-    Only for peers that proved they can map our segments; everything else is returned
-    as is (the same object when nothing changed).
-    """
-    if not _has_big(value) or not _peer_ok(peer):
-        return value
-    return _swap(value)
-
-
-def pack(peer: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """:func:`pack_value` for a call's arguments."""
-    return pack_value(peer, args), (pack_value(peer, kwargs) if kwargs else kwargs)
 
 
 # -- the receiving side --------------------------------------------------------------

@@ -104,9 +104,13 @@ def _watch_driver(cfg: WorkerConfig, rt) -> None:
         sys.stdout.flush()
         os._exit(1)
 
+    # A duplicate of fd 0, read with os.read: reading sys.stdin itself would hold its
+    # lock, and `exit()` in an actor method (which closes sys.stdin) would hang on it.
+    stdin_fd = os.dup(0)
+
     def watch_stdin() -> None:
         # A local cluster's driver holds our stdin pipe: EOF means it died.
-        while sys.stdin.buffer.read(1):
+        while os.read(stdin_fd, 1):
             pass
         exit_now("the driver process ended")
 

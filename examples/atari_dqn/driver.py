@@ -51,6 +51,7 @@ __all__ = [
     "main",
     "parse_args",
     "placement_line",
+    "progress_fields",
     "resolve_gpus",
     "show_plan",
     "train",
@@ -535,7 +536,7 @@ def _watch(
                 "fps": fps,
                 "episodes": seen_episodes,
                 "return_mean": float(np.mean(recent)) if recent else math.nan,
-                "loss": stats["loss_mean"],
+                "loss_mean": stats["loss_mean"],
                 "q_mean": stats["q_mean"],
                 "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
                 "updates": stats["updates"],
@@ -555,12 +556,7 @@ def _watch(
             if frames != last_logged or "eval_return" in row:
                 logger.log(row)
                 last_logged = frames
-            postfix = {
-                "fps": f"{fps:.0f}",
-                "ret": f"{row['return_mean']:.1f}" if recent else "-",
-                "loss": f"{stats['last_loss']:.4f}" if math.isfinite(stats["last_loss"]) else "-",
-                "eps": f"{row['epsilon']:.2f}",
-            }
+            postfix = progress_fields(row, stats["last_loss"], have_returns=bool(recent))
             bar.update(max(0, min(frames, cfg.total_frames) - bar.n))
             bar.set_postfix(postfix, refresh=False)
             if now - last_plain >= plain_every:
@@ -570,6 +566,29 @@ def _watch(
         return actorrt.get(list(runs), timeout=_CALL_TIMEOUT_S)
     finally:
         bar.close()
+
+
+def progress_fields(row: dict[str, Any], last_loss: float, have_returns: bool) -> dict[str, str]:
+    """The progress line's fields (tqdm postfix, or the plain line without a terminal).
+
+    The loss shown is the TD loss of the learner's latest gradient step, ``last_loss``:
+    a different number from ``metrics.csv``'s ``loss_mean`` (the mean over the gradient
+    steps since the previous row), so it carries a different name.
+
+    Args:
+        row: This poll's ``metrics.csv`` row (``fps``, ``return_mean``, ``epsilon``).
+        last_loss: The latest step's TD loss (NaN before training starts).
+        have_returns: Whether any episode has finished yet (else ``ret`` shows ``-``).
+
+    Returns:
+        ``{"fps", "ret", "last_loss", "eps"}`` as printed.
+    """
+    return {
+        "fps": f"{row['fps']:.0f}",
+        "ret": f"{row['return_mean']:.1f}" if have_returns else "-",
+        "last_loss": f"{last_loss:.4f}" if math.isfinite(last_loss) else "-",
+        "eps": f"{row['epsilon']:.2f}",
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,14 +12,15 @@ from typing import Any
 __all__ = ["CSV_FIELDS", "MetricsLogger", "plot_learning_curve"]
 
 #: Columns of ``metrics.csv``; one row per progress poll, ``eval_return`` only filled on
-#: rows written by an evaluation.
+#: rows written by an evaluation. ``loss_mean`` is the mean TD loss over the gradient steps
+#: since the previous row (the progress line shows the latest step's, ``last_loss``).
 CSV_FIELDS = (
     "wall_s",
     "frames",
     "fps",
     "episodes",
     "return_mean",
-    "loss",
+    "loss_mean",
     "q_mean",
     "epsilon",
     "updates",
@@ -84,6 +85,8 @@ def _read_csv(path: Path) -> dict[str, list[tuple[float, float]]]:
             if not row.get("frames"):
                 continue
             x = float(row["frames"])
+            if "loss" in row and "loss_mean" not in row:  # older runs named the column "loss"
+                row["loss_mean"] = row["loss"]
             for k in CSV_FIELDS:
                 if row.get(k):
                     series[k].append((x, float(row[k])))
@@ -96,7 +99,7 @@ def plot_learning_curve(
     title: str = "",
     episodes: Sequence[tuple[int, float, int]] = (),
 ) -> Path:
-    """Plots training and evaluation returns (and the loss) against frames.
+    """Plots training and evaluation returns (and the mean TD loss) against frames.
 
     Args:
         csv_path: A ``metrics.csv`` written by :class:`MetricsLogger`.
@@ -136,10 +139,10 @@ def plot_learning_curve(
     ax_ret.set_ylabel("return")
     ax_ret.grid(alpha=0.3)
     ax_ret.legend(loc="best", fontsize=8)
-    if series["loss"]:
-        xs, ys = zip(*series["loss"], strict=True)
+    if series["loss_mean"]:
+        xs, ys = zip(*series["loss_mean"], strict=True)
         ax_loss.plot(xs, ys, color="tab:red", linewidth=0.8)
-    ax_loss.set_ylabel("TD loss")
+    ax_loss.set_ylabel("mean TD loss")
     ax_loss.set_xlabel("frames")
     ax_loss.grid(alpha=0.3)
     if title:

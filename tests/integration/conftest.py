@@ -44,3 +44,13 @@ def procs(tmp_path):
         yield p
     finally:
         p.close()
+
+
+@pytest.fixture
+def burst(cluster, monkeypatch):
+    """Makes every call of the test queue into batches, as in a long burst."""
+    outbox = cluster.calls.outbox
+    monkeypatch.setattr(outbox, "busy", lambda dest: True)
+    before = outbox.batches_sent
+    yield outbox
+    assert outbox.batches_sent > before, "the test's calls never went in a batch"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import pickle
+import sys
 import threading
 import time
 
 import pytest
 import torch
 
+import actorrt
+from actorrt.runtime import payload
 from actorrt.runtime.mailbox import Call, Mailbox
 from actorrt.runtime.protocol import DIED, OK
 from actorrt.runtime.threads import ActorThreads
@@ -28,15 +33,35 @@ class Log:
         return "unblocked"
 
 
+class _Here:
+    """Stands for an argument in a wire; unpacks as the live object (one process, no RPC)."""
+
+    def __init__(self, index):
+        self.index = index
+
+    def __reduce__(self):
+        return payload._from_side, (self.index,)
+
+
+def _wire(args):
+    # Arguments such as threading.Event cannot be pickled; in one process they travel by
+    # reference through the wire's side list, as tensors and RRefs do between processes.
+    return pickle.dumps((tuple(_Here(i) for i in range(len(args))), {})), list(args)
+
+
+def _unpacked_reply(_caller, reply):
+    return reply  # replies stay in this process: no packing
+
+
 def _box(max_concurrency=1):
     ended = []
-    box = Mailbox("a" * 32, lambda actor_id, why: ended.append(why))
-    box.open(Log, (), {}, class_name="Log", max_concurrency=max_concurrency, gpu_ids=())
+    box = Mailbox("a" * 32, lambda actor_id, why: ended.append(why), _unpacked_reply)
+    box.open(Log, _wire(()), class_name="Log", max_concurrency=max_concurrency, gpu_ids=())
     return box, ended
 
 
 def _call(seq, method, *args, caller="c"):
-    return Call(caller, seq, method, args, {}, torch.futures.Future())
+    return Call(caller, seq, method, _wire(args), torch.futures.Future())
 
 
 def test_calls_run_in_seq_order_whatever_order_they_arrive_in():
@@ -130,14 +155,317 @@ def test_actor_threads_run_max_concurrency_at_once_and_close_after_queued_work()
 
 def test_kill_answers_a_running_call_that_arrived_before_the_constructor():
     # RPC threads race: a call may reach the mailbox before the creation request.
-    box = Mailbox("b" * 32, lambda actor_id, why: None)
+    box = Mailbox("b" * 32, lambda actor_id, why: None, _unpacked_reply)
     gate = threading.Event()
     early = _call(0, "block", gate)
     box.deliver(early)
-    box.open(Log, (), {}, class_name="Log", max_concurrency=1, gpu_ids=())
+    box.open(Log, _wire(()), class_name="Log", max_concurrency=1, gpu_ids=())
     time.sleep(0.1)  # `block` is running now
     box.kill("killed early")
     t0 = time.monotonic()
     assert early.future.wait() == (DIED, "killed early")
     assert time.monotonic() - t0 < 5, "the kill waited for the running method"
     gate.set()
+
+
+# -- async actors ----------------------------------------------------------------------
+
+
+class AsyncLog:
+    def __init__(self):
+        self.seen = []
+        self.inside = 0
+        self.peak = 0
+        self.arrived = 0
+        self.all_here = asyncio.Event()
+        self.init_thread = threading.get_ident()
+
+    async def gather(self, n):
+        # Ray's batching pattern: every caller waits for one event that the n-th one sets.
+        self.arrived += 1
+        if self.arrived == n:
+            self.all_here.set()
+        await self.all_here.wait()
+        return self.arrived
+
+    async def hold(self, event):
+        self.inside += 1
+        self.peak = max(self.peak, self.inside)
+        while not event.is_set():
+            await asyncio.sleep(0.01)
+        self.inside -= 1
+        return self.peak
+
+    async def add_async(self, x):
+        self.seen.append(x)
+        await asyncio.sleep(0)
+        return x
+
+    def add(self, x):
+        self.seen.append(x)
+        return x
+
+    def where(self):
+        asyncio.get_running_loop()  # raises off the loop thread
+        return threading.get_ident(), self.init_thread
+
+    async def where_async(self):
+        return threading.get_ident()
+
+    def open_gate(self):
+        self.all_here.set()  # a plain method may touch the loop's objects: it runs there
+
+    async def stop(self):
+        await asyncio.sleep(0)
+        actorrt.exit_actor()
+
+    async def sys_exit(self):
+        sys.exit(3)
+
+
+class Exits:
+    def stop(self):
+        actorrt.exit_actor()
+        return "never"
+
+    def sys_exit(self):
+        sys.exit(0)
+
+    def swallow(self):
+        try:
+            raise SystemExit(1)
+        except SystemExit:
+            return "caught"
+
+    def block(self, event):
+        event.wait(10)
+        return "unblocked"
+
+    def ping(self):
+        return "pong"
+
+
+def _async_box(max_concurrency=None, cls=AsyncLog):
+    ended = []
+    box = Mailbox("d" * 32, lambda actor_id, why: ended.append(why), _unpacked_reply)
+    box.open(cls, _wire(()), class_name=cls.__name__, max_concurrency=max_concurrency, gpu_ids=())
+    return box, ended
+
+
+def _deliver(box, *calls):
+    for call in calls:
+        box.deliver(call)
+    return calls
+
+
+def _until(predicate, what="the condition never held", timeout=10):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def _reply(call, timeout=10):
+    done = threading.Event()
+    call.future.add_done_callback(lambda _: done.set())
+    assert done.wait(timeout), f"call {call.method} #{call.seq} got no reply in {timeout} s"
+    return call.future.wait()
+
+
+def test_async_actor_runs_calls_concurrently_by_default():
+    # 50 callers each wait for an event the 50th sets: with one call at a time, a deadlock.
+    box, _ = _async_box(max_concurrency=None)
+    calls = _deliver(box, *[_call(i, "gather", 50) for i in range(50)])
+    assert [_reply(c) for c in calls] == [(OK, 50)] * 50
+
+
+def test_async_actor_runs_at_most_max_concurrency_calls_at_once():
+    box, _ = _async_box(max_concurrency=2)
+    gate = threading.Event()
+    calls = _deliver(box, *[_call(i, "hold", gate) for i in range(5)])
+    _until(lambda: box._instance is not None and box._instance.inside == 2)
+    time.sleep(0.2)  # a third call, if let in, would be inside by now
+    assert box._instance.inside == 2
+    gate.set()
+    assert [_reply(c)[1] for c in calls] == [2] * 5
+
+
+def test_plain_methods_of_an_async_actor_run_on_its_loop_in_order():
+    box, _ = _async_box()
+    calls = []
+    for i in range(40):
+        method = "add" if i % 2 else "add_async"
+        calls.append(_call(i, method, i))
+    where, where_async = _call(40, "where"), _call(41, "where_async")
+    _deliver(box, *reversed(calls), where_async, where)
+    assert [_reply(c) for c in calls] == [(OK, i) for i in range(40)]
+    assert box._instance.seen == list(range(40))
+    (status, (thread, init_thread)), (_, loop_thread) = _reply(where), _reply(where_async)
+    assert status == OK and thread == loop_thread == init_thread
+
+
+def test_a_plain_method_sets_the_event_async_calls_wait_on():
+    box, _ = _async_box()
+    waiters = _deliver(box, *[_call(i, "gather", 1000) for i in range(3)])
+    (opener,) = _deliver(box, _call(3, "open_gate"))
+    assert _reply(opener) == (OK, None)
+    assert [_reply(c) for c in waiters] == [(OK, 3)] * 3
+
+
+def test_a_released_async_actor_finishes_its_calls_then_ends():
+    box, ended = _async_box()
+    gate = threading.Event()
+    held = _call(0, "hold", gate)
+    box.deliver(held)
+    box.release("no handle refers to the actor any more")
+    time.sleep(0.1)
+    assert not ended and not held.future.done()
+    gate.set()
+    assert _reply(held) == (OK, 1)
+    _until(lambda: ended)
+    assert ended == ["no handle refers to the actor any more"]
+    _until(lambda: not box._loop.is_running(), "the actor's event loop runs on after its end")
+
+
+def test_a_killed_async_actor_answers_its_waiting_calls_at_once():
+    box, ended = _async_box(max_concurrency=1)
+    gate = threading.Event()
+    calls = _deliver(box, _call(0, "hold", gate), _call(1, "add", 1))  # the 2nd waits its turn
+    _until(lambda: box._instance is not None and box._instance.inside == 1)
+    box.kill("killed by the test")
+    assert [_reply(c) for c in calls] == [(DIED, "killed by the test")] * 2
+    _until(lambda: not box._loop.is_running(), "the actor's event loop runs on after a kill")
+    assert box._instance is None and ended == ["killed by the test"]
+
+
+@pytest.mark.parametrize("method", ["stop", "sys_exit"])
+def test_exit_in_an_async_method_ends_the_actor(method):
+    box, ended = _async_box()
+    gate = threading.Event()
+    held = _call(0, "hold", gate)
+    ender, later = _call(1, method), _call(2, "add", 1)
+    _deliver(box, held, ender)
+    for call in (ender, held):
+        status, reason = _reply(call)
+        assert status == DIED and "exited" in reason, reason
+    box.deliver(later)
+    assert _reply(later)[0] == DIED
+    gate.set()
+    _until(lambda: ended)  # the calls are answered first, then the actor is let go
+    assert len(ended) == 1 and "exited" in ended[0]
+    _until(lambda: not box._loop.is_running(), "the actor's event loop runs on after its exit")
+
+
+@pytest.mark.parametrize(
+    "method, why", [("stop", "exit_actor() was called"), ("sys_exit", "SystemExit(0)")]
+)
+def test_exit_in_a_method_ends_the_actor_and_fails_queued_and_later_calls(method, why):
+    box, ended = _box_of(Exits)
+    ender, queued = _call(0, method), _call(1, "ping")
+    _deliver(box, ender, queued)
+    for call in (ender, queued):
+        status, reason = _reply(call)
+        assert status == DIED and why in reason and "Exits actor" in reason, reason
+    later = _call(2, "ping")
+    box.deliver(later)
+    assert _reply(later)[0] == DIED
+    _until(lambda: ended)
+    assert len(ended) == 1 and why in ended[0]
+
+
+def test_exit_fails_the_calls_running_beside_it():
+    box, _ = _box_of(Exits, max_concurrency=2)
+    gate = threading.Event()
+    running = _call(0, "block", gate)
+    box.deliver(running)
+    ender = _call(1, "stop")
+    box.deliver(ender)
+    assert _reply(ender)[0] == DIED
+    assert _reply(running)[0] == DIED  # answered at once: the exit does not wait for it
+    gate.set()
+
+
+def test_a_caught_system_exit_is_an_ordinary_return():
+    box, _ = _box_of(Exits)
+    calls = _deliver(box, _call(0, "swallow"), _call(1, "ping"))
+    assert [_reply(c) for c in calls] == [(OK, "caught"), (OK, "pong")]
+
+
+def test_exit_actor_outside_an_actor_is_a_clear_error():
+    with pytest.raises(TypeError, match="inside an actor method"):
+        actorrt.exit_actor()
+
+
+def _box_of(cls, max_concurrency=1):
+    ended = []
+    box = Mailbox("e" * 32, lambda actor_id, why: ended.append(why), _unpacked_reply)
+    box.open(cls, _wire(()), class_name=cls.__name__, max_concurrency=max_concurrency, gpu_ids=())
+    return box, ended
+
+
+def test_max_concurrency_none_runs_a_sync_actor_one_call_at_a_time():
+    box, _ = _box_of(Log, max_concurrency=None)
+    gate = threading.Event()
+    blocked, queued = _call(0, "block", gate), _call(1, "add", 1)
+    _deliver(box, blocked, queued)
+    time.sleep(0.2)
+    assert not queued.future.done(), "a second call ran beside the first"
+    gate.set()
+    assert [_reply(c) for c in (blocked, queued)] == [(OK, "unblocked"), (OK, 1)]
+
+
+# -- threads on demand -----------------------------------------------------------------
+
+
+def _threads_named(prefix):
+    return [t for t in threading.enumerate() if t.name.startswith(prefix + "_")]
+
+
+def test_actor_threads_start_only_when_work_waits_and_none_is_idle():
+    threads = ActorThreads(100_000, "lazy")
+    done = threading.Event()
+    for _ in range(50):  # one at a time: the first thread takes them all
+        step = threading.Event()
+        threads.submit(threading.Event.set, step)
+        assert step.wait(10)
+        _until(lambda: threads._idle == 1)  # the thread is back at the queue
+    assert len(_threads_named("lazy")) == 1
+    gate = threading.Event()
+    inside = threading.Semaphore(0)
+
+    def block(_):
+        inside.release()
+        gate.wait(10)
+
+    for _ in range(5):
+        threads.submit(block, None)
+    for _ in range(5):
+        assert inside.acquire(timeout=10), "a call waited although threads were allowed"
+    assert len(_threads_named("lazy")) == 5
+    gate.set()
+    threads.submit(lambda _: done.set(), None)
+    assert done.wait(10)
+    threads.close()
+
+
+def test_actor_threads_go_on_with_the_threads_they_have_when_none_can_start(monkeypatch):
+    threads = ActorThreads(4, "capped")
+    real_start = threading.Thread.start
+
+    def refuse(self):
+        if self.name.startswith("capped_"):
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    gate = threading.Event()
+    order = []
+    threads.submit(lambda _: gate.wait(10), None)
+    for i in range(3):
+        threads.submit(order.append, i)  # no thread can start: they wait for the first
+    gate.set()
+    done = threading.Event()
+    threads.submit(lambda _: done.set(), None)
+    assert done.wait(10)
+    assert order == [0, 1, 2]
+    threads.close()

@@ -83,8 +83,14 @@ def test_stale_handle_is_refused_not_read():
     assert int(again.min()) == 1
 
 
-def test_pack_leaves_small_and_non_cpu_arguments_alone():
+def test_swap_one_leaves_small_grad_and_non_contiguous_layouts_alone():
     small = torch.zeros(16)
-    args, kwargs = (1, small, "x"), {"a": small}
-    assert shm.pack("nobody", args, kwargs) == (args, kwargs)
-    assert shm.pack("nobody", args, kwargs)[0] is args
+    assert shm.swap_one(small) is small
+    big = torch.zeros(shm.THRESHOLD // 4 + 1)
+    grad = big.clone().requires_grad_()
+    assert shm.swap_one(grad) is grad
+    sparse = torch.zeros(2, shm.THRESHOLD).to_sparse()
+    assert shm.swap_one(sparse) is sparse
+    handle = shm.swap_one(big)
+    assert isinstance(handle, shm.ShmTensor)
+    assert torch.equal(pickle.loads(pickle.dumps(handle)), big)

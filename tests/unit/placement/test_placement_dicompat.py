@@ -32,10 +32,10 @@ def test_cuda_device_map_values():
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("1_0", r"entry '1_0' is not <peer node>_<local gpu>_<peer gpu>"),
+        ("1_0", r"entry '1_0' is not <peer rank>_<local gpu>_<peer gpu>"),
         ("1_a_0", r"entry '1_a_0'"),
-        ("1_0_1,1_0_2", r"entry '1_0_2': local GPU 0 is already mapped to GPU 1 of node 1"),
-        ("1_0_1,1_1_1", r"entry '1_1_1': GPU 1 of node 1 is already the target"),
+        ("1_0_1,1_0_2", r"entry '1_0_2': <local gpu> 0 is already mapped to GPU 1 of rank 1"),
+        ("1_0_1,1_1_1", r"entry '1_1_1': <peer gpu> 1 of rank 1 is already the target"),
     ],
 )
 def test_cuda_device_map_errors(text, match):

@@ -1,0 +1,489 @@
+"""The caller's side of actors: ``@actor``, ``ActorClass``, ``ActorHandle``, ``ActorMethod``.
+
+Nothing here touches the network: decoration validates options; the method table (names
+and signatures) is read from the class on first use; ``.remote()`` checks that the
+arguments bind, as a local call would, and hands over to the process's
+:class:`~actorrt.runtime.runtime.Runtime`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import sys
+from collections.abc import Callable
+from typing import Any, Generic, NoReturn, TypeVar, overload
+
+import cloudpickle
+
+from actorrt.options import ActorOptions
+from actorrt.refs import ObjectRef
+from actorrt.runtime.context import current
+from actorrt.runtime.payload import packing
+
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "actor"]
+
+T = TypeVar("T")
+
+_P = inspect.Parameter
+_KINDS = (
+    _P.POSITIONAL_ONLY,
+    _P.POSITIONAL_OR_KEYWORD,
+    _P.VAR_POSITIONAL,
+    _P.KEYWORD_ONLY,
+    _P.VAR_KEYWORD,
+)
+
+Params = tuple[tuple[str, int], ...]
+"""A signature: ``(name, kind index * 2 + has_default)`` per parameter."""
+
+
+class _Default:
+    """Stands for a default value in messages: handles carry no defaults, only their presence."""
+
+    def __repr__(self) -> str:
+        return "..."
+
+
+_DEFAULT = _Default()
+
+
+class _Binder:
+    """Checks that call arguments bind to one signature, in a few comparisons.
+
+    It runs on every ``.remote()``, so it keeps what binding needs precomputed;
+    :meth:`inspect.Signature.bind` runs only on a failure, to word the error.
+    """
+
+    __slots__ = ("params", "min_pos", "max_pos", "pos_names", "keywords", "varkw", "required_kw")
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        pos_names: list[str | None] = []  # by position; None where there is no keyword form
+        self.keywords: dict[str, int] = {}  # name -> its position (maxsize: keyword-only)
+        required_kw = []
+        self.min_pos = 0
+        varargs = self.varkw = False
+        for name, code in params:
+            kind, has_default = _KINDS[code >> 1], code & 1
+            if kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
+                if kind is _P.POSITIONAL_OR_KEYWORD:
+                    self.keywords[name] = len(pos_names)
+                pos_names.append(name if kind is _P.POSITIONAL_OR_KEYWORD else None)
+                if not has_default:
+                    self.min_pos = len(pos_names)
+            elif kind is _P.VAR_POSITIONAL:
+                varargs = True
+            elif kind is _P.KEYWORD_ONLY:
+                self.keywords[name] = sys.maxsize
+                if not has_default:
+                    required_kw.append(name)
+            else:
+                self.varkw = True
+        self.pos_names = tuple(pos_names)
+        self.max_pos = sys.maxsize if varargs else len(pos_names)
+        self.required_kw = tuple(required_kw)
+
+    def binds(self, args: tuple, kwargs: dict) -> bool:
+        """True if ``f(*args, **kwargs)`` would bind (Python's rules, without defaults)."""
+        n = len(args)
+        if n > self.max_pos:
+            return False
+        if not kwargs:  # the common call
+            return n >= self.min_pos and not self.required_kw
+        for key in kwargs:
+            at = self.keywords.get(key)
+            if at is None:
+                if not self.varkw:
+                    return False
+            elif at < n:  # given by position too
+                return False
+        # required positionals not given by position must come by keyword
+        if any(self.pos_names[i] not in kwargs for i in range(n, self.min_pos)):
+            return False
+        return all(k in kwargs for k in self.required_kw)
+
+    def fail(self, what: str, args: tuple, kwargs: dict) -> None:
+        """Raises the ``TypeError`` a local call would, naming ``what``; after :meth:`binds`.
+
+        Raises:
+            TypeError: Python's own message, and the signature.
+        """
+        sig = inspect.Signature(
+            [
+                _P(name, _KINDS[code >> 1], default=_DEFAULT if code & 1 else _P.empty)
+                for name, code in self.params
+            ]
+        )
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{what}: {exc} (the signature is {sig})") from None
+        # bind() accepts what binds() refused: trust Python, let the call go
+
+
+def _params(sig: inspect.Signature) -> Params:
+    return tuple(
+        (p.name, _KINDS.index(p.kind) * 2 + (p.default is not p.empty))
+        for p in sig.parameters.values()
+    )
+
+
+def _signature(fn: Any, drop_self: bool) -> inspect.Signature | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none: their calls go unchecked
+        return None
+    params = list(sig.parameters.values())
+    if drop_self and params and params[0].kind in _KINDS[:2]:
+        return sig.replace(parameters=params[1:])
+    return sig
+
+
+def _method_specs(cls: type) -> str:
+    """The methods of ``cls`` in the form :class:`MethodTable` takes."""
+    entries = []
+    for name, member in inspect.getmembers(cls):  # sorted by name
+        if name.startswith("__") or not name.isidentifier() or not callable(member):
+            continue
+        raw = inspect.getattr_static(cls, name)
+        # Functions and method descriptors get the instance as first argument; static
+        # methods, class methods (bound already), builtins and callable objects do not.
+        bound = not isinstance(raw, (staticmethod, classmethod)) and (
+            inspect.isfunction(raw) or inspect.ismethoddescriptor(raw)
+        )
+        sig = _signature(member, drop_self=bound)
+        if sig is None:
+            entries.append(name)
+        else:
+            entries.append(f"{name}:" + ",".join(f"{code}{p}" for p, code in _params(sig)))
+    return ";".join(entries)
+
+
+class MethodTable:
+    """An actor class's methods and their signatures, shared by all handles of the class.
+
+    Handles carry it to every process as its ``specs``, one short string, so that a
+    handle pickles small and fast; each process parses a given ``specs`` once
+    (:func:`_method_table`), so all handles of a class there share one table.
+
+    Args:
+        specs: Methods sorted by name, separated by ``;``: ``name:params``, params being
+            ``<code><name>`` per parameter separated by ``,`` (code: kind index * 2 +
+            has_default, as in :data:`Params`); a bare ``name`` has an unknown signature
+            and goes unchecked. E.g. ``"add:3k;value:"`` for ``add(self, k=1)`` and
+            ``value(self)``.
+    """
+
+    __slots__ = ("specs", "names", "_binders")
+
+    def __init__(self, specs: str) -> None:
+        self.specs = specs
+        self._binders: dict[str, _Binder | None] = {}
+        for entry in specs.split(";") if specs else ():
+            name, has_params, params = entry.partition(":")
+            binder = None
+            if has_params:
+                binder = _Binder(tuple((p[1:], int(p[0])) for p in params.split(",") if p))
+            self._binders[name] = binder
+        self.names = tuple(self._binders)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._binders
+
+    def check(self, class_name: str, method: str, args: tuple, kwargs: dict) -> None:
+        """Raises ``TypeError`` when the arguments do not bind to ``method``."""
+        binder = self._binders.get(method)
+        if binder is not None and not binder.binds(args, kwargs):
+            binder.fail(f"{class_name}.{method}.remote()", args, kwargs)
+
+
+_TABLES: dict[str, MethodTable] = {}
+
+
+def _method_table(specs: str) -> MethodTable:
+    """The process's one table for ``specs``."""
+    table = _TABLES.get(specs)
+    if table is None:
+        table = _TABLES.setdefault(specs, MethodTable(specs))
+    return table
+
+
+# Class attributes read through an ActorClass besides its non-dunder ones; the other
+# dunders stay ActorClass's own, so copy, pickle and friends see a plain object. Not
+# __bases__: issubclass() would then take an ActorClass for a class, and answer wrongly.
+_CLASS_DUNDERS = frozenset({"__name__", "__qualname__", "__mro__"})
+
+
+class ActorClass(Generic[T]):
+    """A class turned into a remote class by :func:`actor`.
+
+    Attributes of the original class (class attributes, static and class methods,
+    ``mro()``...) read through it, except where ActorClass has its own (``remote``,
+    ``options``, ``cls``, ``default_options``, ``shipment``).
+    """
+
+    def __init__(self, cls: type[T], options: ActorOptions) -> None:
+        if not inspect.isclass(cls):
+            raise TypeError(f"@actorrt.actor decorates classes, not {type(cls).__name__} {cls!r}.")
+        self._cls = cls
+        self._options = options
+        self._blob: bytes | None = None
+        self._key: str | None = None
+        self.__name__ = cls.__name__
+        self.__module__ = cls.__module__
+        self.__doc__ = cls.__doc__
+
+    @functools.cached_property
+    def _table(self) -> MethodTable:
+        # Read on first use, not in __init__: when a method of a class shipped by value
+        # refers to its ActorClass, cloudpickle makes this object while the class is still
+        # an empty skeleton, and fills the class in only afterwards.
+        return _method_table(_method_specs(self._cls))
+
+    @functools.cached_property
+    def _init(self) -> _Binder | None:
+        sig = _signature(self._cls, drop_self=False)  # __init__ (or __new__) without self
+        return None if sig is None else _Binder(_params(sig))
+
+    @property
+    def _methods(self) -> tuple[str, ...]:
+        return self._table.names
+
+    @property
+    def cls(self) -> type[T]:
+        """The plain class, for use in this process (tests, in-process runs)."""
+        return self._cls
+
+    @property
+    def default_options(self) -> ActorOptions:
+        return self._options
+
+    def options(self, **options: Any) -> _BoundActorClass[T]:
+        """Returns the class with some options replaced, e.g. ``Cls.options(num_gpus=1)``."""
+        return _BoundActorClass(self, ActorOptions.from_kwargs(options, self._options))
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        """Creates the actor on a process the scheduler picks; returns its handle at once.
+
+        Raises:
+            TypeError: The arguments do not bind to the class's ``__init__``.
+        """
+        return self._create(self._options, args, kwargs)
+
+    def _create(self, options: ActorOptions, args: tuple, kwargs: dict) -> ActorHandle:
+        init = self._init
+        if init is not None and not init.binds(args, kwargs):
+            init.fail(f"{self.__name__}.remote()", args, kwargs)
+        return current(f"{self.__name__}.remote()").create_actor(self, options, args, kwargs)
+
+    def shipment(self) -> tuple[str, bytes]:
+        """The class as cloudpickle bytes (by value when defined in ``__main__``) and its key."""
+        if self._blob is None:
+            self._blob = cloudpickle.dumps(self._cls)
+            self._key = hashlib.sha1(self._blob).hexdigest()[:20]
+        return self._key, self._blob  # type: ignore[return-value]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"{self.__name__} is a remote class: create it with {self.__name__}.remote(...) "
+            f"(or use {self.__name__}.cls(...) for a local instance)."
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        # Only names ActorClass lacks get here. The guard keeps its own lazy attributes
+        # (whose computation may raise AttributeError) and a half-made object out.
+        cls = self.__dict__.get("_cls")
+        if (
+            cls is None
+            or name in ActorClass.__dict__
+            or (name.startswith("__") and name not in _CLASS_DUNDERS)
+        ):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(cls, name)
+
+    def __dir__(self) -> list[str]:
+        own = set(super().__dir__())
+        return sorted(own | {n for n in dir(self._cls) if not n.startswith("__")})
+
+    def __reduce__(self):  # ship the class and options, not the cached blob or table
+        return (ActorClass, (self._cls, self._options))
+
+    def __repr__(self) -> str:
+        return f"ActorClass({self._cls.__module__}.{self._cls.__qualname__})"
+
+
+class _BoundActorClass(Generic[T]):
+    """``Cls.options(...)``: the same class with other options, ready for ``.remote()``."""
+
+    def __init__(self, actor_class: ActorClass[T], options: ActorOptions) -> None:
+        self._actor_class = actor_class
+        self._options = options
+
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+        return self._actor_class._create(self._options, args, kwargs)
+
+    def options(self, **options: Any) -> _BoundActorClass[T]:
+        return _BoundActorClass(self._actor_class, ActorOptions.from_kwargs(options, self._options))
+
+
+def _init_remote(*args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(
+        "actor constructors cannot be called as methods: handle.__init__.remote() is not "
+        "allowed; create a new actor with Cls.remote(...) instead."
+    )
+
+
+class ActorHandle:
+    """A reference to a remote actor; pass it to other actors freely.
+
+    ``handle.method.remote(...)`` calls a method. A handle of an unnamed actor keeps the
+    actor alive through an RRef (torch's distributed reference counting): the actor is
+    released once no handle to it is left anywhere in the cluster.
+
+    Args:
+        actor_id: The actor's id.
+        worker: RPC name of the process hosting it.
+        class_name: Its class's name.
+        methods: Its class's method table (shared by the class's handles).
+        rref: The RRef keeping an unnamed actor alive; None for a named one.
+    """
+
+    __slots__ = ("actor_id", "worker", "class_name", "_table", "_rref", "__weakref__")
+
+    def __init__(
+        self, actor_id: str, worker: str, class_name: str, methods: MethodTable, rref: Any
+    ) -> None:
+        self.actor_id = actor_id
+        self.worker = worker
+        self.class_name = class_name
+        self._table = methods
+        self._rref = rref
+
+    # `handle.__init__` finds this method (never __getattr__), and a bound method reads
+    # missing attributes from its function: so `handle.__init__.remote()` lands here.
+    __init__.remote = _init_remote  # type: ignore[attr-defined]
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The names of the actor's methods."""
+        return self._table.names
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name in ActorHandle.__slots__ or name.startswith("__"):
+            raise AttributeError(name)
+        if name not in self._table:
+            raise AttributeError(
+                f"actor {self.class_name} has no method {name!r}; its methods are: "
+                f"{', '.join(self.methods) or '(none)'}."
+            )
+        return ActorMethod(self, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self.methods))
+
+    def __reduce__(self):
+        if self._rref is not None and not packing():
+            raise TypeError(
+                f"{self!r} is the handle of an unnamed actor; it can travel only inside "
+                "the arguments or return values of actor calls (anywhere inside them, "
+                "e.g. in a dataclass), where actorrt keeps the actor alive for the "
+                "receiver. To store or send it another way, name the actor "
+                "(Cls.options(name=...).remote()) and use actorrt.get_actor(name); "
+                "handles of named actors pickle anywhere."
+            )
+        # The table travels as its specs string: many handles of a class in one message
+        # carry it once (pickle's memo), and the receiver looks it up in one dict access.
+        return (
+            _rebuild_handle,
+            (self.actor_id, self.worker, self.class_name, self._table.specs, self._rref),
+        )
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self.class_name}, id={self.actor_id}, on={self.worker})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other.actor_id == self.actor_id
+
+    def __hash__(self) -> int:
+        return hash(self.actor_id)
+
+
+def _rebuild_handle(
+    actor_id: str, worker: str, class_name: str, specs: str, rref: Any
+) -> ActorHandle:
+    """Rebuilds a pickled :class:`ActorHandle`."""
+    return ActorHandle(actor_id, worker, class_name, _method_table(specs), rref)
+
+
+class ActorMethod:
+    """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
+
+    __slots__ = ("_handle", "_name")
+
+    def __init__(self, handle: ActorHandle, name: str) -> None:
+        self._handle = handle
+        self._name = name
+
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
+        """Sends the call; returns an :class:`ObjectRef` for its result at once.
+
+        Raises:
+            TypeError: The arguments do not bind to the method's signature.
+        """
+        handle = self._handle
+        handle._table.check(handle.class_name, self._name, args, kwargs)
+        return current(f"{handle.class_name}.{self._name}.remote()").submit(
+            handle, self._name, args, kwargs
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"actor methods are called with .remote(): use "
+            f"handle.{self._name}.remote(...) and actorrt.get() the result."
+        )
+
+
+@overload
+def actor(cls: type[T], /) -> ActorClass[T]: ...
+@overload
+def actor(
+    *,
+    label: str | None = None,
+    num_cpus: float = 0.0,
+    num_gpus: float = 0.0,
+    name: str | None = None,
+    max_concurrency: int | None = None,
+    get_if_exists: bool = False,
+) -> Callable[[type[T]], ActorClass[T]]: ...
+
+
+def actor(cls: type[T] | None = None, /, **options: Any) -> Any:
+    """Turns a class into a remote class, bare (``@actor``) or with options.
+
+    Args:
+        cls: The class, when used bare.
+        **options: ``label``, ``num_cpus``, ``num_gpus``, ``name``, ``max_concurrency``,
+            ``get_if_exists`` (see :class:`~actorrt.options.ActorOptions`). Bad options
+            fail here.
+
+    Returns:
+        An :class:`ActorClass` (or a decorator making one).
+
+    Example::
+
+        @actorrt.actor(label="learner", num_gpus=1)
+        class Learner:
+            def push(self, batch): ...
+    """
+    if cls is not None:
+        if options:
+            raise TypeError("use @actorrt.actor or @actorrt.actor(option=...), not both.")
+        return ActorClass(cls, ActorOptions())
+    parsed = ActorOptions.from_kwargs(options)
+
+    def decorate(c: type[T]) -> ActorClass[T]:
+        return ActorClass(c, parsed)
+
+    return decorate

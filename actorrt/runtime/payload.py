@@ -1,0 +1,140 @@
+"""The one payload pipeline: what a call's arguments and a reply become on the wire.
+
+Every value that crosses between processes (constructor arguments, call arguments,
+replies) is packed here into ``(blob, side)``: ``blob`` is cloudpickle bytes of the value
+with every tensor and RRef taken out, and ``side`` is the list of what was taken out,
+which torch RPC's own pickler sends out of band (tensors with their device maps, RRefs
+with their reference counting).
+
+Why not let torch RPC pickle the value itself: torch unpickles a request on its RPC
+thread *before* actorrt's code runs, so a value that pickles here but not there (an
+instance of a class defined in the driver script, a module the callee lacks) failed the
+call with an unclear message and, worse, left a gap in the caller's sequence numbers
+that wedged the actor. Packed, the wire form holds only bytes, tensors and RRefs, which
+always unpickle; the value is unpacked by actorrt on the actor's thread, where a failure
+is that one call's error. cloudpickle also carries classes of ``__main__`` (and classes
+defined inside functions) by value, so instances of them travel as Ray users expect.
+
+Plain values (numbers, strings, bytes, None, tensors, and small lists, tuples and dicts
+of them) skip cloudpickle: they travel as they are, since torch unpickles builtins and
+tensors anywhere. Making a cloudpickle pickler costs more than the rest of a small call's
+packing, and most calls carry only such values.
+
+Each tensor passes through the peer's ``road`` on the way out: staging to host memory
+for a peer without a device map, keeping tiny tensors off cuda_gdr, swapping a large
+CPU tensor for a shared-memory handle (see :mod:`actorrt.runtime.shm`).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import cloudpickle
+import torch
+from torch.distributed.rpc import PyRRef
+
+from actorrt.tensor_tree import map_tensors
+
+__all__ = ["Wire", "pack", "packing", "unpack"]
+
+Wire = tuple[bytes | None, list[Any]]
+"""A packed value: cloudpickle bytes and the tensors/RRefs torch sends alongside, or
+``(None, [value])`` for a plain value, which torch sends as it is."""
+
+_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+# How deep (the (args, kwargs) tuple counts) and wide the containers of a plain value are.
+_PLAIN_DEPTH = 4
+_PLAIN_WIDTH = 32
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    kind = type(value)
+    if kind in _ATOMS or kind is torch.Tensor:
+        return True
+    if depth == _PLAIN_DEPTH:
+        return False
+    if kind is tuple or kind is list:
+        return len(value) <= _PLAIN_WIDTH and all(_plain(v, depth + 1) for v in value)
+    if kind is dict:
+        return len(value) <= _PLAIN_WIDTH and all(
+            type(k) in _ATOMS and _plain(v, depth + 1) for k, v in value.items()
+        )
+    return False
+
+
+# Per thread: the side list of the unpickling under way, and whether a pack is under way.
+_local = threading.local()
+
+
+def _from_side(index: int) -> Any:
+    return _local.side[index]
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, with tensors and RRefs set aside for torch RPC's pickler."""
+
+    def __init__(self, file: io.BytesIO, road: Callable[[torch.Tensor], Any] | None) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.side: list[Any] = []
+        self._road = road
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Called for every object but the builtin atoms and containers, so plain data costs
+        # nothing extra here.
+        if isinstance(obj, torch.Tensor):
+            self.side.append(obj if self._road is None else self._road(obj))
+            return _from_side, (len(self.side) - 1,)
+        if isinstance(obj, PyRRef):
+            self.side.append(obj)
+            return _from_side, (len(self.side) - 1,)
+        return super().reducer_override(obj)
+
+
+def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
+    """Packs ``value`` for the wire; ``road`` rewrites each tensor on the way out.
+
+    Raises:
+        Exception: Whatever pickling raised (a lock, an open file, a ctypes pointer, a
+            value nested too deeply); the caller turns it into its own error.
+    """
+    if _plain(value):
+        return None, [value if road is None else map_tensors(value, road)]
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer, road)
+    outer = getattr(_local, "packing", False)
+    _local.packing = True
+    try:
+        pickler.dump(value)
+    finally:
+        _local.packing = outer
+    return buffer.getvalue(), pickler.side
+
+
+def packing() -> bool:
+    """True while this thread packs a value for a call: RRefs inside travel by torch RPC.
+
+    An actor handle asks this when it is pickled: outside a pack, its RRef could not
+    travel (torch pickles RRefs only inside its own RPC messages).
+    """
+    return getattr(_local, "packing", False)
+
+
+def unpack(wire: Wire) -> Any:
+    """The value packed by :func:`pack` (on any process).
+
+    Raises:
+        Exception: Whatever unpickling raised (e.g. a module this process cannot import).
+    """
+    blob, side = wire
+    if blob is None:
+        return side[0]
+    outer = getattr(_local, "side", None)  # a value unpacked while unpacking another
+    _local.side = side
+    try:
+        return pickle.loads(blob)
+    finally:
+        _local.side = outer

@@ -1,0 +1,221 @@
+"""What arguments and replies may be, on a real local cluster: the payload pipeline.
+
+A value that cannot travel fails its own call, with a message naming the cause, and
+never the calls after it or beside it in a batch; classes of the driver's script travel
+by value; a batch lets go of its arguments and handles once it is sent.
+"""
+
+import ctypes
+import dataclasses
+import gc
+import pickle
+import time
+import weakref
+
+import pytest
+import torch
+from scripts import run_script
+
+import actorrt
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@actorrt.actor
+class Echo:
+    def __init__(self, tag=None):
+        self.tag = tag
+
+    def echo(self, x):
+        return x
+
+    def kind(self, x):
+        return type(x).__name__
+
+    def count(self):
+        return 1
+
+
+def _explode(text):
+    raise RuntimeError(text)
+
+
+class BreaksOnTheCallee:
+    """Pickles here; unpickling it raises (as a module the callee lacks would)."""
+
+    def __reduce__(self):
+        return _explode, ("this value cannot be rebuilt here",)
+
+
+def _nested(depth):
+    x: list = []
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+def test_an_argument_the_callee_cannot_unpickle_fails_only_its_call(cluster):
+    e = Echo.remote()
+    bad = e.echo.remote(BreaksOnTheCallee())
+    with pytest.raises(actorrt.ActorError) as info:
+        actorrt.get(bad, timeout=30)
+    assert "the arguments could not be unpickled on" in str(info.value)
+    assert "this value cannot be rebuilt here" in str(info.value)
+    assert info.value.actor_id == e.actor_id
+    # the seq of the failed call was consumed: the next calls are not held behind it
+    assert actorrt.get([e.echo.remote(i) for i in range(3)], timeout=30) == [0, 1, 2]
+
+
+def test_in_a_burst_only_the_bad_call_fails(cluster, burst):
+    e = Echo.remote()
+    refs = [e.echo.remote(i) for i in range(5)]
+    bad = e.echo.remote(BreaksOnTheCallee())
+    refs += [e.echo.remote(i) for i in range(5, 10)]
+    assert actorrt.get(refs, timeout=30) == list(range(10))
+    with pytest.raises(actorrt.ActorError, match="could not be unpickled"):
+        actorrt.get(bad, timeout=30)
+
+
+def test_values_that_cannot_be_pickled_fail_at_the_call_site(cluster):
+    e = Echo.remote()
+    cases = {
+        "ctypes pointer": ctypes.pointer(ctypes.c_int(1)),
+        "nested 100k deep": _nested(100_000),
+        "lock": __import__("threading").Lock(),
+    }
+    for what, value in cases.items():
+        with pytest.raises(TypeError, match=r"Echo\.echo\.remote\(\): an argument cannot be sent"):
+            e.echo.remote(value)
+        assert actorrt.get(e.count.remote(), timeout=30) == 1, what
+    with pytest.raises(TypeError, match=r"Echo\.remote\(\): an argument cannot be sent"):
+        Echo.remote(ctypes.pointer(ctypes.c_int(1)))
+
+
+def test_tensors_inside_objects_travel_and_keep_their_identity(cluster):
+    e = Echo.remote()
+    t = torch.arange(6.0)
+    back = actorrt.get(e.echo.remote({"a": t, "b": [t, (t,)]}), timeout=30)
+    assert torch.equal(back["a"], t)
+    assert back["a"] is back["b"][0] is back["b"][1][0]  # one tensor sent once
+
+
+def test_a_burst_lets_go_of_arguments_and_handles_once_sent(cluster, burst):
+    arg = torch.zeros(8)
+    watch = weakref.ref(arg)
+    e = Echo.remote()
+    actor_id = e.actor_id
+    refs = [e.kind.remote(arg) for _ in range(8)]
+    assert actorrt.get(refs, timeout=30) == ["Tensor"] * 8
+    del arg, refs, e
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        gc.collect()
+        alive = any(a.actor_id == actor_id for a in actorrt.actors())
+        if watch() is None and not alive:
+            break
+        time.sleep(0.2)
+    assert watch() is None, "the batch still holds the call's argument"
+    assert not any(a.actor_id == actor_id for a in actorrt.actors()), (
+        "the unnamed actor was not released: something still holds its handle"
+    )
+
+
+HEADER = """
+import dataclasses
+import actorrt
+
+@dataclasses.dataclass
+class Point:          # defined in the driver's script (__main__)
+    x: int
+    y: int
+
+    def norm1(self):
+        return abs(self.x) + abs(self.y)
+
+class ScriptError(Exception):
+    pass
+
+def make_local_class():
+    class Local:      # defined inside a function
+        def __init__(self, v):
+            self.v = v
+    return Local
+
+@actorrt.actor
+class Geometry:
+    def shift(self, p, dx):
+        return Point(p.x + dx, p.y)
+
+    def norm(self, p):
+        return p.norm1()
+
+    def value_of(self, obj):
+        return obj.v
+
+    def fail(self):
+        raise ScriptError("raised by the actor")
+"""
+
+
+def test_classes_of_the_driver_script_travel_by_value(tmp_path):
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        with actorrt.start(num_workers=1, timeout=90) as rt:
+            pids = list(rt.local_worker_pids)
+            g = Geometry.remote()
+            moved = actorrt.get(g.shift.remote(Point(1, 2), 3), timeout=60)
+            norm = actorrt.get(g.norm.remote(Point(-3, 4)), timeout=60)
+            local = actorrt.get(g.value_of.remote(make_local_class()(7)), timeout=60)
+            try:
+                actorrt.get(g.fail.remote(), timeout=60)
+                cause = None
+            except actorrt.ActorError as exc:
+                cause = type(exc.cause).__name__ if exc.cause is not None else None
+            report(pids=pids, moved=[moved.x, moved.y], moved_type=type(moved).__name__,
+                   norm=norm, local=local, cause=cause)
+        """,
+    )
+    assert rep["moved"] == [4, 2] and rep["moved_type"] == "Point"
+    assert rep["norm"] == 7 and rep["local"] == 7
+    assert rep["cause"] == "ScriptError"
+
+
+@actorrt.actor
+class Holder:
+    def keep(self, box):
+        self.box = box
+        return type(box).__name__
+
+    def call_held(self):
+        return actorrt.get(self.box.handle.count.remote(), timeout=30)
+
+
+@dataclasses.dataclass
+class Box:
+    handle: object
+
+
+def test_handles_travel_inside_values_and_refuse_to_pickle_outside_a_call(cluster):
+    e = Echo.remote()
+    h = Holder.remote()
+    assert actorrt.get(h.keep.remote(Box(e)), timeout=30) == "Box"
+    del e  # the holder's copy keeps the unnamed actor alive
+    assert actorrt.get(h.call_held.remote(), timeout=30) == 1
+    with pytest.raises(TypeError, match="can travel only inside the arguments"):
+        pickle.dumps(Echo.remote())
+    named = Echo.options(name="payload-test-named").remote()
+    again = pickle.loads(pickle.dumps(named))  # a named actor's handle needs no RRef
+    assert actorrt.get(again.count.remote(), timeout=30) == 1
+    actorrt.kill(named)
+
+
+def test_errors_carry_the_actor_id_in_the_one_format(cluster):
+    e = Echo.remote()
+    assert len(e.actor_id) == 32 and e.actor_id in repr(e)
+    actorrt.kill(e)
+    with pytest.raises(actorrt.ActorDiedError) as info:
+        actorrt.get(e.count.remote(), timeout=30)
+    assert info.value.actor_id == e.actor_id
+    assert e.actor_id in str(info.value)

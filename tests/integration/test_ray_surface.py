@@ -1,0 +1,183 @@
+"""Ray's actor surface on the shared local cluster: argument checks at the call site,
+handles made on workers, get-or-create of named actors."""
+
+import threading
+
+import pytest
+
+import actorrt
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@actorrt.actor
+class Tally:
+    def __init__(self, start, *, step=1):
+        self.n = start
+        self.step = step
+
+    def add(self, k=None):
+        self.n += self.step if k is None else k
+        return self.n
+
+    def value(self):
+        return self.n
+
+    @staticmethod
+    def double(x):
+        return 2 * x
+
+
+@actorrt.actor
+class Other:
+    def value(self):
+        return "other"
+
+
+@actorrt.actor
+class NeverPlaced:
+    def __init__(self, x):
+        self.x = x
+
+
+@actorrt.actor
+class Prober:
+    def bad_call(self, tally):
+        # a handle that came as an argument checks arguments on this process too
+        try:
+            tally.add.remote(1, 2)
+        except TypeError as exc:
+            return f"TypeError: {exc}"
+        return "sent"
+
+    def named_bad_call(self, name):
+        try:
+            actorrt.get_actor(name).value.remote(1)
+        except TypeError as exc:
+            return f"TypeError: {exc}"
+        return "sent"
+
+    def get_or_create(self, name, start):
+        h = Tally.options(name=name, get_if_exists=True).remote(start)
+        return h.actor_id, actorrt.get(h.add.remote(), timeout=60)
+
+
+def _make_breeder():
+    # Defined in a function, the class is shipped by value (as a class of __main__ is):
+    # on the worker cloudpickle rebuilds it, and Breeder.remote() below runs there.
+    @actorrt.actor
+    class Breeder:
+        def __init__(self, generation=0):
+            self.generation = generation
+
+        def breed(self):
+            child = Breeder.remote(self.generation + 1)
+            return child, sorted(child.methods), actorrt.get(child.whoami.remote(), timeout=60)
+
+        def whoami(self):
+            return self.generation
+
+    return Breeder
+
+
+def test_bad_constructor_arguments_fail_at_the_call_site_and_place_nothing(cluster):
+    with pytest.raises(TypeError, match=r"NeverPlaced\.remote\(\): missing a required argument"):
+        NeverPlaced.remote()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'y'"):
+        NeverPlaced.options(num_cpus=0).remote(1, y=2)
+    assert not [a for a in actorrt.actors() if a.class_name == "NeverPlaced"]
+
+
+def test_bad_method_arguments_fail_at_the_call_site(cluster):
+    t = Tally.remote(0, step=2)
+    with pytest.raises(TypeError, match=r"Tally\.add\.remote\(\): too many positional arguments"):
+        t.add.remote(1, 2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'x'"):
+        t.value.remote(x=1)
+    with pytest.raises(TypeError, match="missing a required argument: 'x'"):
+        t.double.remote()
+    # the failed calls took no sequence number: later calls run, in order
+    assert actorrt.get([t.add.remote(), t.add.remote(k=5), t.double.remote(4)], timeout=60) == [
+        2,
+        7,
+        8,
+    ]
+
+
+def test_handles_on_other_processes_check_arguments_too(cluster):
+    t = Tally.options(name="surface-tally").remote(0)
+    p = Prober.remote()
+    try:
+        said = actorrt.get(p.bad_call.remote(t), timeout=60)
+        assert said.startswith("TypeError: Tally.add.remote(): too many positional"), said
+        said = actorrt.get(p.named_bad_call.remote("surface-tally"), timeout=60)
+        assert said.startswith("TypeError: Tally.value.remote(): too many positional"), said
+        h = actorrt.get_actor("surface-tally")
+        with pytest.raises(TypeError, match="too many positional"):
+            h.add.remote(1, 2)
+        assert {"add", "value", "double"} <= set(dir(h))
+        assert actorrt.get(h.add.remote(), timeout=60) == 1
+    finally:
+        actorrt.kill(t)
+
+
+def test_an_actor_creating_an_actor_of_its_own_class_gets_a_full_handle(cluster):
+    breeder = _make_breeder()
+    parent = breeder.remote()
+    child, names, generation = actorrt.get(parent.breed.remote(), timeout=60)
+    assert names == ["breed", "whoami"]
+    assert generation == 1
+    assert actorrt.get(child.whoami.remote(), timeout=60) == 1
+    grandchild, _, generation = actorrt.get(child.breed.remote(), timeout=60)
+    assert generation == 2 and actorrt.get(grandchild.whoami.remote(), timeout=60) == 2
+
+
+def test_handle_init_remote_is_an_error(cluster):
+    t = Tally.remote(0)
+    with pytest.raises(TypeError, match="constructors cannot be called as methods"):
+        t.__init__.remote(5)
+    assert actorrt.get(t.value.remote(), timeout=60) == 0
+
+
+def test_get_if_exists_returns_the_existing_actor(cluster):
+    first = Tally.options(name="surface-goc", get_if_exists=True).remote(10)
+    try:
+        again = Tally.options(name="surface-goc", get_if_exists=True).remote(99)
+        assert again == first  # the constructor arguments of a later call are ignored
+        assert actorrt.get(again.add.remote(), timeout=60) == 11
+        with pytest.raises(ValueError, match="already exists"):
+            Tally.options(name="surface-goc").remote(0)
+        with pytest.raises(ValueError, match=r"surface-goc.*is a .*Tally, not a .*Other"):
+            Other.options(name="surface-goc", get_if_exists=True).remote()
+        assert actorrt.get(first.value.remote(), timeout=60) == 11
+    finally:
+        actorrt.kill(first)
+
+
+def test_get_if_exists_is_atomic_across_concurrent_creators(cluster):
+    name = "surface-race"
+    probers = [Prober.remote() for _ in range(3)]
+    handles, errors = [], []
+
+    def create():
+        try:
+            handles.append(Tally.options(name=name, get_if_exists=True).remote(0))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    remote = [p.get_or_create.remote(name, 0) for p in probers]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    from_actors = actorrt.get(remote, timeout=60)
+    try:
+        assert not errors, errors
+        ids = {h.actor_id for h in handles} | {actor_id for actor_id, _ in from_actors}
+        assert len(ids) == 1, ids
+        assert sorted(n for _, n in from_actors) == [1, 2, 3]  # one actor counted them all
+        assert actorrt.get(handles[0].value.remote(), timeout=60) == 3
+        assert [a.name for a in actorrt.actors() if a.name == name] == [name]
+    finally:
+        actorrt.kill(actorrt.get_actor(name))

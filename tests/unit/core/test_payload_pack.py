@@ -1,0 +1,83 @@
+"""The payload pipeline in one process: both roads, tensors set aside, the road per tensor."""
+
+import dataclasses
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from actorrt.runtime.payload import pack, unpack
+
+
+@dataclasses.dataclass
+class Sample:
+    obs: torch.Tensor
+    reward: float
+
+
+def _over_the_wire(wire):
+    # torch's RPC pickler sends the blob and the side list; plain pickle stands in for it
+    return pickle.loads(pickle.dumps(wire))
+
+
+def test_plain_values_skip_cloudpickle_and_objects_take_it():
+    plain = ((1, "a", None, {"k": [torch.ones(2), 2.5]}), {"flag": True})
+    blob, side = pack(plain)
+    assert blob is None and side == [plain]
+    assert unpack((blob, side)) is plain
+    blob, side = pack(((Sample(torch.ones(2), 1.0),), {}))
+    assert isinstance(blob, bytes) and len(side) == 1 and torch.equal(side[0], torch.ones(2))
+
+
+def test_every_tensor_takes_the_road_on_both_roads():
+    seen = []
+
+    def road(t):
+        seen.append(t)
+        return t + 1
+
+    for value in ({"x": torch.zeros(2)}, Sample(torch.zeros(2), 0.0)):
+        seen.clear()
+        back = unpack(_over_the_wire(pack(value, road)))
+        got = back["x"] if isinstance(back, dict) else back.obs
+        assert torch.equal(got, torch.ones(2)) and len(seen) == 1
+
+
+def test_a_tensor_referenced_twice_is_sent_once():
+    t = torch.arange(3.0)
+    blob, side = pack([Sample(t, 0.0), t])
+    assert len(side) == 1
+    a, b = unpack(_over_the_wire((blob, side)))
+    assert a.obs is b
+
+
+def test_deep_and_wide_containers_take_cloudpickle():
+    deep = [[[[[1]]]]]
+    wide = list(range(100))
+    assert pack(deep)[0] is not None and unpack(pack(deep)) == deep
+    assert pack(wide)[0] is not None and unpack(pack(wide)) == wide
+
+
+def test_what_cannot_be_pickled_raises_at_pack():
+    import threading
+
+    with pytest.raises(TypeError):
+        pack(threading.Lock())
+
+
+def test_a_class_of_a_script_unpacks_in_another_process(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(
+        "import pickle, sys\n"
+        "from actorrt.runtime.payload import pack\n"
+        "class Point:\n"
+        "    def __init__(self, x):\n"
+        "        self.x = x\n"
+        "sys.stdout.buffer.write(pickle.dumps(pack(Point(3))))\n"
+    )
+    made = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120)
+    assert made.returncode == 0, made.stderr.decode()[-2000:]
+    point = unpack(pickle.loads(made.stdout))
+    assert type(point).__name__ == "Point" and point.x == 3

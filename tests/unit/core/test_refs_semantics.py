@@ -1,0 +1,105 @@
+"""``ObjectRef``, ``get`` and ``wait`` without a cluster: awaiting, cancelling, bad arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+import actorrt
+from actorrt.refs import ObjectRef
+from actorrt.runtime import payload
+from actorrt.runtime.protocol import OK
+
+
+def _sent_ref() -> tuple[ObjectRef, torch.futures.Future]:
+    """A ref whose call went out; completing the returned future is its reply arriving."""
+    ref = ObjectRef("Fake.method")
+    reply: torch.futures.Future = torch.futures.Future()
+    ref._attach(reply, "worker1")
+    return ref, reply
+
+
+def _arrive(reply: torch.futures.Future, value: object) -> None:
+    reply.set_result(payload.pack((OK, value)))
+
+
+def test_a_timed_out_await_leaves_the_ref_usable():
+    ref, reply = _sent_ref()
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(ref, 0.05)
+        threading.Timer(0.05, _arrive, (reply, 7)).start()
+        return await asyncio.wait_for(ref, 10)
+
+    assert asyncio.run(main()) == 7
+    assert actorrt.get(ref, timeout=10) == 7
+    assert ref.future().result(timeout=10) == 7
+
+
+def test_a_cancelled_await_of_a_ref_not_yet_sent_leaves_it_usable():
+    ref = ObjectRef("Fake.method")  # e.g. waiting for its ObjectRef arguments
+
+    async def main():
+        task = asyncio.ensure_future(ref)
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    ref._set_result("late")
+    assert actorrt.get(ref, timeout=10) == "late"
+    assert asyncio.run(asyncio.wait_for(_await(ref), 10)) == "late"
+
+
+async def _await(ref: ObjectRef) -> object:
+    return await ref
+
+
+def test_cancelling_the_future_of_a_ref_does_not_cancel_the_ref():
+    ref, reply = _sent_ref()
+    assert ref.future().cancel() is False
+    _arrive(reply, 3)
+    assert actorrt.get(ref, timeout=10) == 3
+    assert ref.future().result(timeout=10) == 3
+
+
+def test_wait_on_no_refs_returns_two_empty_lists():
+    assert actorrt.wait([]) == ([], [])
+    assert actorrt.wait([], timeout=0) == ([], [])
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.5, float("nan")])
+def test_a_negative_timeout_is_a_value_error(timeout):
+    ref, reply = _sent_ref()
+    with pytest.raises(ValueError, match="timeout"):
+        actorrt.get(ref, timeout=timeout)
+    with pytest.raises(ValueError, match="timeout"):
+        actorrt.get([ref], timeout=timeout)
+    with pytest.raises(ValueError, match="timeout"):
+        actorrt.wait([ref], timeout=timeout)
+    _arrive(reply, None)
+
+
+@pytest.mark.parametrize("timeout", ["5", True, [1]])
+def test_a_timeout_that_is_not_a_number_is_a_type_error(timeout):
+    ref, reply = _sent_ref()
+    with pytest.raises(TypeError, match="timeout"):
+        actorrt.get(ref, timeout=timeout)
+    with pytest.raises(TypeError, match="timeout"):
+        actorrt.wait([ref], timeout=timeout)
+    _arrive(reply, None)
+
+
+def test_zero_and_infinite_timeouts_are_numbers():
+    ref, reply = _sent_ref()
+    with pytest.raises(actorrt.GetTimeoutError):
+        actorrt.get(ref, timeout=0)
+    assert actorrt.wait([ref], timeout=0) == ([], [ref])
+    _arrive(reply, 5)
+    assert actorrt.get(ref, timeout=float("inf")) == 5
+    assert actorrt.wait([ref], timeout=float("inf")) == ([ref], [])
