@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         plan,
         shutdown,
         start,
+        status,
     )
     from actorrt.errors import (
         ActorDiedError,
@@ -74,6 +75,7 @@ _EXPORTS = {
     "plan": "actorrt.api",
     "shutdown": "actorrt.api",
     "start": "actorrt.api",
+    "status": "actorrt.api",
     "ActorDiedError": "actorrt.errors",
     "ActorError": "actorrt.errors",
     "ActorRtError": "actorrt.errors",
@@ -117,6 +119,7 @@ __all__ = [
     "plan",
     "shutdown",
     "start",
+    "status",
     "wait",
 ]
 

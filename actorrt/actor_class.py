@@ -258,6 +258,7 @@ class ActorClass(Generic[T]):
 
     @property
     def default_options(self) -> ActorOptions:
+        """The options given to ``@actorrt.actor``; ``.options(...)`` overrides them per call."""
         return self._options
 
     def options(self, **options: Any) -> _BoundActorClass[T]:
@@ -286,6 +287,11 @@ class ActorClass(Generic[T]):
         return self._key, self._blob  # type: ignore[return-value]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Always raises: create the actor with ``Cls.remote(...)``, or use ``Cls.cls(...)``.
+
+        Raises:
+            TypeError: Always, saying which of the two to use.
+        """
         raise TypeError(
             f"{self.__name__} is a remote class: create it with {self.__name__}.remote(...) "
             f"(or use {self.__name__}.cls(...) for a local instance)."
@@ -439,6 +445,11 @@ class ActorMethod:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Always raises: call the method with ``handle.method.remote(...)``.
+
+        Raises:
+            TypeError: Always, showing the ``.remote()`` form.
+        """
         raise TypeError(
             f"actor methods are called with .remote(): use "
             f"handle.{self._name}.remote(...) and actorrt.get() the result."

@@ -1,9 +1,14 @@
-"""The public functions: ``start``, ``shutdown``, ``get_actor``, ``kill`` and introspection."""
+"""The public functions: ``start``, ``shutdown``, ``get_actor``, ``kill`` and introspection.
+
+The driver logs what it does under ``actorrt.driver`` (start-up, workers that die, the
+steps of shutdown); see :mod:`actorrt.logs` for the level.
+"""
 
 from __future__ import annotations
 
 import atexit
 import os
+import signal
 import threading
 import time
 import warnings
@@ -13,6 +18,8 @@ from typing import Any
 from actorrt.actor_class import ActorHandle
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
 from actorrt.errors import ActorRtError, ClusterError
+from actorrt.logs import configure as _configure_logging
+from actorrt.logs import get_logger, level_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.layout import Layout, parse_layout
 from actorrt.runtime import runtime as rt_mod
@@ -30,11 +37,13 @@ __all__ = [
     "plan",
     "shutdown",
     "start",
+    "status",
 ]
 
 LayoutArg = Mapping[str, Any] | str | os.PathLike[str] | Layout | None
 
 _TRANSPORTS = ("auto", "cpu", "cuda")
+log = get_logger("driver")
 _start_lock = threading.Lock()
 _started_before = False  # torch's RRef context stays bound to this process's first agent
 
@@ -63,6 +72,8 @@ def start(
     shutdown_timeout: float = 10.0,
     rpc_timeout: float = 60.0,
     num_worker_threads: int = 16,
+    log_level: str | int | None = None,
+    log_to_driver: bool = True,
 ) -> Runtime:
     """Starts actorrt in this process, which becomes the driver (rank 0).
 
@@ -102,6 +113,13 @@ def start(
         shutdown_timeout: Bound on :func:`shutdown`.
         rpc_timeout: Default timeout of control messages (actor calls never time out).
         num_worker_threads: TensorPipe's RPC thread pool size per process.
+        log_level: Level of the ``actorrt`` logger (``"debug"``, ``"info"``, ``"warning"``,
+            ...); default: ``ACTORRT_LOG_LEVEL``, else warnings and errors only. Local
+            workers use the same level; multi-node workers take ``ACTORRT_LOG_LEVEL`` or
+            ``actorrt worker --log-level``.
+        log_to_driver: Print what actors print (stdout and stderr, every worker) on this
+            process's terminal, each line prefixed with where it came from, e.g.
+            ``(Learner pid=1234 host=node1)``; False leaves it on the workers' terminals.
 
     Returns:
         The :class:`Runtime`; ``with actorrt.start(): ...`` shuts down at the end.
@@ -113,6 +131,9 @@ def start(
         PlacementError: The layout is malformed or infeasible (raised before any local
             worker is started), or ``transport="cuda"`` meets a process without a GPU.
     """
+    level = _configure_logging(log_level)
+    if not isinstance(log_to_driver, bool):
+        raise ValueError(f"log_to_driver={log_to_driver!r} must be True or False.")
     layout = parse_layout(labels, talks, strategy)
     if transport not in _TRANSPORTS:
         raise ValueError(f"transport={transport!r}: choose one of {', '.join(_TRANSPORTS)}.")
@@ -173,6 +194,8 @@ def start(
             shutdown_timeout=shutdown_timeout,
             rpc_timeout=rpc_timeout,
             num_worker_threads=num_worker_threads,
+            log_level=level_name(level),
+            log_to_driver=log_to_driver,
         )
 
 
@@ -204,6 +227,8 @@ def _start_driver(
     shutdown_timeout: float,
     rpc_timeout: float,
     num_worker_threads: int,
+    log_level: str,
+    log_to_driver: bool,
 ) -> Runtime:
     from actorrt.cluster import planning, rendezvous
     from actorrt.runtime.local import LocalCluster
@@ -232,7 +257,12 @@ def _start_driver(
             per_worker = [
                 (visible[i % len(visible)],) if visible else () for i in range(local_workers)
             ]
+    started = time.monotonic()
     server = rendezvous.StoreServer(host, port, timeout)
+    log.info(
+        "starting %s: rendezvous on %s:%d, %d process(es) in all",
+        "a local cluster" if local else "a multi-node cluster", host, server.port, world_size,
+    )  # fmt: skip
     cluster: LocalCluster | None = None
     if local:
         token = rendezvous.new_token()
@@ -245,6 +275,7 @@ def _start_driver(
             timeout=timeout,
             rpc_timeout=rpc_timeout,
             num_worker_threads=num_worker_threads,
+            log_level=log_level,
         )
     assert token is not None
 
@@ -275,6 +306,7 @@ def _start_driver(
         the_plan = spec.plan()
     except BaseException as exc:
         reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
+        log.info("start failed, telling the workers: %s", reason)
         try:
             rendezvous.publish_abort(server.store, reason)
             if not local:
@@ -285,6 +317,7 @@ def _start_driver(
     graceful = rendezvous.graceful_shutdown_possible()
     published = the_plan.to_dict()
     published["graceful_shutdown"] = graceful  # workers read it (see the function's docstring)
+    published["log_to_driver"] = log_to_driver  # workers send their output here, or keep it
     rendezvous.publish_plan(server.store, published)
     setup = planning.ProcessSetup(published, 0)
     setup.apply_env()
@@ -294,7 +327,7 @@ def _start_driver(
     # (set here unless given): the interface holding HOST, so loopback for a local cluster.
     apply_socket_ifname(host, server.port, own_address=True)
     directory = ClusterDirectory(the_plan, spec.processes)
-    state: dict[str, Any] = {"graceful": graceful}
+    state: dict[str, Any] = {"graceful": graceful, "log_to_driver": log_to_driver}
     rt = Runtime(
         name=setup.name,
         rank=0,
@@ -308,7 +341,10 @@ def _start_driver(
     rt.plan = the_plan
     rt.spec = spec
     rt.descriptions = descriptions
+    judge = getattr(server, "judge", None)
+    rt.pids = {0: os.getpid(), **(judge.pids if judge is not None else {})}
     rt_mod._install(rt)
+    log.info("every rank joined; plan made; starting RPC as %s", setup.name)
     try:
         rt_mod.init_rpc(
             setup.name,
@@ -330,6 +366,10 @@ def _start_driver(
         rt.local_worker_pids = cluster.pids
         _watch_local_workers(rt, cluster)
     atexit.register(shutdown)
+    log.info(
+        "cluster up in %.2f s: %d process(es) on %d host(s)",
+        time.monotonic() - started, world_size, len({d.get("hostname") for d in descriptions}),
+    )  # fmt: skip
     return rt
 
 
@@ -345,41 +385,85 @@ def _cuda_count() -> int:
 
 
 def _watch_local_workers(rt: Runtime, cluster: Any) -> None:
+    from actorrt.cluster.planning import process_name
+
     def watch() -> None:
         reported: set[int] = set()
         while not rt.stopped.wait(0.1):
             for rank in cluster.dead_ranks():
                 if rank not in reported:
                     reported.add(rank)
-                    from actorrt.cluster.planning import process_name
-
-                    rt.mark_worker_dead(process_name(rank))
+                    name = process_name(rank)
+                    rt.mark_worker_dead(name)
+                    if rt.stopped.is_set():
+                        return  # exits during shutdown are the expected ones
+                    pid, code = cluster.exit_of(rank)
+                    log.warning(
+                        "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
+                        "ActorDiedError and no new actor is placed there",
+                        name, rank, pid, _exit_text(code),
+                    )  # fmt: skip
 
     threading.Thread(target=watch, name="actorrt-worker-watch", daemon=True).start()
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _stop_driver(rt: Runtime, cluster: Any, server: Any, timeout: float, state: dict) -> None:
     import torch.distributed.rpc as rpc
 
+    from actorrt.runtime.output import rpc_flush_output
     from actorrt.runtime.runtime import rpc_stop
 
+    started = time.monotonic()
+    live = [name for name in state.get("workers", []) if name not in rt.dead_workers]
+    # What actors printed before shutdown reaches this terminal before shutdown returns.
+    if state.get("log_to_driver"):
+        log.info("shutdown: collecting the output of %d worker(s)", len(live))
+        _call_all(rpc, live, rpc_flush_output, (2.0,), timeout=min(timeout, 5.0))
+    log.info("shutdown: telling %d worker(s) to stop", len(live))
+    _call_all(rpc, live, rpc_stop, (), timeout=min(timeout, 5.0))
+    graceful = state["graceful"] and not rt.dead_workers
+    if graceful:
+        log.info("shutdown: graceful RPC shutdown (waits for every worker)")
+    else:
+        why = "a worker died" if rt.dead_workers else "not this process's first cluster"
+        log.info("shutdown: ending RPC locally (%s)", why)
+    went = rt_mod.shutdown_rpc(timeout, graceful=graceful)
+    if graceful and not went:
+        log.warning(
+            "shutdown: the graceful RPC shutdown did not finish within %g s; RPC was ended locally",
+            timeout,
+        )
+    if cluster is not None:
+        log.info("shutdown: stopping the local workers")
+        cluster.stop(timeout=timeout)
+    server.close()
+    log.info("shutdown: done in %.2f s", time.monotonic() - started)
+
+
+def _call_all(rpc: Any, names: list[str], fn: Any, args: tuple, timeout: float) -> None:
+    """Calls ``fn`` on every process in ``names`` at once; waits for all (within ``timeout``)."""
     futures = []
-    for name in state.get("workers", []):
-        if name in rt.dead_workers:
-            continue
+    for name in names:
         try:
-            futures.append(rpc.rpc_async(name, rpc_stop, timeout=min(timeout, 5.0)))
+            futures.append(rpc.rpc_async(name, fn, args=args, timeout=timeout))
         except Exception:
             pass
     for fut in futures:
         try:
             fut.wait()
-        except Exception:  # a dead worker cannot be told; it is killed below
+        except Exception:  # a dead worker cannot be told; it is killed later
             pass
-    rt_mod.shutdown_rpc(timeout, graceful=state["graceful"] and not rt.dead_workers)
-    if cluster is not None:
-        cluster.stop(timeout=timeout)
-    server.close()
 
 
 def shutdown() -> None:
@@ -408,6 +492,29 @@ def actors() -> list[ActorInfo]:
 def nodes() -> list[NodeInfo]:
     """One record per process of the cluster (the driver included): host, labels, GPUs, alive."""
     return current("actorrt.nodes()").nodes()
+
+
+def status(max_actors: int = 50) -> str:
+    """The cluster as a readable table, for ``print(actorrt.status())``.
+
+    A summary line, then one row per process (rank, pid, host, labels, GPUs, its actors,
+    the calls queued or running on them, alive / dead / unresponsive), then one row per
+    actor. Built from :func:`nodes` and :func:`actors`, plus one short query to each live
+    process (a process that does not answer within 2 s shows as unresponsive).
+
+    Args:
+        max_actors: Actor rows shown at most; the rest are counted.
+
+    Returns:
+        The table as text.
+
+    Example::
+
+        with actorrt.start(num_workers=2):
+            learner = Learner.remote()
+            print(actorrt.status())
+    """
+    return current("actorrt.status()").status(max_actors=max_actors)
 
 
 def plan() -> dict[str, Any]:

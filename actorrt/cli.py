@@ -1,15 +1,17 @@
-"""The ``actorrt`` command: ``actorrt worker``, ``actorrt plan`` and ``actorrt describe``.
+"""The ``actorrt`` command: ``worker``, ``plan``, ``describe`` and ``doctor``.
 
 Each subcommand lives in the module that owns its job; this file only wires argparse
 to them, importing lazily so ``actorrt --help`` stays fast: only the chosen subcommand's
 module is imported, and ``actorrt/__init__.py`` imports nothing heavy until a public name
-is used, so torch is imported only by the subcommands that need it (``worker``).
+is used, so torch is imported only by the subcommands that need it (``worker``, and
+``doctor`` once it has found a GPU to ask CUDA about).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,6 +26,10 @@ SUBCOMMANDS = {
     "describe": (
         "actorrt.placement.describe_cli",
         "print this machine as a [[nodes]] block of a cluster file",
+    ),
+    "doctor": (
+        "actorrt.placement.doctor_cli",
+        "check this machine for TensorPipe traps, with the fixes",
     ),
 }
 
@@ -67,7 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
-    return int(args._run(args) or 0)
+    try:
+        return int(args._run(args) or 0)
+    except BrokenPipeError:
+        # The reader went away (`actorrt plan ... | head`): not an error of ours. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

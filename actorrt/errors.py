@@ -54,7 +54,10 @@ class ActorError(ActorRtError):
 
 
 class ActorDiedError(ActorRtError):
-    """The actor is gone: it was killed, its constructor failed, or its process died.
+    """The actor is gone: killed, ended itself, its constructor failed, or its process died.
+
+    Pending calls fail with it instead of hanging, and so does every later call: create a
+    new actor to go on (actorrt does not restart actors).
 
     Attributes:
         actor_id: The id of the actor (32 hex digits, as ``ActorHandle.actor_id``), when known.

@@ -32,6 +32,8 @@ class ActorOptions:
         max_concurrency: How many calls may run at once. None (the default): 1 for a plain
             actor, whose calls from one caller run one at a time in the order they were
             made; 1000 for an async actor (a class with an ``async def`` method), as in Ray.
+        get_if_exists: With ``name``: return the live actor of that name (of the same
+            class) instead of creating one; only when there is none is it created.
     """
 
     label: str | None = None

@@ -2,8 +2,8 @@
 
 An ``ObjectRef`` holds the torch future of the call's reply. ``get`` without a timeout
 waits on it directly and decodes the reply in the caller's thread, so no Python runs on
-torch's RPC threads per reply (on 2 cores, that Python competed for the GIL with the
-caller and cut async throughput). A :class:`concurrent.futures.Future` is made only when
+torch's RPC threads per reply (where it would compete with the caller for the GIL; see
+docs/performance.md). A :class:`concurrent.futures.Future` is made only when
 something needs one: ``get`` with a timeout, ``wait``, ``await ref``, ``future()``, or a
 call that takes the ref as an argument.
 """

@@ -12,7 +12,8 @@ has to be decided first. The processes meet in a c10d ``TCPStore`` served by ran
 4. every process calls ``init_rpc`` with its part of the plan, on the same store.
 
 A process with a bad token is refused and the cluster goes on; ranks that never arrive
-fail ``start`` after ``timeout`` seconds, named.
+fail ``start`` after ``timeout`` seconds, named. Rank 0 logs each rank as it joins and
+each refused claim with its reason (logger ``actorrt.rendezvous``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from urllib.parse import urlparse
 import torch.distributed as dist
 
 from actorrt.errors import ClusterError
+from actorrt.logs import get_logger
 
 __all__ = [
     "RankClaim",
@@ -50,6 +52,8 @@ __all__ = [
 
 _POLL_S = 0.02
 _PREFIX = "actorrt/"
+_WAITING_NOTE_S = 10.0  # how often rank 0 logs which ranks it still waits for
+log = get_logger("rendezvous")
 
 
 class StoreServer:
@@ -104,15 +108,50 @@ class StoreServer:
 
 
 def connect_store(host: str, port: int, timeout: float) -> dist.TCPStore:
-    """Connects to rank 0's store, retrying until ``timeout`` (rank 0 may start later)."""
+    """Connects to rank 0's store, retrying until ``timeout`` (rank 0 may start later).
+
+    The retrying is ours, with a plain socket, until the port accepts a connection: torch's
+    TCPStore client retries by itself too, but prints a C++ stack trace at every attempt,
+    which reads like a crash while the driver is merely not up yet.
+    """
+    deadline = time.monotonic() + timeout
+    _wait_listening(host, port, timeout, deadline)
     try:
         return dist.TCPStore(host, port, None, False, timeout=datetime.timedelta(seconds=timeout))
     except Exception as exc:
-        raise ClusterError(
-            f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
-            f"({str(exc).splitlines()[0]}). Check that the driver runs, that HOST:PORT in "
-            "--init-method is its address, and that no firewall blocks the port."
-        ) from exc
+        raise _unreachable(host, port, timeout, str(exc).splitlines()[0]) from exc
+
+
+def _unreachable(host: str, port: int, timeout: float, why: str) -> ClusterError:
+    return ClusterError(
+        f"could not reach rank 0's rendezvous at {host}:{port} within {timeout:g} s "
+        f"({why}). Check that the driver runs, that HOST:PORT in --init-method is its "
+        "address, and that no firewall blocks the port."
+    )
+
+
+def _wait_listening(host: str, port: int, timeout: float, deadline: float) -> None:
+    """Returns once ``host:port`` accepts a connection; raises ``ClusterError`` at ``deadline``."""
+    delay = 0.05
+    told = False
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.05, min(2.0, left))):
+                return
+        except OSError as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _unreachable(host, port, timeout, why)
+        if not told:
+            told = True
+            log.info(
+                "rank 0's rendezvous at %s:%d does not answer yet (%s); retrying for %.0f s",
+                host, port, why, left,
+            )  # fmt: skip
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.5)
 
 
 def _proof(token: str, session: str, rank: int) -> str:
@@ -184,6 +223,7 @@ class _Judge:
         self.token = token
         self.transport = transport
         self.accepted: dict[int, dict[str, Any]] = {}
+        self.pids: dict[int, int] = {}  # rank -> pid the accepted claimant reported
         self._who: dict[int, str] = {}
         self._read = 0  # claims read so far: claim/1 .. claim/_read
         self._pending: set[int] = set()  # counted but not yet written by the claimant
@@ -206,6 +246,18 @@ class _Judge:
                 rank = int(payload["rank"])
                 self.accepted[rank] = payload["description"]
                 self._who[rank] = _whom(payload)
+                if isinstance(payload.get("pid"), int):
+                    self.pids[rank] = payload["pid"]
+                log.info(
+                    "rank %d joined from host %s (pid %s): %d of %d processes in",
+                    rank, _host_of(payload), payload.get("pid", "?"),
+                    len(self.accepted) + 1, self.world_size,
+                )  # fmt: skip
+            else:
+                log.warning(
+                    "refused a claim for rank %s from %s: %s",
+                    payload.get("rank", "?"), _whom(payload), verdict,
+                )  # fmt: skip
 
     def _bad_token(self, payload: dict[str, Any]) -> str | None:
         rank = payload.get("rank")
@@ -248,9 +300,13 @@ class _Judge:
         return "ok"
 
 
+def _host_of(payload: dict[str, Any]) -> str:
+    description = payload.get("description")
+    return str(description.get("hostname", "?")) if isinstance(description, dict) else "?"
+
+
 def _whom(payload: dict[str, Any]) -> str:
-    host = payload.get("description", {}).get("hostname", "?")
-    return f"pid {payload.get('pid', '?')} on {host}"
+    return f"pid {payload.get('pid', '?')} on {_host_of(payload)}"
 
 
 def gather(
@@ -276,14 +332,28 @@ def gather(
     """
     judge = _Judge(server, world_size, token, transport)
     server.judge = judge
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
+    log.info(
+        "waiting for %d worker rank(s) at tcp://%s:%d (timeout %g s)",
+        world_size - 1, server.host, server.port, timeout,
+    )  # fmt: skip
+    next_note = start + _WAITING_NOTE_S
     while True:
         judge.poll()
         if len(judge.accepted) == world_size - 1:
             break
         if check_alive is not None:
             check_alive()
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now >= next_note:
+            next_note = now + _WAITING_NOTE_S
+            missing = [r for r in range(1, world_size) if r not in judge.accepted]
+            log.info(
+                "still waiting for rank(s) %s after %.0f s",
+                ", ".join(map(str, missing)), now - start,
+            )  # fmt: skip
+        if now > deadline:
             missing = [r for r in range(1, world_size) if r not in judge.accepted]
             raise ClusterError(
                 f"rank(s) {', '.join(map(str, missing))} of {world_size} never joined within "
@@ -315,19 +385,30 @@ def refuse_late_claims(server: StoreServer, stop: threading.Event, period: float
                 judge.poll(closed=reason)
             except Exception:  # the store is closing with the cluster
                 return
+        try:  # one last round: who claimed since the last one hears why, not silence
+            judge.poll(closed="the cluster is shutting down; start a new cluster to join one.")
+        except Exception:
+            pass
 
     threading.Thread(target=loop, name="actorrt-late-claims", daemon=True).start()
 
 
 def publish_plan(store: dist.TCPStore, plan: dict[str, Any]) -> None:
+    """On rank 0: publishes the plan (its JSON form) that every waiting worker reads."""
     store.set(_PREFIX + "plan", json.dumps(plan))
 
 
 def publish_abort(store: dist.TCPStore, reason: str) -> None:
+    """On rank 0: tells every waiting worker that the start failed, and why."""
     store.set(_PREFIX + "abort", reason)
 
 
 def wait_plan(store: dist.TCPStore, timeout: float) -> dict[str, Any]:
+    """On a worker: the plan rank 0 published, within ``timeout`` s.
+
+    Raises:
+        ClusterError: Rank 0 aborted the start, went away, or did not answer in time.
+    """
     return json.loads(_wait_key(store, _PREFIX + "plan", timeout))
 
 

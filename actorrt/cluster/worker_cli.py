@@ -8,7 +8,9 @@ Under torchrun or srun, without flags: the rank, world size, local rank and the 
 address come from the launcher's environment (see :mod:`actorrt.cluster.launch_env`;
 launcher rank ``r`` of ``n`` is actorrt rank ``r + 1`` of ``n + 1``, rank 0 being the
 driver). Flags win over the environment. The token comes from ``--token`` or
-``ACTORRT_TOKEN`` (prefer the variable: command lines are visible to every user).
+``ACTORRT_TOKEN`` (prefer the variable: command lines are visible to every user). The log
+level comes from ``--log-level`` or ``ACTORRT_LOG_LEVEL``; what the worker's actors print
+goes to the driver's terminal unless the driver was started with ``log_to_driver=False``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from actorrt.cluster.launch_env import (
     from_environ,
     parse_tcp_init_method,
 )
+from actorrt.logs import ENV_VAR, parse_level
 
 if TYPE_CHECKING:
     from actorrt.runtime.worker import WorkerConfig
@@ -83,6 +86,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="interface TensorPipe listens on (sets TP_SOCKET_IFNAME; default: the "
         "environment's, else the interface that reaches the driver)",
     )
+    p.add_argument(
+        "--log-level",
+        help="level of actorrt's log messages on this worker: debug, info, warning, error "
+        "(default: ACTORRT_LOG_LEVEL, else warning)",
+    )
     p.add_argument("--num-worker-threads", type=int, default=16, help=argparse.SUPPRESS)
     p.add_argument("--rpc-timeout", type=float, default=60.0, help=argparse.SUPPRESS)
 
@@ -129,6 +137,11 @@ def config_from_args(
         )
     if args.timeout is None or not args.timeout > 0:
         raise ValueError(f"--timeout {args.timeout} must be a number of seconds > 0.")
+    log_level = getattr(args, "log_level", None)
+    if log_level is not None:
+        parse_level(log_level, "--log-level")
+    elif environ.get(ENV_VAR, "").strip():
+        parse_level(environ[ENV_VAR], ENV_VAR)
     host, port = parse_tcp_init_method(init, init_name)
     # Checked here, not by rank 0 once every rank has joined: a typo fails this worker now.
     check_cuda_device_map(args.cuda_device_map, rank=rank, world_size=world)
@@ -150,6 +163,7 @@ def config_from_args(
         rpc_timeout=args.rpc_timeout,
         transport=args.transport,
         cuda_device_map=args.cuda_device_map,
+        log_level=log_level,
     )
 
 

@@ -70,10 +70,12 @@ class ClusterSpec:
 
     @property
     def specs(self) -> tuple[LabelSpec, ...]:
+        """The layout's label specs (``layout.specs``)."""
         return self.layout.specs
 
     @property
     def strategy(self) -> str:
+        """The layout's placement strategy (``layout.strategy``)."""
         return self.layout.strategy
 
     def plan(

@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the raw node description as JSON instead"
     )
+    # Other trees than the machine's own, as for `actorrt doctor`: the tests' fake ones.
+    parser.add_argument("--proc-root", default="/proc", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--sys-root", default="/sys", metavar="DIR", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.processes < 1:
         print("actorrt describe: --processes must be >= 1", file=sys.stderr)
         return 2
-    node = describe_node()
+    node = describe_node(proc_root=args.proc_root, sys_root=args.sys_root)
     if args.json:
         json.dump(node.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")

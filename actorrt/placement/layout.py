@@ -84,6 +84,7 @@ class LabelSpec:
         return Resources(self.num_cpus, self.num_gpus)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plain-data form (the ``[labels]`` table of a cluster file, the plan's JSON)."""
         return {
             "label": self.label,
             "count": self.count,
@@ -93,6 +94,7 @@ class LabelSpec:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LabelSpec:
+        """Builds a spec from :meth:`to_dict`'s form; ``count`` defaults to 1, shares to 0."""
         return cls(
             str(d["label"]),
             int(d.get("count", 1)),
@@ -206,6 +208,7 @@ class Layout:
 
     @property
     def labels(self) -> tuple[str, ...]:
+        """The layout's labels, in the order they were given."""
         return tuple(s.label for s in self.specs)
 
     def spec(self, label: str) -> LabelSpec | None:

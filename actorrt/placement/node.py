@@ -63,6 +63,7 @@ class GpuInfo:
     nvlink_peer_bus_ids: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The plain-data form, as cluster files and the rendezvous carry it."""
         return {
             "index": self.index,
             "pci_bus_id": self.pci_bus_id,
@@ -73,6 +74,7 @@ class GpuInfo:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> GpuInfo:
+        """Builds one from :meth:`to_dict`'s form; missing keys take their defaults."""
         return cls(
             index=int(d["index"]),
             pci_bus_id=str(d.get("pci_bus_id", "")),
@@ -110,6 +112,7 @@ class HcaInfo:
         return self.port_state.strip().upper() == "ACTIVE"
 
     def to_dict(self) -> dict[str, Any]:
+        """The plain-data form, as cluster files and the rendezvous carry it."""
         return {
             "name": self.name,
             "pci_bus_id": self.pci_bus_id,
@@ -121,6 +124,7 @@ class HcaInfo:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> HcaInfo:
+        """Builds one from :meth:`to_dict`'s form; missing keys take their defaults."""
         return cls(
             name=str(d["name"]),
             pci_bus_id=str(d.get("pci_bus_id", "")),
@@ -158,6 +162,7 @@ class ContainerIdentity:
         return ("", "", "", "", self.cgroup)
 
     def to_dict(self) -> dict[str, str]:
+        """The plain-data form, as cluster files and the rendezvous carry it."""
         return {
             "net": self.net,
             "pid": self.pid,
@@ -168,6 +173,7 @@ class ContainerIdentity:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ContainerIdentity:
+        """Builds one from :meth:`to_dict`'s form; missing keys are empty (unknown)."""
         return cls(**{k: str(d.get(k, "")) for k in ("net", "pid", "ipc", "mnt", "cgroup")})
 
 
@@ -197,6 +203,7 @@ class NodeDescription:
     hosts_actors: bool = True
 
     def to_dict(self) -> dict[str, Any]:
+        """The plain-data form: a ``[[nodes]]`` entry of a cluster file, the rendezvous message."""
         return {
             "hostname": self.hostname,
             "boot_id": self.boot_id,
@@ -210,6 +217,7 @@ class NodeDescription:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> NodeDescription:
+        """Builds one from :meth:`to_dict`'s form; missing keys take their defaults."""
         return cls(
             hostname=str(d["hostname"]),
             boot_id=str(d.get("boot_id", "")),
@@ -231,10 +239,12 @@ class ProcessInfo:
     node: NodeDescription
 
     def to_dict(self) -> dict[str, Any]:
+        """The plain-data form: rank, name and the node description."""
         return {"rank": self.rank, "name": self.name, "node": self.node.to_dict()}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProcessInfo:
+        """Builds one from :meth:`to_dict`'s form."""
         return cls(
             rank=int(d["rank"]), name=str(d["name"]), node=NodeDescription.from_dict(d["node"])
         )

@@ -26,11 +26,13 @@ from actorrt.placement.node import ProcessInfo, check_processes
 from actorrt.placement.scheduler import Slot, schedule
 from actorrt.placement.topology import container_key, host_key
 from actorrt.placement.transports import (
+    ProcessWhy,
+    choose_channels,
+    choose_env,
+    choose_transports,
+    explain_pair,
     pair_transports,
-    process_channels,
-    process_env,
     process_facts,
-    process_transports,
 )
 
 __all__ = ["TRANSPORT_MODES", "Pair", "Plan", "ProcessPlan", "make_plan"]
@@ -66,6 +68,9 @@ class ProcessPlan:
         env: Environment to set before torch loads (fork safety, TP_SOCKET_IFNAME).
         guard_tiny_cuda: Its CUDA tensors may travel over cuda_gdr: pass payloads
             through ``guard_tiny_cuda_tensors``.
+        why: Why it got its transports, channels and env, as the planner decided them
+            (``actorrt plan --explain``); None on a plan read back from JSON, which does
+            not carry reasons (workers never need them).
     """
 
     name: str
@@ -80,6 +85,7 @@ class ProcessPlan:
     channels: list[str] | None = None
     env: dict[str, str] = field(default_factory=dict)
     guard_tiny_cuda: bool = False
+    why: ProcessWhy | None = field(default=None, compare=False, repr=False)
 
     def backend_options_kwargs(
         self,
@@ -113,6 +119,7 @@ class ProcessPlan:
         return kwargs
 
     def to_dict(self) -> dict[str, Any]:
+        """This process's plan as plain data (what ``actorrt plan --json`` prints)."""
         return {
             "name": self.name,
             "rank": self.rank,
@@ -130,6 +137,7 @@ class ProcessPlan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProcessPlan:
+        """The inverse of :meth:`to_dict`."""
         return cls(
             name=str(d["name"]),
             rank=int(d["rank"]),
@@ -158,6 +166,8 @@ class Plan:
         specs: The label specs it satisfies.
         talks: The label pairs that exchange data (None: every pair); pairs of processes
             that do not talk have no device map and no entry in ``pairs``.
+        pair_reasons: Per entry of ``pairs``, the reason code the transport was chosen
+            for (see :func:`explain_pair`); empty on a plan read back from JSON.
     """
 
     processes: tuple[ProcessPlan, ...]
@@ -166,6 +176,7 @@ class Plan:
     strategy: str = DEFAULT_STRATEGY
     specs: tuple[LabelSpec, ...] = ()
     talks: tuple[tuple[str, str], ...] | None = None
+    pair_reasons: tuple[str, ...] = field(default=(), compare=False, repr=False)
     _by_rank: dict[int, ProcessPlan] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -208,6 +219,38 @@ class Plan:
                 f"{self.talks}); add the pair to the layout's talks"
             ) from None
 
+    def explain_pairs(self) -> Iterator[tuple[Pair, str]]:
+        """Every pair with the sentence saying why it got its transport and channels.
+
+        The sentence names no process (only hosts), so pairs with equal reasons can be
+        grouped; it says "reason not recorded" on a plan read back from JSON.
+        """
+        by_name = {p.name: p for p in self.processes}
+        codes = self.pair_reasons or ("",) * len(self.pairs)
+        blank = ProcessWhy()
+        for pair, code in zip(self.pairs, codes, strict=True):
+            a, b = by_name[pair.src], by_name[pair.dst]
+            yield (
+                pair,
+                explain_pair(
+                    code,
+                    a.why or blank,
+                    b.why or blank,
+                    a.device_maps.get(b.name) or _inverse(b.device_maps.get(a.name)),
+                    self._no_map_cause(a, b),
+                ),
+            )
+
+    def _no_map_cause(self, a: ProcessPlan, b: ProcessPlan) -> str:
+        if self.transport == "cpu":
+            return "transport='cpu'"
+        lacking = sum(1 for p in (a, b) if not p.devices)
+        if lacking == 2:
+            return "neither end moves a GPU through RPC"
+        if lacking == 1:
+            return "one end moves no GPU through RPC"
+        return "none computed for this pair"
+
     @property
     def layout(self) -> Layout:
         """The layout this plan places."""
@@ -235,6 +278,7 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Plan:
+        """The inverse of :meth:`to_dict` (as rank 0 publishes a plan to the workers)."""
         talks = d.get("talks")
         return cls(
             processes=tuple(ProcessPlan.from_dict(p) for p in d["processes"]),
@@ -246,11 +290,17 @@ class Plan:
         )
 
     def to_json(self, include_pairs: bool = True, **kwargs: Any) -> str:
+        """The plan as JSON; ``kwargs`` go to :func:`json.dumps`."""
         return json.dumps(self.to_dict(include_pairs), **kwargs)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
+        """The inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(text))
+
+
+def _inverse(m: Mapping[str, str] | None) -> dict[str, str] | None:
+    return {v: k for k, v in m.items()} if m else None
 
 
 def _node_ids(processes: Sequence[ProcessInfo]) -> list[str]:
@@ -392,6 +442,10 @@ def _make_plan(
     for i, p in enumerate(procs):
         f = facts[i]
         labels = tuple(dict.fromkeys(s.label for s in slots[i]))
+        # Each choice comes with its reason, recorded where it is made (transports.py).
+        transports_, transports_why = choose_transports(f)
+        channels, channels_why = choose_channels(f)
+        env, env_why = choose_env(f, socket_ifname)
         plans.append(
             ProcessPlan(
                 name=p.name,
@@ -402,15 +456,18 @@ def _make_plan(
                 gpus=tuple(sorted({g for s in slots[i] for g in s.gpus})),
                 devices=devices[i],
                 device_maps=maps[i],
-                transports=process_transports(f),
-                channels=process_channels(f),
-                env=process_env(f, socket_ifname),
+                transports=transports_,
+                channels=channels,
+                env=env,
                 guard_tiny_cuda=f.gdr,
+                why=ProcessWhy.of(f, transports_why, channels_why, env_why, f.gdr),
             )
         )
     make_pair = Pair._make  # tuple.__new__: 3x cheaper than Pair(...) over ~10^5 pairs
+    reasons: list[str] = []
     pairs = tuple(
-        make_pair((names[i], names[j], t)) for i, j, t in pair_transports(names, facts, maps, talk)
+        make_pair((names[i], names[j], t))
+        for i, j, t in pair_transports(names, facts, maps, talk, reasons)
     )
     return Plan(
         processes=tuple(plans),
@@ -419,4 +476,5 @@ def _make_plan(
         strategy=layout.strategy,
         specs=layout.specs,
         talks=layout.talks,
+        pair_reasons=tuple(reasons),
     )

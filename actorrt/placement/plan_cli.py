@@ -2,7 +2,9 @@
 
 It calls the very function ``actorrt.start()`` calls (``ClusterSpec.plan``), so on a
 file written by ``actorrt.dump_cluster()`` it prints the running cluster's plan, and with
-``--labels`` what another layout would do on the same machines.
+``--labels`` what another layout would do on the same machines. ``--explain`` adds why
+each process got its transports and channels and each pair its transport, as the
+planner recorded it when it chose them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draw the topology with actors placed (FILE ends in .png, .svg or .pdf)",
     )
     parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="also say why each process got its transports/channels and each pair its "
+        "transport (with --json: an 'explain' key)",
+    )
+    parser.add_argument(
         "--transport", choices=("auto", "cuda", "cpu"), help="override the file's transport mode"
     )
     parser.add_argument(
@@ -54,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from actorrt.placement.render import (
         check_draw_path,
         draw_topology,
+        explain_dict,
+        explain_text,
         placement_table,
         transport_matrix,
     )
@@ -70,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"actorrt plan: {e}", file=sys.stderr)
         return 2
     if args.json:
-        json.dump(plan.to_dict(), sys.stdout, indent=1)
+        data = plan.to_dict()
+        if args.explain:
+            # A key of its own: without --explain the output stays exactly Plan.to_dict().
+            data["explain"] = explain_dict(plan)
+        json.dump(data, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return 0
     print(
@@ -93,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"cuda_gdr possible ({len(guarded)} processes): CUDA tensors < 32 B are staged via CPU"
         )
+    if args.explain:
+        print()
+        print(explain_text(plan))
     if args.draw:
         print(f"\ndrawing written to {args.draw}")
     return 0

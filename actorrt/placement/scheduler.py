@@ -77,9 +77,11 @@ class Slot:
 
     @property
     def resources(self) -> Resources:
+        """What this slot reserves on its process."""
         return Resources(self.num_cpus, self.num_gpus)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plain-data form, as the plan's JSON carries it."""
         return {
             "label": self.label,
             "index": self.index,
@@ -90,6 +92,7 @@ class Slot:
 
     @classmethod
     def from_dict(cls, d: Any) -> Slot:
+        """Builds a slot from :meth:`to_dict`'s form."""
         return cls(
             label=str(d["label"]),
             index=int(d["index"]),
@@ -144,6 +147,7 @@ class Placer:
         self._rank_index = {p.rank: i for i, p in enumerate(processes)}
 
     def index_of(self, rank: int) -> int:
+        """The position in ``procs`` of the process of rank ``rank``."""
         return self._rank_index[rank]
 
     # -- eligibility and capacity -------------------------------------------------------
@@ -210,6 +214,7 @@ class Placer:
         self.load[i] = max(0, self.load[i] - 1)
 
     def gpus_of(self, i: int, indices: Iterable[int]) -> tuple[GpuInfo, ...]:
+        """The ``GpuInfo`` of process ``i``'s GPUs with these local indices."""
         by_index = {g.index: g for g in self.procs[i].node.gpus}
         return tuple(by_index[x] for x in indices)
 
@@ -257,6 +262,7 @@ class Placer:
         return {g for s in self.slots[j] for g in s.gpus}
 
     def near_gpus(self, anchors: list[int]) -> frozenset[tuple[str, str]]:
+        """The GPUs (as ``(host, bus id)`` keys) that the anchor processes' slots hold."""
         return frozenset(
             gpu_key(self.procs[j].node, g)
             for j in anchors

@@ -103,16 +103,29 @@ def near_hcas(node: NodeDescription, gpu_index: int) -> tuple[int, ...]:
     return near or tuple(range(len(node.hcas)))
 
 
-def gdr_usable(node: NodeDescription, gpu_indices: Iterable[int]) -> bool:
-    """Whether cuda_gdr is safe for these GPUs: every adapter it may pick is up and GDR-capable."""
+def gdr_blocker(node: NodeDescription, gpu_indices: Iterable[int]) -> str:
+    """Why cuda_gdr is unsafe for these GPUs, or "" when every adapter it may pick is fine."""
     if not node.hcas:
-        return False
+        return f"{node.hostname} has no InfiniBand adapter"
     for g in gpu_indices:
         for i in near_hcas(node, g):
             h = node.hcas[i]
-            if not (h.active and h.gdr_capable):
-                return False
-    return True
+            if not h.active:
+                return (
+                    f"{h.name} (the adapter cuda_gdr picks for cuda:{g}) is {h.port_state} "
+                    f"on {node.hostname}"
+                )
+            if not h.gdr_capable:
+                return (
+                    f"{h.name} on {node.hostname} is not GPUDirect-capable "
+                    "(nvidia_peermem not loaded)"
+                )
+    return ""
+
+
+def gdr_usable(node: NodeDescription, gpu_indices: Iterable[int]) -> bool:
+    """Whether cuda_gdr is safe for these GPUs: every adapter it may pick is up and GDR-capable."""
+    return not gdr_blocker(node, gpu_indices)
 
 
 def build_topology(processes: Sequence[ProcessInfo], plan: Plan | None = None) -> nx.Graph:

@@ -13,6 +13,10 @@ only there does the planner give an explicit list, the union safe for every peer
   GPUDirect-capable), cuda_gdr is left out;
 * cuda_gdr can crash on CUDA tensors under 32 bytes: processes that may use it must
   pass call payloads through :func:`guard_tiny_cuda_tensors`.
+
+Each choice is made together with the sentence that says why (``choose_*`` return both,
+:func:`pair_transports` records a reason code per pair), so ``actorrt plan --explain``
+prints the reason the planner acted on, not one reconstructed afterwards.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actorrt.placement.node import GpuInfo, ProcessInfo
+from actorrt.placement.node import GpuInfo, NodeDescription, ProcessInfo
 from actorrt.placement.topology import (
     container_key,
+    gdr_blocker,
     gdr_usable,
     host_key,
     ibv_usable,
@@ -37,14 +42,17 @@ __all__ = [
     "CPU_CHANNELS",
     "CUDA_CHANNELS",
     "GDR_MIN_BYTES",
+    "PAIR_REASONS",
     "TRANSPORTS",
     "ProcessFacts",
+    "ProcessWhy",
+    "choose_channels",
+    "choose_env",
+    "choose_transports",
+    "explain_pair",
     "guard_tiny_cuda_tensors",
     "pair_transports",
-    "process_channels",
-    "process_env",
     "process_facts",
-    "process_transports",
     "registered_tensorpipe_backends",
 ]
 
@@ -70,6 +78,79 @@ class ProcessFacts:
     gdr_safe: bool  # default channels would not put cuda_gdr on a bad adapter
     cross_container: bool  # shares the host with a process in another container
     gpus: dict[int, GpuInfo]
+    # Why ibv / cuda_gdr are usable or not, worded once per process for --explain.
+    hostname: str = ""
+    ibv_why: str = ""
+    gdr_why: str = ""
+    gdr_safe_why: str = ""
+
+
+@dataclass(frozen=True)
+class ProcessWhy:
+    """Why one process got its transports, channels and environment (``plan --explain``).
+
+    Attributes:
+        transports: Why ``_transports`` is what it is.
+        channels: Why ``_channels`` is what it is.
+        env: Why each variable of ``env`` is set ("" when none is).
+        guard: Why ``guard_tiny_cuda`` is set ("" when it is not).
+        ibv: Whether TensorPipe's ibv transport is usable on the process's host.
+        ibv_why: The sentence behind ``ibv``.
+        gdr: Whether cuda_gdr is usable for the GPUs the process moves.
+        gdr_why: The sentence behind ``gdr``.
+    """
+
+    transports: str = ""
+    channels: str = ""
+    env: str = ""
+    guard: str = ""
+    ibv: bool = False
+    ibv_why: str = ""
+    gdr: bool = False
+    gdr_why: str = ""
+
+    @classmethod
+    def of(
+        cls, f: ProcessFacts, transports: str, channels: str, env: str, guard: bool
+    ) -> ProcessWhy:
+        """Bundle the reasons of one process with its facts' ibv / cuda_gdr verdicts."""
+        return cls(
+            transports=transports,
+            channels=channels,
+            env=env,
+            guard=(
+                f"guard_tiny_cuda: cuda_gdr may carry its CUDA tensors, and it can crash on "
+                f"ones under {GDR_MIN_BYTES} B (pytorch issue 57136): those are staged via CPU"
+                if guard
+                else ""
+            ),
+            ibv=f.ibv,
+            ibv_why=f.ibv_why,
+            gdr=f.gdr,
+            gdr_why=f.gdr_why,
+        )
+
+
+def _ibv_why(node: NodeDescription) -> str:
+    # Mirrors topology.ibv_usable: ibv opens the first adapter of the verbs list.
+    if not node.hcas:
+        return f"{node.hostname} has no InfiniBand adapter"
+    first = node.hcas[0]
+    if not first.active:
+        return (
+            f"{first.name} is {first.port_state} on {node.hostname} and ibv opens the first "
+            f"adapter of the verbs list, so ibv is off for {node.hostname}"
+        )
+    return f"{first.name}, the adapter ibv opens, is ACTIVE on {node.hostname}"
+
+
+def _gdr_why(node: NodeDescription, gpu_indices: Sequence[int], usable: bool) -> str:
+    if not gpu_indices:
+        return "it moves no GPU through RPC"
+    if usable:
+        # No adapter names: processes of one host then share this reason (and its line).
+        return f"every adapter cuda_gdr may pick on {node.hostname} is ACTIVE and GPUDirect-capable"
+    return gdr_blocker(node, gpu_indices) or "an adapter near its GPUs is not usable"
 
 
 def process_facts(
@@ -86,6 +167,8 @@ def process_facts(
         # Which GPUs cuda_gdr would touch: the mapped ones, or (for a process whose maps
         # are empty but whose default channels still start cuda_gdr) every visible one.
         touched = devs or [g.index for g in node.gpus]
+        gdr = bool(devs) and gdr_usable(node, devs)
+        gdr_safe = not node.hcas or not touched or gdr_usable(node, touched)
         out.append(
             ProcessFacts(
                 host=hk,
@@ -94,46 +177,141 @@ def process_facts(
                 devices=tuple(devs),
                 has_hca=bool(node.hcas),
                 ibv=ibv_usable(node),
-                gdr=bool(devs) and gdr_usable(node, devs),
-                gdr_safe=not node.hcas or not touched or gdr_usable(node, touched),
+                gdr=gdr,
+                gdr_safe=gdr_safe,
                 cross_container=len(containers_per_host[hk]) > 1,
                 gpus={g.index: g for g in node.gpus},
+                hostname=node.hostname,
+                ibv_why=_ibv_why(node),
+                gdr_why=_gdr_why(node, devs, gdr),
+                gdr_safe_why="" if gdr_safe else gdr_blocker(node, touched),
             )
         )
     return out
 
 
-def process_transports(f: ProcessFacts) -> list[str] | None:
-    """The ``_transports`` list, or None where TensorPipe's default is safe."""
+def choose_transports(f: ProcessFacts) -> tuple[list[str] | None, str]:
+    """The ``_transports`` list (None where TensorPipe's default is safe) and why."""
     if f.has_hca and not f.ibv:
-        return ["uv", "shm"]
-    return None
+        return ["uv", "shm"], f"uv,shm: {f.ibv_why}"
+    if f.has_hca:
+        return None, f"default (uv, shm, ibv): {f.ibv_why}"
+    return None, f"default: {f.ibv_why}, so TensorPipe has no ibv to start"
 
 
-def process_channels(f: ProcessFacts) -> list[str] | None:
-    """The ``_channels`` list, or None where TensorPipe's default is safe."""
+def choose_channels(f: ProcessFacts) -> tuple[list[str] | None, str]:
+    """The ``_channels`` list (None where TensorPipe's default is safe) and why."""
     if not (f.cross_container or not f.gdr_safe):
-        return None
+        if f.has_hca and (f.devices or f.gpus):
+            why = "cuda_gdr is safe for its GPUs" + (f" ({f.gdr_why})" if f.gdr else "")
+        else:
+            why = "no adapter for cuda_gdr to pick wrongly"
+        return None, f"default: one container on {f.hostname}, {why}"
     channels = list(CPU_CHANNELS)
+    why = []
+    if f.cross_container:
+        why.append(
+            f"{f.hostname} runs processes in other containers, which share its boot id, so "
+            "cuda_ipc/cuda_xth would look usable between them and fail: both left out"
+        )
+    if not f.gdr_safe:
+        why.append(f"cuda_gdr left out, since {f.gdr_safe_why}")
     if f.devices:
         channels.append("cuda_basic")
         if not f.cross_container:
             channels += ["cuda_ipc", "cuda_xth"]
         if f.gdr:
             channels.append("cuda_gdr")
-    return channels
+            why.append(f"cuda_gdr kept for its mapped GPUs ({f.gdr_why})")
+    else:
+        why.append("no CUDA channel: it moves no GPU through RPC")
+    return channels, f"{','.join(channels)}: " + "; ".join(why)
 
 
-def process_env(f: ProcessFacts, socket_ifname: str | None) -> dict[str, str]:
-    """Environment the process must have before torch loads ibverbs / TensorPipe."""
+def choose_env(f: ProcessFacts, socket_ifname: str | None) -> tuple[dict[str, str], str]:
+    """Environment the process must have before torch loads ibverbs / TensorPipe, and why."""
     env: dict[str, str] = {}
+    why = []
     if f.has_hca:
         # fork() after ibverbs initialises corrupts memory unless these are set first.
         env["IBV_FORK_SAFE"] = "1"
         env["RDMAV_FORK_SAFE"] = "1"
+        why.append(
+            f"IBV_FORK_SAFE, RDMAV_FORK_SAFE: {f.hostname} has InfiniBand adapters, and "
+            "fork() after ibverbs loads corrupts memory without them"
+        )
     if socket_ifname:
         env["TP_SOCKET_IFNAME"] = socket_ifname
-    return env
+        why.append(f"TP_SOCKET_IFNAME: the plan's socket_ifname ({socket_ifname})")
+    return env, "; ".join(why)
+
+
+# Reason codes of pair_transports: one per branch of its decision, so a pair's reason is
+# recorded by the branch that chose its transport. The wording lives in PAIR_REASONS.
+_SAME_NVLINK = "same_container_nvlink"
+_SAME_IPC = "same_container_cuda_ipc"
+_SAME_NOMAP = "same_container_no_map"
+_XC_GDR = "other_container_gdr"
+_XC_SHM = "other_container_shm"
+_XC_TCP = "other_container_tcp"
+_HOSTS_GDR = "other_host_gdr"
+_HOSTS_IBV = "other_host_ibv"
+_HOSTS_TCP = "other_host_tcp"
+
+#: Pair reason code -> sentence template. Fields: ``{cuda}`` how CUDA tensors travel,
+#: ``{ibv_off}`` why ibv is off, ``{cpu}`` the CPU transport under cuda_gdr.
+PAIR_REASONS = {
+    _SAME_NVLINK: "same host and container; a device map between NVLinked GPUs: "
+    "CUDA tensors over cuda_ipc (NVLink), CPU tensors over shm/cma",
+    _SAME_IPC: "same host and container; a device map, GPUs not NVLinked: "
+    "CUDA tensors over cuda_ipc (PCIe), CPU tensors over shm/cma",
+    _SAME_NOMAP: "same host and container: CPU tensors over shm/cma; {cuda}",
+    _XC_GDR: "same host, other container (no cuda_ipc across containers); a device map "
+    "and cuda_gdr usable on both: CUDA tensors over cuda_gdr (GPUDirect RDMA)",
+    _XC_SHM: "same host, other container, same network namespace: shm (no cuda_ipc/cuda_xth "
+    "across containers); {cuda}",
+    _XC_TCP: "same host, other container and network namespace: no shm, no cuda_ipc: tcp; {cuda}",
+    _HOSTS_GDR: "different hosts: no shm/cma; a device map and cuda_gdr usable on both: "
+    "CUDA tensors over cuda_gdr (GPUDirect RDMA), CPU tensors over {cpu}",
+    _HOSTS_IBV: "different hosts: no shm/cma; ibv usable on both: CPU tensors over ibv; {cuda}",
+    _HOSTS_TCP: "different hosts: no shm/cma; {ibv_off}: tcp; {cuda}",
+}
+
+
+def explain_pair(
+    code: str,
+    a: ProcessWhy,
+    b: ProcessWhy,
+    device_map: dict[str, str] | None,
+    no_map_cause: str = "",
+) -> str:
+    """The sentence saying why a pair got its transport and channels.
+
+    Args:
+        code: The pair's reason code, as :func:`pair_transports` recorded it.
+        a: The reasons of one end.
+        b: The reasons of the other end.
+        device_map: The pair's device map seen from ``a`` (None or empty: none).
+        no_map_cause: Why the pair has no device map (e.g. ``transport='cpu'``).
+
+    Returns:
+        One line naming hosts but neither the processes nor the map's devices, so pairs
+        with equal reasons can be grouped.
+    """
+    template = PAIR_REASONS.get(code)
+    if template is None:
+        return f"reason not recorded ({code or 'plan read from JSON'})"
+    if device_map:
+        gdr_off = "; ".join(dict.fromkeys(w.gdr_why for w in (a, b) if not w.gdr))
+        cuda = "CUDA tensors over cuda_basic (staged via host memory)" + (
+            f": cuda_gdr is off because {gdr_off}" if gdr_off else ""
+        )
+    else:
+        cuda = "no device map" + (f" ({no_map_cause})" if no_map_cause else "")
+        cuda += ", so CUDA tensors are staged through host memory"
+    ibv_off = "; ".join(dict.fromkeys(w.ibv_why for w in (a, b) if not w.ibv))
+    cpu = "ibv" if a.ibv and b.ibv else f"uv (tcp), since {ibv_off}"
+    return template.format(cuda=cuda, ibv_off=ibv_off, cpu=cpu)
 
 
 def pair_transports(
@@ -141,13 +319,26 @@ def pair_transports(
     facts: Sequence[ProcessFacts],
     maps: Sequence[dict[str, dict[str, str]]],
     talk: Callable[[int, int], bool] | None = None,
+    reasons: list[str] | None = None,
 ) -> list[tuple[int, int, str]]:
     """The transport each pair ``i < j`` that talks uses (vocabulary of ``LINK_KINDS``).
 
     CUDA tensors of a pair move on a CUDA path only when the pair has a device map;
     otherwise they would be staged through host memory over the CPU transport.
+
+    Args:
+        names: Process names, by index.
+        facts: Process facts, by index.
+        maps: Device maps of each process, ``{peer: {"cuda:a": "cuda:b"}}``.
+        talk: Which pairs exchange data (None: all); others are skipped.
+        reasons: When given, one reason code (a key of :data:`PAIR_REASONS`) is appended
+            per returned pair, by the branch that chose its transport.
+
+    Returns:
+        ``(i, j, transport)`` per planned pair.
     """
     out = []
+    record = reasons.append if reasons is not None else None
     n = len(facts)
     for i in range(n):
         fi = facts[i]
@@ -167,20 +358,27 @@ def pair_transports(
                         a, b = next(iter(m.items()))
                         ga = fi.gpus.get(int(a[5:]))
                         gb = fj.gpus.get(int(b[5:]))
-                        t = "nvlink" if ga and gb and nvlinked(ga, gb) else "cuda_ipc"
+                        if ga and gb and nvlinked(ga, gb):
+                            t, why = "nvlink", _SAME_NVLINK
+                        else:
+                            t, why = "cuda_ipc", _SAME_IPC
                     else:
-                        t = "shm"
+                        t, why = "shm", _SAME_NOMAP
                 elif m and fi.gdr and fj.gdr:
-                    t = "gdr"
+                    t, why = "gdr", _XC_GDR
+                elif fi.net == fj.net:
+                    t, why = "shm", _XC_SHM
                 else:
-                    t = "shm" if fi.net == fj.net else "tcp"
+                    t, why = "tcp", _XC_TCP
             elif m and fi.gdr and fj.gdr:
-                t = "gdr"
+                t, why = "gdr", _HOSTS_GDR
             elif fi.ibv and fj.ibv:
-                t = "ibv"
+                t, why = "ibv", _HOSTS_IBV
             else:
-                t = "tcp"
+                t, why = "tcp", _HOSTS_TCP
             out.append((i, j, t))
+            if record is not None:
+                record(why)
     return out
 
 

@@ -29,6 +29,7 @@ def current(what: str = "this call") -> Runtime:
 
 
 def current_or_none() -> Runtime | None:
+    """The process's running ``Runtime``, or None before ``start`` and after ``shutdown``."""
     return _current
 
 

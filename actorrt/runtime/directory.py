@@ -150,6 +150,7 @@ class ClusterDirectory:
 
     @property
     def plan(self) -> Plan:
+        """The plan whose slots this directory fills."""
         return self._plan
 
     def place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
@@ -216,6 +217,7 @@ class ClusterDirectory:
         )
 
     def release(self, actor_id: str) -> None:
+        """Forgets an actor that ended: frees its slot share, resources and name."""
         with self._lock:
             rec = self._records.pop(actor_id, None)
             if rec is None:
@@ -242,11 +244,13 @@ class ClusterDirectory:
                     rec.info = replace(rec.info, state="DEAD")
 
     def actors(self) -> list[ActorInfo]:
+        """One record per actor placed so far, ended ones included."""
         with self._lock:
             infos = [r.info for r in self._records.values()]
         return sorted(infos, key=lambda a: (a.rank, a.slot or "", a.actor_id))
 
     def nodes(self) -> list[NodeInfo]:
+        """One record per process of the cluster, the driver included."""
         with self._lock:
             counts: dict[int, int] = {}
             for rec in self._records.values():
@@ -339,26 +343,32 @@ def _directory() -> ClusterDirectory:
 
 
 def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+    """Runs on rank 0: places one actor (see :meth:`ClusterDirectory.place`)."""
     return _directory().place(actor_id, options, class_name)
 
 
 def rpc_released(actor_id: str) -> None:
+    """Runs on rank 0: an actor ended (see :meth:`ClusterDirectory.release`)."""
     _directory().release(actor_id)
 
 
 def rpc_register_name(
     name: str, handle: object, get_if_exists: bool = False, class_path: str | None = None
 ) -> object | None:
+    """Runs on rank 0: registers a named actor, or returns the one already named so."""
     return _directory().register_name(name, handle, get_if_exists, class_path)
 
 
 def rpc_lookup(name: str, class_path: str | None = None) -> object | None:
+    """Runs on rank 0: the handle of the actor with this name, or None."""
     return _directory().lookup(name, class_path)
 
 
 def rpc_actors() -> list[ActorInfo]:
+    """Runs on rank 0: :meth:`ClusterDirectory.actors`."""
     return _directory().actors()
 
 
 def rpc_nodes() -> list[NodeInfo]:
+    """Runs on rank 0: :meth:`ClusterDirectory.nodes`."""
     return _directory().nodes()

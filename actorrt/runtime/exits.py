@@ -16,7 +16,7 @@ __all__ = ["ActorExit", "exit_actor", "exit_reason", "in_method"]
 in_method: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "actorrt_in_method", default=None
 )
-"""The name of the actor method running in this thread or task; None outside actors."""
+"""``Class.method`` of the actor method running in this thread or task; None outside."""
 
 
 class ActorExit(SystemExit):

@@ -82,6 +82,11 @@ class ActorHost:
         gpu_ids: tuple[int, ...],
         pinned: bool,
     ) -> ActorLease:
+        """Creates an actor here (the ``rpc_create`` request); its RRef holds the lease.
+
+        A constructor that fails, or a class that cannot be loaded here, leaves a dead
+        mailbox that answers every call with why, so the caller hears it on its first call.
+        """
         lease = ActorLease(self, actor_id)
         box = self._mailbox(actor_id)
         try:
@@ -109,9 +114,11 @@ class ActorHost:
         return lease
 
     def deliver(self, actor_id: str, call: Call) -> None:
+        """Hands ``call`` to the actor's mailbox (made on first use: calls may arrive first)."""
         self._mailbox(actor_id).deliver(call)
 
     def kill(self, actor_id: str, reason: str) -> bool:
+        """Ends the actor now with ``reason``; False when it does not live here."""
         with self._lock:
             box = self._mailboxes.get(actor_id)
             self._tombstones.setdefault(actor_id, reason)
@@ -122,6 +129,7 @@ class ActorHost:
         return True
 
     def release(self, actor_id: str, reason: str) -> None:
+        """No handle refers to the actor any more: queued calls finish, then it is freed."""
         with self._lock:
             box = self._mailboxes.get(actor_id)
             self._tombstones.setdefault(actor_id, reason)
@@ -129,6 +137,7 @@ class ActorHost:
             box.release(reason)
 
     def kill_all(self, reason: str) -> None:
+        """Kills every actor of this process with ``reason`` (at shutdown)."""
         with self._lock:
             ids = list(self._mailboxes)
         for actor_id in ids:
@@ -142,7 +151,14 @@ class ActorHost:
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 
+    def calls_in_flight(self) -> dict[str, int]:
+        """Per actor living here, the calls it received and has not answered yet."""
+        with self._lock:
+            boxes = list(self._mailboxes.items())
+        return {actor_id: box.calls_in_flight() for actor_id, box in boxes}
+
     def has_actor(self, actor_id: str) -> bool:
+        """Whether the actor lives in this process now."""
         with self._lock:
             return actor_id in self._mailboxes
 

@@ -4,6 +4,10 @@ Workers are not forks of the driver: the driver may hold CUDA or ibverbs state t
 fork would corrupt, and the user's script must not run again in them. One fresh
 interpreter, the zygote (:mod:`actorrt.runtime.zygote`), imports torch once and forks
 every worker, which saves each worker the import (most of its start-up).
+
+Workers inherit the driver's terminal (stdout and stderr file descriptors) and its log
+level (``ACTORRT_LOG_LEVEL``); what their actors print is sent to the driver's Python
+streams when ``log_to_driver`` is on (:mod:`actorrt.runtime.output`).
 """
 
 from __future__ import annotations
@@ -16,8 +20,11 @@ import sys
 import threading
 
 from actorrt.errors import ClusterError
+from actorrt.logs import get_logger
 
 __all__ = ["LocalCluster"]
+
+log = get_logger("local")
 
 
 class LocalCluster:
@@ -30,6 +37,9 @@ class LocalCluster:
         gpus_per_worker: GPU indices each worker offers, by worker (empty: none).
         labels_per_worker: Labels each worker offers, by worker (empty: any label).
         timeout: Seconds a worker waits for the rendezvous.
+        rpc_timeout: Default timeout of the workers' control messages.
+        num_worker_threads: TensorPipe's RPC thread pool size per worker.
+        log_level: The workers' ``ACTORRT_LOG_LEVEL`` (None: the driver's environment's).
     """
 
     def __init__(
@@ -43,8 +53,11 @@ class LocalCluster:
         timeout: float,
         rpc_timeout: float,
         num_worker_threads: int,
+        log_level: str | None = None,
     ) -> None:
         env = dict(os.environ)
+        if log_level is not None:
+            env["ACTORRT_LOG_LEVEL"] = log_level
         env["ACTORRT_TOKEN"] = token
         env["ACTORRT_SYS_PATH"] = json.dumps([p for p in sys.path if p])
         env["TP_SOCKET_IFNAME"] = "lo"  # TensorPipe listens on loopback only
@@ -52,8 +65,8 @@ class LocalCluster:
         # OpenMP thread per core and they would fight over them.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_workers)))
         # Tensors TensorPipe receives land in fresh memory; transparent huge pages cut the
-        # page faults of large ones (256 MB: 1.4 -> 5.7 GB/s measured on a 2-core box).
-        # torch reads this once, at its first allocation, so it must be set at exec.
+        # page faults of large ones (docs/performance.md). torch reads this once, at its
+        # first allocation, so it must be set at exec.
         env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
         env.setdefault("IBV_FORK_SAFE", "1")
         env.setdefault("RDMAV_FORK_SAFE", "1")
@@ -88,6 +101,10 @@ class LocalCluster:
             )
         finally:
             os.close(report_w)
+        log.info(
+            "local cluster: forking %d worker(s) from a zygote (pid %d)",
+            num_workers, self._zygote.pid,
+        )  # fmt: skip
         assert self._zygote.stdin is not None
         self._zygote.stdin.write(json.dumps(configs).encode() + b"\n")
         self._zygote.stdin.flush()
@@ -134,8 +151,14 @@ class LocalCluster:
             )
 
     def dead_ranks(self) -> list[int]:
+        """Ranks of the workers that have exited so far."""
         with self._cond:
             return sorted(self._exits)
+
+    def exit_of(self, rank: int) -> tuple[int | None, int | None]:
+        """(pid, exit code) of a worker; None for what is not known (yet)."""
+        with self._cond:
+            return self._pids.get(rank), self._exits.get(rank)
 
     def stop(self, timeout: float) -> None:
         """Waits up to ``timeout`` s for the workers to exit, then kills them by pid."""

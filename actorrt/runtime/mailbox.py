@@ -69,6 +69,7 @@ class Mailbox:
         self.actor_id = actor_id
         self._pack_reply = pack_reply
         self.what = f"actor {actor_id}"
+        self._class_name = "actor"
         self._lock = threading.Lock()
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, dict[int, Call]] = {}
@@ -104,6 +105,7 @@ class Mailbox:
             gpu_ids: The actor's GPUs; the first is the current device of its threads.
         """
         self.what = f"{class_name} actor {self.actor_id}"
+        self._class_name = class_name
         name = f"{class_name}-{self.actor_id[:8]}"
         is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         with self._lock:
@@ -129,7 +131,7 @@ class Mailbox:
 
     def _construct(self, what: tuple[type, Wire]) -> None:
         cls, wire = what
-        token = in_method.set("__init__")
+        token = in_method.set(f"{self._class_name}.__init__")
         try:
             try:
                 args, kwargs = unpack(wire)
@@ -200,7 +202,7 @@ class Mailbox:
         """Runs a call on one of a sync actor's threads."""
         if not self._begin(call):
             return
-        token = in_method.set(call.method)
+        token = in_method.set(f"{self._class_name}.{call.method}")
         try:
             method = getattr(self._instance, call.method)
             args, kwargs = call.arguments()
@@ -225,7 +227,8 @@ class Mailbox:
         async with self._slots:  # type: ignore[union-attr]
             if not self._begin(call):
                 return
-            in_method.set(call.method)  # the task runs in its own copy of the context
+            # the task runs in its own copy of the context
+            in_method.set(f"{self._class_name}.{call.method}")
             try:
                 method = getattr(self._instance, call.method)
                 args, kwargs = call.arguments()
@@ -257,6 +260,12 @@ class Mailbox:
             claimed = _claim(call)
         if claimed:  # else a kill answered it while it ran
             self._answer(call, reply)
+
+    def calls_in_flight(self) -> int:
+        """Calls received and not yet answered: held for order, queued or running."""
+        with self._lock:
+            held = sum(len(calls) for calls in self._held.values())
+            return len(self._accepted) + len(self._before_open) + held
 
     # -- end of life -------------------------------------------------------------
     def kill(self, reason: str) -> None:
@@ -321,11 +330,13 @@ class Mailbox:
 
     @property
     def dead_reason(self) -> str | None:
+        """Why the actor is gone, or None while it is alive."""
         return self._dead
 
     def _answer(self, call: Call, reply: tuple[int, Any]) -> None:
         # Outside the lock: completing the future sends the reply from this thread (pickling,
-        # TensorPipe write), and RPC threads delivering new calls must not queue behind it.
+        # TensorPipe write), and RPC threads delivering new calls must not queue behind it
+        # (how that was found: docs/performance.md, "Why the code is shaped this way").
         call.wire = None  # drop argument tensors as soon as possible
         try:
             wire = self._pack_reply(call.caller, reply)

@@ -2,8 +2,8 @@
 
 Every torch RPC message costs both processes fixed work (a TensorPipe write and read, a
 request object, a pickler, a future, a thread wake-up), and on a small machine that work,
-not the call itself, bounds how many calls per second get through. Measured on 2 cores:
-16 echo calls per ``rpc_async`` moved 129k calls/s where one call per message moved 11k.
+not the call itself, bounds how many calls per second get through (measurements:
+docs/performance.md, "Why the code is shaped this way").
 
 So a message goes out at once when its destination is quiet, which keeps a lone call's
 latency as it was, and is queued when the two previous messages to the same destination
@@ -11,8 +11,7 @@ left less than ``window`` seconds ago and the last is still unanswered: a burst.
 flusher thread sends what queued up as one batch; while it works the next batch gathers.
 Pairs stay out of batches on purpose: a batch costs a request, replies sent as requests
 of their own, and a thread wake-up on each side, so a batch of one or two is slower than
-sending alone. (Measured: the DQN collectors' "push, then ask for weights" pairs went
-from 8% to 40% overhead when such pairs were batched.)
+sending alone (see docs/performance.md for what batching pairs cost the DQN example).
 """
 
 from __future__ import annotations
@@ -26,9 +25,9 @@ from typing import Any
 
 __all__ = ["MIN_BATCH", "Answered", "Outbox", "coalescing_enabled"]
 
-# How close together two messages must be to count as one burst. A lone sync call on a
-# 2-core machine takes about 300 us, so sync callers never queue; a loop of `.remote()`
-# calls issues one every 20-60 us, so it does.
+# How close together two messages must be to count as one burst: shorter than a sync call's
+# round trip, so sync callers never queue, and longer than the gap between `.remote()`
+# calls made in a loop, so those do (figures: docs/performance.md).
 WINDOW_S = 200e-6
 MAX_BATCH = 256  # messages per batch, so no batch grows without bound
 MIN_BATCH = 3  # fewer queued messages than this are sent one by one
@@ -45,7 +44,7 @@ class Answered:
     The outbox remembers the last message to each destination, and the call must keep its
     actor's handle until the reply (so the actor outlives it). A Python callback on the
     reply's torch future would do both, but it runs on torch's RPC thread and fights the
-    caller for the GIL (measured: 13 us of a 300 us sync call). So this holds the future
+    caller for the GIL on every reply (see docs/performance.md). So this holds the future
     and the handle while the caller's ``ObjectRef`` lives (which holds them anyway), and
     its :meth:`let_go`, called when the ref is collected, drops them, at once if the reply
     is in, else from a callback when it comes.
@@ -58,10 +57,12 @@ class Answered:
         self._keep = keep
 
     def done(self) -> bool:
+        """Whether the reply is in (or was let go of already)."""
         future = self._future
         return future is None or future.done()
 
     def let_go(self) -> None:
+        """Drops the future and the handle: now if the reply is in, else when it comes."""
         future = self._future
         if future is None:
             return
@@ -71,6 +72,7 @@ class Answered:
             future.add_done_callback(self)
 
     def __call__(self, _future: Any) -> None:
+        """The reply's done callback: drops the future and the handle."""
         self._future = None
         self._keep = None
 

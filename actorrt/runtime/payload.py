@@ -8,12 +8,13 @@ with their reference counting).
 
 Why not let torch RPC pickle the value itself: torch unpickles a request on its RPC
 thread *before* actorrt's code runs, so a value that pickles here but not there (an
-instance of a class defined in the driver script, a module the callee lacks) failed the
-call with an unclear message and, worse, left a gap in the caller's sequence numbers
-that wedged the actor. Packed, the wire form holds only bytes, tensors and RRefs, which
-always unpickle; the value is unpacked by actorrt on the actor's thread, where a failure
-is that one call's error. cloudpickle also carries classes of ``__main__`` (and classes
-defined inside functions) by value, so instances of them travel as Ray users expect.
+instance of a class defined in the driver script, a module the callee lacks) would fail
+with an unclear message and leave a gap in the caller's sequence numbers, wedging the
+actor (the history: docs/performance.md). Packed, the wire form holds only bytes,
+tensors and RRefs, which always unpickle; the value is unpacked by actorrt on the
+actor's thread, where a failure is that one call's error. cloudpickle also carries
+classes of ``__main__`` (and classes defined inside functions) by value, so instances of
+them travel as Ray users expect.
 
 Plain values (numbers, strings, bytes, None, tensors, and small lists, tuples and dicts
 of them) skip cloudpickle: they travel as they are, since torch unpickles builtins and

@@ -95,6 +95,7 @@ class Runtime:
         self._seqs: dict[str, Any] = {}
         self._dead_workers: set[str] = set()
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
+        self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
         self.plan: Plan | None = None  # the cluster's placement plan (every process)
         self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
         self.descriptions: list[dict[str, Any]] = []  # node descriptions by rank (driver)
@@ -312,6 +313,7 @@ class Runtime:
         return road
 
     def kill(self, handle: ActorHandle, timeout: float = 10.0) -> None:
+        """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``."""
         reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
         if handle.worker not in self._dead_workers:
             try:
@@ -327,6 +329,7 @@ class Runtime:
         self._directory_call(rpc_released, handle.actor_id)
 
     def get_actor(self, name: str) -> ActorHandle:
+        """The handle of the actor registered as ``name`` (``actorrt.get_actor``)."""
         handle = self._directory_call(rpc_lookup, name)
         if handle is None:
             raise ValueError(
@@ -342,6 +345,19 @@ class Runtime:
     def nodes(self) -> list[NodeInfo]:
         """One record per process of the cluster, the driver included."""
         return list(self._directory_call(rpc_nodes))
+
+    def status(self, max_actors: int = 50) -> str:
+        """The cluster as a readable table: processes, hosts, labels, GPUs, actors, calls.
+
+        Args:
+            max_actors: Actor rows shown at most (the rest are counted).
+
+        Returns:
+            The text (see :func:`actorrt.status`).
+        """
+        from actorrt.runtime.status import cluster_status
+
+        return cluster_status(self, max_actors=max_actors)
 
     def _actor_ended(self, actor_id: str) -> None:
         if self.stopped.is_set():
@@ -362,6 +378,7 @@ class Runtime:
 
     @property
     def dead_workers(self) -> frozenset[str]:
+        """Names of the processes known to have died."""
         return frozenset(self._dead_workers)
 
     def shutdown(self) -> None:

@@ -1,8 +1,8 @@
 """Same-host zero-copy for large CPU tensors: a pool of reusable shared-memory segments.
 
 TensorPipe moves a large CPU tensor between two processes of one host by copying it
-into memory the receiver has just allocated, which page-faults page by page (about
-1.4 GB/s for 256 MB on a 2-core box). Here the caller copies the tensor once into a
+into memory the receiver has just allocated, which page-faults page by page (far below
+memcpy speed; figures in docs/performance.md). Here the caller copies the tensor once into a
 segment of its own pool (memfd memory that stays mapped and faulted in, so the copy
 runs at memcpy speed), and the message carries only a small handle; the receiver maps
 the segment (once per segment) and gets a tensor over it without copying.
@@ -145,8 +145,8 @@ def _put(t: torch.Tensor) -> Any:
     return ShmTensor(seg, t)
 
 
-# Large copies are split over a few threads, each one plain memcpy with the GIL released
-# (measured on 2 cores: 256 MB at 15 GB/s with one thread, 30 GB/s with two). Not torch's
+# Large copies are split over a few threads, each one plain memcpy with the GIL released: one
+# thread does not saturate memory bandwidth (figures: docs/performance.md). Not torch's
 # copy_: it splits over OpenMP threads, which spin and stall badly when cores are busy.
 _CHUNK = 32 << 20  # the smallest share worth a thread
 _COPY_THREADS = max(1, int(os.environ.get("ACTORRT_SHM_COPY_THREADS", min(4, os.cpu_count() or 1))))

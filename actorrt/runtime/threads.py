@@ -1,11 +1,9 @@
 """An actor's own threads: up to ``count`` threads taking work from one queue.
 
-``concurrent.futures.ThreadPoolExecutor`` would do, but it costs a ``Future``, a work item
-and a semaphore check per task: measured on a 2-core machine, handing calls to a
-one-thread executor cut raw torch RPC's async rate from 11.4k to 4.8k calls/s, while a
-``queue.SimpleQueue`` read by a dedicated thread kept all of it (11.6k/s) and added
-16 us to a sync call instead of 38 us. Actors need no futures from here: a call's
-reply travels on its own torch future.
+Not a ``concurrent.futures.ThreadPoolExecutor``: its ``Future``, work item and semaphore
+per task cost more than the hand-off itself at actor-call rates (the measurements are in
+docs/performance.md, "Why the code is shaped this way"). Actors need no futures from
+here: a call's reply travels on its own torch future.
 
 Threads start on demand: one at once (an actor always has its constructor to run), and
 another only when work is queued while none is idle, so ``max_concurrency=100_000``

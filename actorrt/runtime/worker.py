@@ -4,6 +4,10 @@ Local clusters fork workers from a zygote (:mod:`actorrt.runtime.zygote`), which
 :func:`run_config`; ``python -m actorrt.runtime.worker --config JSON`` runs one alone.
 ``actorrt worker`` (see :mod:`actorrt.cluster.worker_cli`) builds the same
 :class:`WorkerConfig` from flags or from torchrun / SLURM variables.
+
+A worker logs under ``actorrt.worker`` at ``ACTORRT_LOG_LEVEL`` (or ``--log-level``).
+Once RPC is up, and unless the driver said ``log_to_driver=False``, what it prints goes
+to the driver's terminal (:mod:`actorrt.runtime.output`).
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import argparse
 import dataclasses
 import json
 import os
+import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["WorkerConfig", "run_config", "run_worker"]
@@ -37,6 +43,7 @@ class WorkerConfig:
     shutdown_timeout: float = 10.0
     transport: str | None = None  # None: whatever the driver uses
     cuda_device_map: str | None = None
+    log_level: str | None = None  # None: ACTORRT_LOG_LEVEL, else warnings only
 
 
 def run_worker(cfg: WorkerConfig) -> int:
@@ -49,16 +56,23 @@ def run_worker(cfg: WorkerConfig) -> int:
             f"actorrt worker: rank {cfg.rank} is out of range for world size {cfg.world_size}: "
             f"workers take ranks 1..{cfg.world_size - 1} (rank 0 is the driver)."
         )
+    from actorrt.logs import configure, get_logger
+
+    configure(cfg.log_level, what="--log-level")
+    log = get_logger("worker")
     from actorrt.cluster import planning, rendezvous
     from actorrt.cluster.netif import apply_socket_ifname
+    from actorrt.runtime import output
     from actorrt.runtime import runtime as rt_mod
 
+    log.info("rank %d: joining the driver's rendezvous at %s:%d", cfg.rank, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
     description = planning.describe_process(cfg.labels, cfg.gpus, cfg.cuda_device_map)
     if cfg.transport is not None:
         description["transport"] = cfg.transport  # rank 0 refuses a mismatch
     plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
     setup = planning.ProcessSetup(plan, cfg.rank)
+    log.info("rank %d: accepted; starting RPC as %s", cfg.rank, setup.name)
     setup.apply_env()
     # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME;
     # without them, on the interface we reach the driver through (their fallbacks, the
@@ -75,17 +89,29 @@ def run_worker(cfg: WorkerConfig) -> int:
     rt.plan = setup.plan
     rt_mod._install(rt)
     _watch_driver(cfg, rt)  # before init_rpc: a driver dying during start-up ends us too
-    rt_mod.init_rpc(
-        setup.name,
-        cfg.rank,
-        cfg.world_size,
-        rendezvous.store_init_method(store),
-        setup.backend_kwargs,
-        num_worker_threads=cfg.num_worker_threads,
-        rpc_timeout=cfg.rpc_timeout,
-    )
-    rt.stop_requested.wait()
-    rt.shutdown()
+    forwarder = None
+    if plan.get("log_to_driver", True):
+        # Installed before init_rpc, started after: the driver may call our actors as
+        # soon as its own init_rpc returns, before ours does; their lines wait meanwhile.
+        header = (setup.name, os.getpid(), str(description.get("hostname", "?")))
+        forwarder = output.install(_sender(rt.driver_name), header)
+    try:
+        rt_mod.init_rpc(
+            setup.name,
+            cfg.rank,
+            cfg.world_size,
+            rendezvous.store_init_method(store),
+            setup.backend_kwargs,
+            num_worker_threads=cfg.num_worker_threads,
+            rpc_timeout=cfg.rpc_timeout,
+        )
+        if forwarder is not None:
+            forwarder.start()
+        rt.stop_requested.wait()
+        log.info("rank %d: the driver asked us to stop", cfg.rank)
+        rt.shutdown()
+    finally:
+        output.uninstall(timeout=2.0)  # while RPC still runs: the last lines go too
     # The driver says whether a graceful RPC shutdown can meet it (not on its second
     # cluster: see rendezvous.graceful_shutdown_possible); it already stopped us by rpc_stop.
     wanted = bool(plan.get("graceful_shutdown", True))
@@ -94,13 +120,26 @@ def run_worker(cfg: WorkerConfig) -> int:
     return 0 if graceful else 3
 
 
+def _sender(driver: str) -> Callable[[Any, list], None]:
+    """Sends a batch of output lines to the driver (a plain RPC, in order: one at a time)."""
+    import torch.distributed.rpc as rpc
+
+    from actorrt.runtime.output import SEND_TIMEOUT_S, rpc_print
+
+    def send(header: Any, batch: list) -> None:
+        rpc.rpc_sync(driver, rpc_print, args=(header, batch), timeout=SEND_TIMEOUT_S)
+
+    return send
+
+
 def _watch_driver(cfg: WorkerConfig, rt) -> None:
     """Ends this process when the driver is gone, so no worker outlives its cluster."""
 
     def exit_now(why: str) -> None:
         if rt.stop_requested.is_set():
             return  # a normal shutdown is under way; the store closing is expected
-        print(f"actorrt worker rank {cfg.rank}: {why}; exiting.", file=sys.stderr, flush=True)
+        # The real stderr: lines queued for the driver would never leave now.
+        print(f"actorrt worker rank {cfg.rank}: {why}; exiting.", file=sys.__stderr__, flush=True)
         sys.stdout.flush()
         os._exit(1)
 
@@ -115,23 +154,38 @@ def _watch_driver(cfg: WorkerConfig, rt) -> None:
         exit_now("the driver process ended")
 
     def watch_store() -> None:
-        from actorrt.cluster.rendezvous import connect_store
-
+        # A plain connection to the store's port, not a TCPStore client polling it: when
+        # the driver dies, its end closes and recv returns at once, where a failing store
+        # call first prints torch's C++ stack trace, which reads like a crash of ours.
+        # Keepalive notices a driver host that vanished without closing anything.
         try:
-            store = connect_store(cfg.host, cfg.port, cfg.timeout)
-        except Exception:
+            sock = socket.create_connection((cfg.host, cfg.port), timeout=cfg.timeout)
+        except OSError:
             exit_now("lost the driver's rendezvous store")
             return
-        while not rt.stop_requested.wait(1.0):
-            try:
-                store.check(["actorrt/session"])
-            except Exception:
-                exit_now("lost the connection to the driver")
-                return
+        _keepalive(sock)
+        sock.settimeout(None)
+        try:
+            while sock.recv(1):
+                pass
+        except OSError:
+            pass
+        exit_now("lost the connection to the driver")
 
     if cfg.watch_stdin:
         threading.Thread(target=watch_stdin, name="actorrt-parent-watch", daemon=True).start()
     threading.Thread(target=watch_store, name="actorrt-driver-watch", daemon=True).start()
+
+
+def _keepalive(sock: socket.socket) -> None:
+    """TCP keepalive probes after 10 s of silence, every 5 s, 3 unanswered: gone (Linux)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, option):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+            except OSError:  # not settable here: the system's defaults apply
+                pass
 
 
 def run_config(fields: dict[str, Any]) -> int:

@@ -67,6 +67,7 @@ def _in_child(config: dict, report_fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m actorrt.runtime.zygote`` (see the module's protocol)."""
     p = argparse.ArgumentParser(prog="python -m actorrt.runtime.zygote")
     p.add_argument("--report-fd", type=int, required=True)
     args = p.parse_args(argv)

@@ -49,6 +49,17 @@ class Probe:
         return [bool(torch.equal(got, t)), actorrt.get(peer.where.remote(), timeout=60)]
 
 
+@actorrt.actor
+class Talker:
+    """Prints from a method, to stdout and stderr in turn (the output scenario)."""
+
+    def talk(self, tag, n):
+        for i in range(n):
+            print(f"{tag} out {i}")
+            print(f"{tag} err {i}", file=sys.stderr)
+        return {"pid": os.getpid(), "host": open("/proc/sys/kernel/hostname").read().strip()}
+
+
 def timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -134,6 +145,20 @@ def scenario_layout(rt, cfg):
     }
 
 
+def scenario_output(rt, cfg):
+    """An actor on a worker prints; its lines must reach this driver's output, tagged."""
+    from torch.distributed import rpc
+
+    from actorrt.runtime.output import rpc_flush_output
+
+    talker = Talker.remote()
+    where = actorrt.get(talker.talk.remote(cfg.get("tag", "remote"), 3), timeout=60)
+    # Its lines are printed by an RPC thread of ours; let them all arrive before RESULT is
+    # printed, so no line of theirs lands in the middle of it.
+    rpc.rpc_sync(talker.worker, rpc_flush_output, args=(10.0,), timeout=30)
+    return {"talker": where, "status": actorrt.status()}
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     try:
@@ -145,6 +170,7 @@ def main():
             token=cfg.get("token"),
             transport=cfg.get("transport", "auto"),
             timeout=cfg.get("timeout", 60),
+            log_level=cfg.get("log_level"),
         )
     except Exception as exc:
         print(f"START-FAILED {type(exc).__name__}: {exc}", flush=True)

@@ -24,6 +24,29 @@ def _hosts(n):
     return Hosts(n)
 
 
+def _driver_and_one_worker(procs, hosts, cfg, *, driver_wrap=(), worker_wrap=(), driver_env=None):
+    """Runs the driver on host 0 and worker 1 on host 1 (each command wrapped as given)."""
+    env = {"ACTORRT_TOKEN": TOKEN}
+    try:
+        procs.start(
+            "driver",
+            driver_argv(cfg, hosts.exec_prefix(0) + list(driver_wrap)),
+            {**env, **(driver_env or {})},
+        )
+        procs.start(
+            "worker1",
+            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1) + list(worker_wrap)),
+            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
+        )
+        res = procs.result("driver", 90)
+        assert procs.wait("driver", 30) == 0, procs.logs()
+        assert procs.wait("worker1", 20) == 0, procs.logs()
+        return res
+    finally:
+        procs.close()
+        hosts.close()
+
+
 def test_three_hosts_labels_calls_and_64mb_tensors(procs):
     hosts = _hosts(3)
     try:
@@ -191,31 +214,11 @@ def test_two_containers_on_one_host(procs):
     one pid namespace, so it falls back to uv (TCP) and mpt_uv / basic (checked in
     ``test_plain_torch_rpc_across_containers`` below).
     """
+    require_unshare()  # before the hosts exist: a skip leaves nothing behind
     hosts = _hosts(2)
-    require_unshare()
-    try:
-        init = f"tcp://{hosts.addrs[0]}:{PORT}"
-        box = ["unshare", "--pid", "--ipc", "--mount", "--fork", "--kill-child", "--mount-proc"]
-        env = {"ACTORRT_TOKEN": TOKEN}
-        procs.start(
-            "driver",
-            driver_argv(
-                {"init": init, "world": 2, "scenario": "container"},
-                hosts.exec_prefix(0) + box,
-            ),
-            env,
-        )
-        procs.start(
-            "worker1",
-            worker_argv(init, 1, 2, prefix=hosts.exec_prefix(1) + box),
-            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
-        )
-        res = procs.result("driver", 90)
-        assert procs.wait("driver", 30) == 0, procs.logs()
-        assert procs.wait("worker1", 20) == 0, procs.logs()
-    finally:
-        procs.close()
-        hosts.close()
+    box = ["unshare", "--pid", "--ipc", "--mount", "--fork", "--kill-child", "--mount-proc"]
+    cfg = {"init": f"tcp://{hosts.addrs[0]}:{PORT}", "world": 2, "scenario": "container"}
+    res = _driver_and_one_worker(procs, hosts, cfg, driver_wrap=box, worker_wrap=box)
 
     d0, d1 = res["descriptions"]
     assert d0["boot_id"] == d1["boot_id"]  # one host...
@@ -245,8 +248,8 @@ rpc.shutdown()
 
 def test_plain_torch_rpc_across_containers(procs, tmp_path):
     """What torch RPC does by itself across the boundary, on the CPU: it works."""
+    require_unshare()  # before the hosts exist: a skip leaves nothing behind
     hosts = _hosts(2)
-    require_unshare()
     script = tmp_path / "plain_rpc.py"
     script.write_text(PLAIN_RPC)
     try:
@@ -267,3 +270,33 @@ def test_plain_torch_rpc_across_containers(procs, tmp_path):
     finally:
         procs.close()
         hosts.close()
+
+
+def test_two_hosts_actor_output_reaches_the_driver(procs):
+    """An actor on another host prints; its lines reach the driver's output, host= that host.
+
+    The worker's host gets a name of its own (a UTS namespace), as a real second machine
+    has; the driver logs the rank joining from it (ACTORRT_LOG_LEVEL=info).
+    """
+    require_unshare()  # before the hosts exist: a skip leaves nothing behind
+    hosts = _hosts(2)
+    remote = "remote-host-1"
+    named = ["unshare", "--uts", "sh", "-c", f'hostname {remote} && exec "$@"', "sh"]
+    init = f"tcp://{hosts.addrs[0]}:{PORT}"
+    cfg = {"init": init, "world": 2, "scenario": "output", "tag": "over-the-wire"}
+    res = _driver_and_one_worker(
+        procs, hosts, cfg, worker_wrap=named, driver_env={"ACTORRT_LOG_LEVEL": "info"}
+    )
+
+    talker = res["talker"]
+    assert talker["host"] == remote
+    driver_log, worker_log = procs.log("driver"), procs.log("worker1")
+    tag = f"(Talker pid={talker['pid']} host={remote})"
+    lines = [f"{tag} over-the-wire {kind} {i}" for i in range(3) for kind in ("out", "err")]
+    positions = [driver_log.find(line + "\n") for line in lines]
+    assert -1 not in positions, driver_log
+    assert positions == sorted(positions), driver_log  # in the order they were printed
+    assert "over-the-wire" not in worker_log, worker_log  # sent, not printed there too
+    assert f"rank 1 joined from host {remote}" in driver_log, driver_log
+    status_rows = [r for r in res["status"].splitlines() if r.startswith("worker1")]
+    assert status_rows and remote in status_rows[0] and "1: Talker" in status_rows[0], res["status"]

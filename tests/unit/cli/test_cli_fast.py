@@ -54,7 +54,13 @@ def test_import_actorrt_does_not_import_torch():
 
 @pytest.mark.parametrize(
     "argv",
-    [["--help"], ["plan", "--help"], ["describe", "--help"], ["worker", "--help"]],
+    [
+        ["--help"],
+        ["plan", "--help"],
+        ["describe", "--help"],
+        ["doctor", "--help"],
+        ["worker", "--help"],
+    ],
     ids=lambda a: " ".join(a),
 )
 def test_help_does_not_import_torch(argv):

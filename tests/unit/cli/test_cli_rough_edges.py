@@ -190,3 +190,20 @@ def test_negative_num_cpus_in_a_layout_is_refused(tmp_path, capsys):
     f.write_text("[labels]\nlearner = { num_cpus = -1 }\n" + EXAMPLE_NODE)
     assert main(["plan", str(f)]) == 2
     assert "num_cpus=-1 must be a number >= 0" in capsys.readouterr().err
+
+
+def test_plan_piped_into_a_reader_that_stops_early_exits_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    # 16 hosts x 8 processes: the --json plan is far larger than a pipe's buffer, so the
+    # writer is still writing when `head` exits.
+    nodes = "".join(f'[[nodes]]\nhostname = "n{h:02d}"\nprocesses = 8\n\n' for h in range(16))
+    cluster = tmp_path / "big.toml"
+    cluster.write_text(nodes)
+    cmd = f"{sys.executable} -m actorrt plan {cluster} --json | head -c 100"
+    out = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120
+    )
+    assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr
+    assert out.returncode == 0, out.stderr

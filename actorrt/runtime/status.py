@@ -1,0 +1,212 @@
+"""``actorrt.status()``: the cluster as a readable table, built from ``nodes()`` and ``actors()``.
+
+The directory on rank 0 knows every process and actor. What only a process itself knows
+(its pid, the calls queued or running on its actors) comes from one short RPC to each
+live process, sent to all at once and bounded: a process that does not answer within
+the bound shows as ``unresponsive``, which is how a multi-node worker that vanished
+without its death being noticed shows up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from actorrt.runtime.context import current
+from actorrt.runtime.directory import ActorInfo, NodeInfo
+
+if TYPE_CHECKING:
+    from actorrt.runtime.runtime import Runtime
+
+__all__ = ["cluster_status", "format_status", "local_stats", "rpc_process_stats"]
+
+QUERY_TIMEOUT_S = 2.0
+
+
+def local_stats(rt: Runtime) -> dict[str, Any]:
+    """This process's pid and, per actor it hosts, the calls queued or running on it.
+
+    Returns:
+        ``{"pid": int, "calls": {actor_id: int}}``.
+    """
+    return {"pid": os.getpid(), "calls": rt.host.calls_in_flight()}
+
+
+def rpc_process_stats() -> dict[str, Any]:
+    """Runs on each process when a status is asked for: see :func:`local_stats`."""
+    return local_stats(current())
+
+
+def _query(rt: Runtime, nodes: Sequence[NodeInfo]) -> dict[str, dict[str, Any]]:
+    """Stats of every live process by name; a process that did not answer is left out."""
+    import torch.distributed.rpc as rpc
+
+    futures = {}
+    out: dict[str, dict[str, Any]] = {}
+    for node in nodes:
+        if not node.alive:
+            continue
+        if node.process == rt.name:
+            out[node.process] = local_stats(rt)
+            continue
+        try:
+            futures[node.process] = rpc.rpc_async(
+                node.process, rpc_process_stats, timeout=QUERY_TIMEOUT_S
+            )
+        except Exception:  # the agent cannot reach it at all
+            pass
+    for name, fut in futures.items():
+        try:
+            out[name] = fut.wait()
+        except Exception:  # timed out or the process is gone
+            pass
+    return out
+
+
+def cluster_status(rt: Runtime, max_actors: int = 50) -> str:
+    """The status table of the cluster ``rt`` belongs to (see :func:`actorrt.status`)."""
+    nodes = rt.nodes()
+    actors = rt.actors()
+    stats = _query(rt, nodes)
+    pids = dict(getattr(rt, "pids", {}) or {})
+    return format_status(nodes, actors, stats, pids=pids, max_actors=max_actors)
+
+
+def format_status(
+    nodes: Sequence[NodeInfo],
+    actors: Sequence[ActorInfo],
+    stats: dict[str, dict[str, Any]],
+    *,
+    pids: dict[int, int] | None = None,
+    max_actors: int = 50,
+) -> str:
+    """Formats the status table.
+
+    Args:
+        nodes: One record per process (``actorrt.nodes()``).
+        actors: One record per actor (``actorrt.actors()``).
+        stats: What each process that answered said of itself, by process name
+            (see :func:`local_stats`); a live process missing here did not answer.
+        pids: Pids by rank known without asking (from the rendezvous).
+        max_actors: Actor rows shown at most; the rest are counted.
+
+    Returns:
+        The text: a summary line, a table of processes, then a table of actors.
+    """
+    pids = pids or {}
+    calls: dict[str, int] = {}
+    for s in stats.values():
+        calls.update(s.get("calls") or {})
+    by_process: dict[str, list[ActorInfo]] = {}
+    for a in actors:
+        by_process.setdefault(a.process, []).append(a)
+
+    rows = []
+    unresponsive = dead = 0
+    for n in sorted(nodes, key=lambda n: n.rank):
+        s = stats.get(n.process)
+        pid = s.get("pid") if s else pids.get(n.rank)
+        if not n.alive:
+            state, dead = "dead", dead + 1
+        elif s is None:
+            state, unresponsive = "unresponsive", unresponsive + 1
+        else:
+            state = "alive"
+        if not n.hosts_actors:
+            state += " (driver)"
+        mine = by_process.get(n.process, [])
+        in_flight = "-"
+        if not n.hosts_actors:
+            pass  # the driver hosts no actors
+        elif s is not None and s.get("calls") is not None:
+            in_flight = str(sum(s["calls"].values()))
+        elif n.alive:
+            in_flight = "?"
+        rows.append(
+            [
+                n.process,
+                str(n.rank),
+                str(pid) if pid is not None else "?",
+                n.host,
+                ",".join(n.labels) or "-",
+                _gpus(n.gpus),
+                _actor_summary(mine) if n.hosts_actors else "-",
+                in_flight,
+                state,
+            ]
+        )
+    hosts = len({n.host for n in nodes})
+    total_calls = sum(calls.values())
+    alive_actors = sum(1 for a in actors if a.state == "ALIVE")
+    summary = (
+        f"actorrt cluster: {len(nodes)} process(es) on {hosts} host(s), "
+        f"{len(actors)} actor(s) ({alive_actors} alive), {total_calls} call(s) in flight"
+    )
+    notes = []
+    if dead:
+        notes.append(f"{dead} process(es) dead")
+    if unresponsive:
+        notes.append(f"{unresponsive} process(es) did not answer within {QUERY_TIMEOUT_S:g} s")
+    if notes:
+        summary += "; " + "; ".join(notes)
+    parts = [
+        summary,
+        "",
+        _table(
+            ["PROCESS", "RANK", "PID", "HOST", "LABELS", "GPUS", "ACTORS", "CALLS", "STATE"],
+            rows,
+        ),
+    ]
+    if actors:
+        shown = sorted(actors, key=lambda a: (a.rank, a.class_name, a.slot or "", a.actor_id))
+        actor_rows = [
+            [
+                a.actor_id[:8],
+                a.class_name,
+                a.name or "-",
+                a.slot or a.label or "-",
+                a.process,
+                a.host,
+                _gpus(a.gpus),
+                str(calls[a.actor_id]) if a.actor_id in calls else "-",
+                a.state.lower(),
+            ]
+            for a in shown[:max_actors]
+        ]
+        parts += [
+            "",
+            _table(
+                ["ACTOR", "CLASS", "NAME", "SLOT", "PROCESS", "HOST", "GPUS", "CALLS", "STATE"],
+                actor_rows,
+            ),
+        ]
+        if len(shown) > max_actors:
+            parts.append(f"... and {len(shown) - max_actors} more actor(s)")
+    parts.append("")
+    parts.append("CALLS: calls queued or running on the actors (- : unknown or none to ask).")
+    return "\n".join(parts)
+
+
+def _gpus(gpus: Iterable[int]) -> str:
+    return ",".join(map(str, gpus)) or "-"
+
+
+def _actor_summary(actors: Sequence[ActorInfo]) -> str:
+    if not actors:
+        return "0"
+    kinds = Counter(a.class_name for a in actors)
+    names = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(kinds.items()))
+    return f"{len(actors)}: {names}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
