@@ -85,7 +85,7 @@ class _Binder:
         self.max_pos = sys.maxsize if varargs else len(pos_names)
         self.required_kw = tuple(required_kw)
 
-    def binds(self, args: tuple, kwargs: dict) -> bool:
+    def binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         """True if ``f(*args, **kwargs)`` would bind (Python's rules, without defaults)."""
         n = len(args)
         if n > self.max_pos:
@@ -104,7 +104,7 @@ class _Binder:
             return False
         return all(k in kwargs for k in self.required_kw)
 
-    def fail(self, what: str, args: tuple, kwargs: dict) -> None:
+    def fail(self, what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Raises the ``TypeError`` a local call would, naming ``what``; after :meth:`binds`.
 
         Raises:
@@ -192,7 +192,9 @@ class MethodTable:
     def __contains__(self, name: object) -> bool:
         return name in self._binders
 
-    def check(self, class_name: str, method: str, args: tuple, kwargs: dict) -> None:
+    def check(
+        self, class_name: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         """Raises ``TypeError`` when the arguments do not bind to ``method``."""
         binder = self._binders.get(method)
         if binder is not None and not binder.binds(args, kwargs):
@@ -273,7 +275,9 @@ class ActorClass(Generic[T]):
         """
         return self._create(self._options, args, kwargs)
 
-    def _create(self, options: ActorOptions, args: tuple, kwargs: dict) -> ActorHandle:
+    def _create(
+        self, options: ActorOptions, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ActorHandle:
         init = self._init
         if init is not None and not init.binds(args, kwargs):
             init.fail(f"{self.__name__}.remote()", args, kwargs)
@@ -313,7 +317,8 @@ class ActorClass(Generic[T]):
         own = set(super().__dir__())
         return sorted(own | {n for n in dir(self._cls) if not n.startswith("__")})
 
-    def __reduce__(self):  # ship the class and options, not the cached blob or table
+    def __reduce__(self) -> tuple[type[ActorClass[T]], tuple[type[T], ActorOptions]]:
+        # ship the class and options, not the cached blob or table
         return (ActorClass, (self._cls, self._options))
 
     def __repr__(self) -> str:
@@ -389,7 +394,7 @@ class ActorHandle:
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.methods))
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ActorHandle], tuple[str, str, str, str, Any]]:
         if self._rref is not None and not packing():
             raise TypeError(
                 f"{self!r} is the handle of an unnamed actor; it can travel only inside "

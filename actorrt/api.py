@@ -12,8 +12,8 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from actorrt.actor_class import ActorHandle
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
@@ -23,9 +23,13 @@ from actorrt.logs import get_logger, level_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.layout import Layout, parse_layout
 from actorrt.runtime import runtime as rt_mod
-from actorrt.runtime.context import current, current_or_none, is_initialized
+from actorrt.runtime.context import current, current_or_none, install, is_initialized
 from actorrt.runtime.directory import ActorInfo, ClusterDirectory, NodeInfo
 from actorrt.runtime.runtime import Runtime
+
+if TYPE_CHECKING:
+    from actorrt.cluster.rendezvous import StoreServer
+    from actorrt.runtime.local import LocalCluster
 
 __all__ = [
     "actors",
@@ -343,7 +347,7 @@ def _start_driver(
     rt.descriptions = descriptions
     judge = getattr(server, "judge", None)
     rt.pids = {0: os.getpid(), **(judge.pids if judge is not None else {})}
-    rt_mod._install(rt)
+    install(rt)
     log.info("every rank joined; plan made; starting RPC as %s", setup.name)
     try:
         rt_mod.init_rpc(
@@ -356,7 +360,7 @@ def _start_driver(
             rpc_timeout=rpc_timeout,
         )
     except BaseException as exc:
-        rt_mod._install(None)
+        install(None)
         abandon()
         raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
     _mark_started()
@@ -384,7 +388,7 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _watch_local_workers(rt: Runtime, cluster: Any) -> None:
+def _watch_local_workers(rt: Runtime, cluster: LocalCluster) -> None:
     from actorrt.cluster.planning import process_name
 
     def watch() -> None:
@@ -418,7 +422,13 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _stop_driver(rt: Runtime, cluster: Any, server: Any, timeout: float, state: dict) -> None:
+def _stop_driver(
+    rt: Runtime,
+    cluster: LocalCluster | None,
+    server: StoreServer,
+    timeout: float,
+    state: dict[str, Any],
+) -> None:
     import torch.distributed.rpc as rpc
 
     from actorrt.runtime.output import rpc_flush_output
@@ -451,7 +461,9 @@ def _stop_driver(rt: Runtime, cluster: Any, server: Any, timeout: float, state: 
     log.info("shutdown: done in %.2f s", time.monotonic() - started)
 
 
-def _call_all(rpc: Any, names: list[str], fn: Any, args: tuple, timeout: float) -> None:
+def _call_all(
+    rpc: Any, names: list[str], fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
+) -> None:
     """Calls ``fn`` on every process in ``names`` at once; waits for all (within ``timeout``)."""
     futures = []
     for name in names:

@@ -48,7 +48,10 @@ class ActorError(ActorRtError):
         self.remote_traceback = remote_traceback
         self.actor_id = actor_id
 
-    def __reduce__(self):  # keep the fields when the error is pickled onwards
+    def __reduce__(
+        self,
+    ) -> tuple[type[ActorError], tuple[str, BaseException | None, str, str | None]]:
+        # keep the fields when the error is pickled onwards
         message = self.args[0].split("\n\nRemote traceback:")[0]
         return (type(self), (message, self.cause, self.remote_traceback, self.actor_id))
 
@@ -67,7 +70,7 @@ class ActorDiedError(ActorRtError):
         super().__init__(message)
         self.actor_id = actor_id
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[ActorDiedError], tuple[str, str | None]]:
         return (type(self), (self.args[0], self.actor_id))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING, TextIO
 
 __all__ = ["ENV_VAR", "LOGGER_NAME", "configure", "get_logger", "level_name", "parse_level"]
 
@@ -74,7 +75,13 @@ def parse_level(value: str | int, what: str = "log_level") -> int:
     )
 
 
-class _StderrHandler(logging.StreamHandler):
+if TYPE_CHECKING:
+    _TextHandler = logging.StreamHandler[TextIO]
+else:  # StreamHandler takes a type argument at run time only from Python 3.11
+    _TextHandler = logging.StreamHandler
+
+
+class _StderrHandler(_TextHandler):
     """Writes to whatever ``sys.stderr`` is at each record, not to the one at creation.
 
     A worker replaces ``sys.stderr`` to send its output to the driver
@@ -85,7 +92,7 @@ class _StderrHandler(logging.StreamHandler):
         logging.Handler.__init__(self)  # StreamHandler's __init__ would pin a stream
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> TextIO:  # type: ignore[override]
         return sys.stderr
 
 

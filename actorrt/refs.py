@@ -17,11 +17,17 @@ import numbers
 import threading
 import time
 from collections.abc import Generator, Sequence
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from actorrt.errors import ActorError, GetTimeoutError
 from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure, unreadable
+
+if TYPE_CHECKING:
+    import torch
+
+    from actorrt.runtime.outbox import Answered
+    from actorrt.runtime.payload import Wire
 
 __all__ = ["ObjectRef", "get", "wait"]
 
@@ -32,7 +38,7 @@ T = TypeVar("T")
 _hook_lock = threading.Lock()
 
 
-class _RefFuture(cf.Future):
+class _RefFuture(cf.Future[Any]):
     """A ref's future, which cannot be cancelled: the ref would be spoilt for good.
 
     ``asyncio.wrap_future`` cancels the future it wraps when the awaiting task is
@@ -57,9 +63,10 @@ class ObjectRef:
         self._what = what
         self._actor_id = actor_id
         self._worker = ""
-        self._sent: Any = None  # torch future of the raw reply, once the call is sent
-        self._cf: cf.Future | None = None
-        self._answered: Any = None  # a call sent alone: see runtime.outbox.Answered
+        # torch future of the raw reply, once the call is sent
+        self._sent: torch.futures.Future[Wire] | None = None
+        self._cf: cf.Future[Any] | None = None
+        self._answered: Answered | None = None  # a call sent alone: see runtime.outbox.Answered
 
     def __del__(self) -> None:
         answered = self._answered
@@ -70,7 +77,7 @@ class ObjectRef:
                 pass
 
     # -- the runtime's side --------------------------------------------------------
-    def _attach(self, reply: Any, worker: str) -> None:
+    def _attach(self, reply: torch.futures.Future[Wire], worker: str) -> None:
         """The call went out; ``reply`` is the torch future of its raw reply."""
         with _hook_lock:
             self._worker = worker
@@ -89,16 +96,16 @@ class ObjectRef:
         if not fut.done():
             fut.set_exception(exc)
 
-    def _complete(self, reply: Any) -> None:
+    def _complete(self, reply: torch.futures.Future[Wire]) -> None:
         try:
-            self._set_result(self._decode())
+            self._set_result(self._decode(reply))
         except Exception as exc:
             self._set_exception(exc)
 
-    def _decode(self) -> Any:
-        """The value of a reply that has arrived, or the error it stands for."""
+    def _decode(self, sent: torch.futures.Future[Wire]) -> Any:
+        """The value of the reply ``sent`` (arrived already), or the error it stands for."""
         try:
-            wire = self._sent.value()
+            wire = sent.value()
         except LocalFailure as failure:
             raise failure.error from None
         except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
@@ -117,7 +124,7 @@ class ObjectRef:
             return self._sent.done()
         return self._cf is not None and self._cf.done()
 
-    def future(self) -> cf.Future:
+    def future(self) -> cf.Future[Any]:
         """A :class:`concurrent.futures.Future` of the result, for callbacks and ``cf.wait``.
 
         The same future every time. Its ``result()`` is the value, or raises what
@@ -166,7 +173,7 @@ class ObjectRef:
     def __repr__(self) -> str:
         return f"ObjectRef({self._what}, {'done' if self.done() else 'pending'})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError(
             f"{self!r} cannot be sent to another process inside a value. Pass it as a top-level "
             "argument of a remote call (actorrt resolves it before the call runs), or call "
@@ -183,7 +190,7 @@ def _check_timeout(timeout: object) -> float | None:
             f"timeout={timeout!r} must be a number of seconds (e.g. timeout=30) or None to "
             "wait as long as it takes."
         )
-    if not timeout >= 0:  # also NaN
+    if not float(timeout) >= 0:  # also NaN
         raise ValueError(
             f"timeout={timeout!r} must be >= 0 seconds (0 polls once), or None to wait as "
             "long as it takes."
@@ -242,7 +249,7 @@ def _result(ref: ObjectRef, timeout: float | None, total: float | None = None) -
             sent.wait()
         except Exception:  # _decode turns the RPC error into the one users see
             pass
-        return ref._decode()
+        return ref._decode(sent)
     try:
         return ref.future().result(timeout)
     except cf.TimeoutError:

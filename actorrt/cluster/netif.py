@@ -30,7 +30,8 @@ def local_address_towards(host: str, port: int) -> str | None:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect((host, port or 9))  # UDP connect only picks a route
-            return s.getsockname()[0]
+            address: str = s.getsockname()[0]
+            return address
     except OSError:
         return None
 

@@ -107,7 +107,7 @@ class ProcessSetup:
                 channels=forced_channels or process.channels,
             )
             self.process = process
-        available: tuple = (None, None)
+        available: tuple[frozenset[str] | None, frozenset[str] | None] = (None, None)
         if self.process.transports or self.process.channels:
             # torch refuses channel names its build lacks (no cuda_* on a CPU build).
             available = registered_tensorpipe_backends()

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlparse
 
@@ -409,7 +409,8 @@ def wait_plan(store: dist.TCPStore, timeout: float) -> dict[str, Any]:
     Raises:
         ClusterError: Rank 0 aborted the start, went away, or did not answer in time.
     """
-    return json.loads(_wait_key(store, _PREFIX + "plan", timeout))
+    plan: dict[str, Any] = json.loads(_wait_key(store, _PREFIX + "plan", timeout))
+    return plan
 
 
 def _wait_key(store: dist.TCPStore, key: str, timeout: float) -> str:
@@ -460,7 +461,7 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-def _handler(url: str, **kwargs: Any):
+def _handler(url: str, **kwargs: Any) -> Iterator[tuple[dist.Store, int, int]]:
     parsed = urlparse(url)
     query = dict(p.split("=", 1) for p in parsed.query.split("&") if p)
     store, _ = _stores.pop(parsed.netloc)

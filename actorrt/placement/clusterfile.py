@@ -118,7 +118,7 @@ def _gpu_tables(node: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
         raise PlacementError(f"{where}.gpus: expected a count or a list of tables, got {raw!r}")
     if isinstance(raw, int):
         raw = [{} for _ in range(raw)]
-    tables = []
+    tables: list[dict[str, Any]] = []
     for i, g in enumerate(raw):
         if not isinstance(g, Mapping):
             raise PlacementError(f"{where}.gpus[{i}]: expected a table, got {g!r}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from actorrt.errors import PlacementError
 from actorrt.placement.node import ProcessInfo
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 #: ``{process name: {peer name: {"cuda:0": "cuda:1"}}}``
-DeviceMapOverride = Mapping[str, Mapping[str, Mapping[object, object]]]
+DeviceMapOverride = Mapping[str, Mapping[str, Mapping[Any, object]]]
 
 _CUDA = re.compile(r"^(?:cuda:)?(\d+)$")
 
@@ -180,7 +181,7 @@ def devices_in_use(
         for i, j in asymmetric:
             targets += [(i, processes[j].name), (j, processes[i].name)]
     for i, peer in targets:
-        m = maps[i].get(peer)
-        if m:
-            used[index[peer]].update(m.values())
+        peer_map = maps[i].get(peer)
+        if peer_map:
+            used[index[peer]].update(peer_map.values())
     return [sorted(u, key=lambda d: int(d.split(":")[1])) for u in used]

@@ -544,7 +544,9 @@ def check_gdr(m: Machine, hcas: Sequence[HcaInfo], gpu_count: int) -> list[Findi
 
 
 def _truthy(value: str | None) -> bool:
-    return bool(value) and value.strip().lower() not in ("0", "false", "no", "off")
+    if not value:
+        return False
+    return value.strip().lower() not in ("0", "false", "no", "off")
 
 
 def check_fork_safety(m: Machine, hcas: Sequence[HcaInfo]) -> list[Finding]:

@@ -13,12 +13,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from actorrt.errors import PlacementError
 from actorrt.placement.node import GpuInfo, ProcessInfo, normalize_bus_id
 from actorrt.placement.plan import Pair, Plan, ProcessPlan
 from actorrt.placement.topology import LINK_KINDS, container_key, gpu_key, host_key, nvlinked
+
+if TYPE_CHECKING:
+    from matplotlib.typing import LineStyleType
 
 __all__ = [
     "DRAW_FORMATS",
@@ -530,8 +533,8 @@ def layout_scene(processes: Sequence[ProcessInfo], plan: Plan, max_pair_edges: i
     by_name = {p.name: p for p in plan.processes}
     scene = Scene()
     labels = [s.label for s in plan.specs]
-    for p in plan.processes:
-        labels += [lb for lb in p.labels if lb not in labels]
+    for pp in plan.processes:
+        labels += [lb for lb in pp.labels if lb not in labels]
     for i, label in enumerate(dict.fromkeys(labels)):
         scene.label_colors[label] = _LABEL_COLORS[i % len(_LABEL_COLORS)]
 
@@ -836,10 +839,10 @@ def _layout_host(
         )
         y, slack = y + _NOTE, 0.0
     else:
-        for a, b in sorted(tuple(sorted(link)) for link in nvlinks):
-            if a in placed.gpus and b in placed.gpus:
+        for ka, kb in sorted(tuple(sorted(link)) for link in nvlinks):
+            if ka in placed.gpus and kb in placed.gpus:
                 scene.links.append(
-                    Link(placed.gpus[a], placed.gpus[b], "link:nvlink", 0.3, level=2)
+                    Link(placed.gpus[ka], placed.gpus[kb], "link:nvlink", 0.3, level=2)
                 )
     box = Box("host", x0, y0, x0 + width, y + _PAD - slack, members[0].node.hostname)
     scene.boxes.append(box)
@@ -983,7 +986,8 @@ def draw_topology(
                 BoxPatch(
                     facecolor="none",
                     edgecolor=entry.color,
-                    linestyle=entry.style,
+                    # A box's or a line's style is a line style ("-", "--", ":").
+                    linestyle=cast("LineStyleType", entry.style),
                     label=entry.label,
                 )
             )
@@ -1003,7 +1007,14 @@ def draw_topology(
             )
         else:
             handles.append(
-                Line2D([0], [0], color=entry.color, linestyle=entry.style, lw=2, label=entry.label)
+                Line2D(
+                    [0],
+                    [0],
+                    color=entry.color,
+                    linestyle=cast("LineStyleType", entry.style),
+                    lw=2,
+                    label=entry.label,
+                )
             )
     ax.legend(
         handles=handles,

@@ -228,7 +228,9 @@ class Placer:
         ]
         return min((_gpu_path(node, g) for g in free), default=(1, 0))
 
-    def _static_key(self, i: int, res: Resources, prefer: str, anchors: list[int]) -> tuple:
+    def _static_key(
+        self, i: int, res: Resources, prefer: str, anchors: list[int]
+    ) -> tuple[int, ...]:
         if prefer == "pack":
             return (self.host_idx[i], *self._path_key(i, res), i)
         if prefer == "spread":
@@ -273,7 +275,7 @@ class Placer:
     # -- placing ------------------------------------------------------------------------
     def candidates(
         self, label: str | None, res: Resources, prefer: str, anchors: list[int]
-    ) -> list[tuple[int, tuple, int]]:
+    ) -> list[tuple[int, tuple[int, ...], int]]:
         """Heap entries ``(load, static key, index)`` of the processes that may host it."""
         heap = []
         for i, p in enumerate(self.procs):

@@ -203,12 +203,12 @@ def choose_channels(f: ProcessFacts) -> tuple[list[str] | None, str]:
     """The ``_channels`` list (None where TensorPipe's default is safe) and why."""
     if not (f.cross_container or not f.gdr_safe):
         if f.has_hca and (f.devices or f.gpus):
-            why = "cuda_gdr is safe for its GPUs" + (f" ({f.gdr_why})" if f.gdr else "")
+            reason = "cuda_gdr is safe for its GPUs" + (f" ({f.gdr_why})" if f.gdr else "")
         else:
-            why = "no adapter for cuda_gdr to pick wrongly"
-        return None, f"default: one container on {f.hostname}, {why}"
+            reason = "no adapter for cuda_gdr to pick wrongly"
+        return None, f"default: one container on {f.hostname}, {reason}"
     channels = list(CPU_CHANNELS)
-    why = []
+    why: list[str] = []
     if f.cross_container:
         why.append(
             f"{f.hostname} runs processes in other containers, which share its boot id, so "
@@ -393,16 +393,16 @@ def registered_tensorpipe_backends() -> tuple[frozenset[str], frozenset[str]]:
     """
     from torch.distributed.rpc import TensorPipeRpcBackendOptions
 
-    def ok(**kwargs: list[str]) -> bool:
+    def ok(transports: list[str] | None = None, channels: list[str] | None = None) -> bool:
         try:
-            TensorPipeRpcBackendOptions(**kwargs)
+            TensorPipeRpcBackendOptions(_transports=transports, _channels=channels)
         except RuntimeError:
             return False
         return True
 
     return (
-        frozenset(t for t in TRANSPORTS if ok(_transports=[t])),
-        frozenset(c for c in CHANNELS if ok(_channels=[c])),
+        frozenset(t for t in TRANSPORTS if ok(transports=[t])),
+        frozenset(c for c in CHANNELS if ok(channels=[c])),
     )
 
 

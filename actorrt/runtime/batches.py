@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed.rpc as rpc
@@ -27,7 +27,23 @@ from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
 from actorrt.runtime.payload import Wire
 
+if TYPE_CHECKING:
+    from actorrt.actor_class import ActorHandle
+
 __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
+
+QueuedCall = tuple["ActorHandle", int, str, Wire, torch.futures.Future[Wire]]
+"""A call waiting in the caller's outbox: handle, seq, method, packed arguments, and the
+future its reply completes."""
+
+BatchedCall = tuple[str, int, str, Wire]
+"""A call inside an ``rpc_call_batch``: actor id, seq, method, packed arguments."""
+
+Reply = tuple[str, int, Wire]
+"""A reply inside ``rpc_replies``: actor id, seq, packed reply."""
+
+QueuedReply = tuple[str, int, Wire, Callable[[], None]]
+"""A reply waiting in the callee's outbox, with the acknowledgement to run once sent."""
 
 
 class CallBatches:
@@ -45,15 +61,17 @@ class CallBatches:
         self.name = name
         self.outbox = Outbox("actorrt-call-batches", self._send)
         # (worker, actor id, seq) -> the torch future its ObjectRef waits on
-        self._awaiting: dict[tuple[str, str, int], torch.futures.Future] = {}
+        self._awaiting: dict[tuple[str, str, int], torch.futures.Future[Wire]] = {}
 
-    def queue(self, handle: Any, seq: int, method: str, wire: Wire) -> torch.futures.Future | None:
+    def queue(
+        self, handle: ActorHandle, seq: int, method: str, wire: Wire
+    ) -> torch.futures.Future[Wire] | None:
         """Queues a packed call; returns the future its reply will complete (None: closed)."""
-        future: torch.futures.Future = torch.futures.Future()
-        item = (handle, seq, method, wire, future)
+        future: torch.futures.Future[Wire] = torch.futures.Future()
+        item: QueuedCall = (handle, seq, method, wire, future)
         return future if self.outbox.put(handle.worker, item) else None
 
-    def _send(self, worker: str, items: list[tuple]) -> Any:
+    def _send(self, worker: str, items: list[QueuedCall]) -> torch.futures.Future[None] | None:
         if len(items) < MIN_BATCH:  # cheaper alone (see runtime/outbox.py)
             for item in items:
                 self._send_alone(worker, item)
@@ -61,13 +79,15 @@ class CallBatches:
         keys = [(worker, handle.actor_id, seq) for handle, seq, _, _, _ in items]
         for key, item in zip(keys, items, strict=True):
             self._awaiting[key] = item[4]
-        calls = [(h.actor_id, seq, method, wire) for h, seq, method, wire, _ in items]
+        calls: list[BatchedCall] = [(h.actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
         try:
-            sent = rpc.rpc_async(worker, rpc_call_batch, args=(self.name, calls), timeout=0)
+            sent: torch.futures.Future[None] = rpc.rpc_async(
+                worker, rpc_call_batch, args=(self.name, calls), timeout=0
+            )
         except Exception as exc:  # the agent could not queue it: the worker is gone
             for key, item in zip(keys, items, strict=True):
                 self._awaiting.pop(key, None)
-                item[4].set_exception(exc)
+                _fail(item[4], exc)
             return None
         # The handles live until the batch is done, so actors outlive their calls; the
         # arguments do not (the caller may have dropped them).
@@ -75,7 +95,7 @@ class CallBatches:
         sent.add_done_callback(partial(self._batch_done, keys, handles))
         return sent
 
-    def _send_alone(self, worker: str, item: tuple) -> None:
+    def _send_alone(self, worker: str, item: QueuedCall) -> None:
         handle, seq, method, wire, future = item
         from actorrt.runtime.host import rpc_call
 
@@ -84,19 +104,22 @@ class CallBatches:
                 worker, rpc_call, args=(handle.actor_id, self.name, seq, method, wire), timeout=0
             )
         except Exception as exc:
-            future.set_exception(exc)
+            _fail(future, exc)
             return
 
-        def relay(f: torch.futures.Future, _keep: Any = handle) -> None:
+        def relay(f: torch.futures.Future[Wire], _keep: ActorHandle = handle) -> None:
             try:
                 future.set_result(f.value())
             except Exception as exc:
-                future.set_exception(exc)
+                _fail(future, exc)
 
         alone.add_done_callback(relay)
 
     def _batch_done(
-        self, keys: list[tuple[str, str, int]], _handles: list[Any], sent: torch.futures.Future
+        self,
+        keys: list[tuple[str, str, int]],
+        _handles: list[ActorHandle],
+        sent: torch.futures.Future[None],
     ) -> None:
         try:
             sent.wait()
@@ -106,9 +129,9 @@ class CallBatches:
         for key in keys:
             future = self._awaiting.pop(key, None)
             if future is not None and not future.done():
-                future.set_exception(error)
+                _fail(future, error)
 
-    def resolve(self, worker: str, replies: list[tuple[str, int, Wire]]) -> None:
+    def resolve(self, worker: str, replies: list[Reply]) -> None:
         """Completes the calls ``worker`` answered (runs in ``rpc_replies``)."""
         for actor_id, seq, reply in replies:
             future = self._awaiting.pop((worker, actor_id, seq), None)
@@ -119,11 +142,11 @@ class CallBatches:
         """Fails calls never sent and calls still unanswered (the runtime is stopping)."""
         error = RuntimeError(reason)
         for _, item in self.outbox.close():
-            item[4].set_exception(error)
+            _fail(item[4], error)
         for key in list(self._awaiting):
             future = self._awaiting.pop(key, None)
             if future is not None and not future.done():
-                future.set_exception(error)
+                _fail(future, error)
 
 
 class ReplyBatches:
@@ -139,9 +162,9 @@ class ReplyBatches:
         self._deliver = deliver
         self.outbox = Outbox("actorrt-reply-batches", self._send)
 
-    def accept(self, caller: str, calls: list[tuple]) -> torch.futures.Future:
+    def accept(self, caller: str, calls: list[BatchedCall]) -> torch.futures.Future[None]:
         """Delivers a batch; returns a future done once every reply was acknowledged."""
-        batch_done: torch.futures.Future = torch.futures.Future()
+        batch_done: torch.futures.Future[None] = torch.futures.Future()
         left = [len(calls)]
         lock = threading.Lock()
 
@@ -153,16 +176,21 @@ class ReplyBatches:
                 batch_done.set_result(None)
 
         for actor_id, seq, method, wire in calls:
-            answered: torch.futures.Future = torch.futures.Future()
+            answered: torch.futures.Future[Wire] = torch.futures.Future()
             answered.add_done_callback(partial(self._post, caller, actor_id, seq, acked))
             self._deliver(actor_id, Call(caller, seq, method, wire, answered))
         return batch_done
 
     def _post(
-        self, caller: str, actor_id: str, seq: int, acked: Callable[[], None], answered: Any
+        self,
+        caller: str,
+        actor_id: str,
+        seq: int,
+        acked: Callable[[], None],
+        answered: torch.futures.Future[Wire],
     ) -> None:
         # Runs where the call was answered (the actor's thread, usually).
-        item = (actor_id, seq, answered.value(), acked)
+        item: QueuedReply = (actor_id, seq, answered.value(), acked)
         if self.outbox.busy(caller):
             if self.outbox.put(caller, item):
                 return
@@ -172,36 +200,48 @@ class ReplyBatches:
 
     def close(self) -> None:
         """Sends what is still queued, one message per caller, before RPC stops."""
-        by_caller: dict[str, list[tuple]] = {}
+        by_caller: dict[str, list[QueuedReply]] = {}
         for caller, item in self.outbox.close():
             by_caller.setdefault(caller, []).append(item)
         for caller, items in by_caller.items():
             self._send(caller, items)
 
-    def _send(self, caller: str, items: list[tuple]) -> Any:
+    def _send(self, caller: str, items: list[QueuedReply]) -> torch.futures.Future[None] | None:
         # Replies were packed by the mailbox, so this send cannot fail on pickling.
-        replies = [(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
+        replies: list[Reply] = [(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
         acks = [item[3] for item in items]
         try:
-            sent = rpc.rpc_async(caller, rpc_replies, args=(self.name, replies), timeout=0)
+            sent: torch.futures.Future[None] = rpc.rpc_async(
+                caller, rpc_replies, args=(self.name, replies), timeout=0
+            )
         except Exception:  # the caller is gone: nobody waits for these replies
             for ack in acks:
                 ack()
             return None
+
+        def ack_all(_sent: torch.futures.Future[None]) -> None:
+            for ack in acks:
+                ack()
+
         # Only the acknowledgements wait for the send; the replies are not held.
-        sent.add_done_callback(lambda _f: [ack() for ack in acks])
+        sent.add_done_callback(ack_all)
         return sent
+
+
+def _fail(future: torch.futures.Future[Wire], error: Exception) -> None:
+    # torch annotates set_exception's argument as the future's value type, not an exception
+    future.set_exception(error)  # type: ignore[arg-type]
 
 
 # -- RPC entry points (module level so every process can resolve them by name) ---------
 
 
-@rpc.functions.async_execution
-def rpc_call_batch(caller: str, calls: list[tuple]) -> torch.futures.Future:
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
+def rpc_call_batch(caller: str, calls: list[BatchedCall]) -> torch.futures.Future[None]:
     """Runs on the callee: hands each call to its actor; replies go back one by one."""
     return current().replies.accept(caller, calls)
 
 
-def rpc_replies(worker: str, replies: list[tuple[str, int, Wire]]) -> None:
+def rpc_replies(worker: str, replies: list[Reply]) -> None:
     """Runs on the caller: completes the calls ``worker`` answered."""
     current().calls.resolve(worker, replies)

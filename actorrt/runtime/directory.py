@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from actorrt.errors import PlacementError
 from actorrt.options import ActorOptions
@@ -20,6 +21,9 @@ from actorrt.placement.plan import Plan
 from actorrt.placement.resources import Resources
 from actorrt.placement.scheduler import Placer, Slot
 from actorrt.runtime.context import current
+
+if TYPE_CHECKING:
+    from actorrt.actor_class import ActorHandle
 
 __all__ = [
     "ActorInfo",
@@ -146,7 +150,7 @@ class ClusterDirectory:
         for uses in self._slots.values():
             uses.sort(key=lambda u: u.slot.index)
         self._records: dict[str, _Record] = {}
-        self._names: dict[str, tuple[object, str | None]] = {}  # name -> (handle, class)
+        self._names: dict[str, tuple[ActorHandle, str | None]] = {}  # name -> (handle, class)
 
     @property
     def plan(self) -> Plan:
@@ -276,10 +280,10 @@ class ClusterDirectory:
     def register_name(
         self,
         name: str,
-        handle: object,
+        handle: ActorHandle,
         get_if_exists: bool = False,
         class_path: str | None = None,
-    ) -> object | None:
+    ) -> ActorHandle | None:
         """Registers ``handle`` under ``name``, or finds the actor already there.
 
         One step under the lock, so of concurrent creators of one name exactly one
@@ -312,7 +316,7 @@ class ClusterDirectory:
                 )
             return self._named(name, class_path)
 
-    def lookup(self, name: str, class_path: str | None = None) -> object | None:
+    def lookup(self, name: str, class_path: str | None = None) -> ActorHandle | None:
         """The handle registered under ``name``, or None; ``class_path`` as in register_name.
 
         Raises:
@@ -321,7 +325,7 @@ class ClusterDirectory:
         with self._lock:
             return self._named(name, class_path) if name in self._names else None
 
-    def _named(self, name: str, class_path: str | None) -> object:
+    def _named(self, name: str, class_path: str | None) -> ActorHandle:
         handle, registered = self._names[name]
         if class_path is not None and registered is not None and registered != class_path:
             raise ValueError(
@@ -353,13 +357,13 @@ def rpc_released(actor_id: str) -> None:
 
 
 def rpc_register_name(
-    name: str, handle: object, get_if_exists: bool = False, class_path: str | None = None
-) -> object | None:
+    name: str, handle: ActorHandle, get_if_exists: bool = False, class_path: str | None = None
+) -> ActorHandle | None:
     """Runs on rank 0: registers a named actor, or returns the one already named so."""
     return _directory().register_name(name, handle, get_if_exists, class_path)
 
 
-def rpc_lookup(name: str, class_path: str | None = None) -> object | None:
+def rpc_lookup(name: str, class_path: str | None = None) -> ActorHandle | None:
     """Runs on rank 0: the handle of the actor with this name, or None."""
     return _directory().lookup(name, class_path)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -41,7 +42,9 @@ class ActorLease:
 class ActorHost:
     """Owns the mailboxes of the actors living in this process."""
 
-    def __init__(self, pack_reply: PackReply, on_actor_end=None) -> None:
+    def __init__(
+        self, pack_reply: PackReply, on_actor_end: Callable[[str], None] | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._mailboxes: dict[str, Mailbox] = {}
         self._tombstones: dict[str, str] = {}  # actor id -> why it is gone
@@ -170,15 +173,19 @@ def _host() -> ActorHost:
     return current().host
 
 
-def rpc_create(actor_id: str, class_key: str, class_blob: bytes | None, wire: Wire, meta):
+def rpc_create(
+    actor_id: str, class_key: str, class_blob: bytes | None, wire: Wire, meta: dict[str, Any]
+) -> ActorLease:
     """Runs on the chosen process under ``rpc.remote``; returns the lease the RRef holds."""
     return _host().create(actor_id, class_key, class_blob, wire, **meta)
 
 
-@rpc.functions.async_execution
-def rpc_call(actor_id: str, caller: str, seq: int, method: str | None, wire: Wire | None):
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
+def rpc_call(
+    actor_id: str, caller: str, seq: int, method: str | None, wire: Wire | None
+) -> torch.futures.Future[Wire]:
     """Hands one call to the actor's mailbox; the packed reply goes back when it is done."""
-    future: torch.futures.Future = torch.futures.Future()
+    future: torch.futures.Future[Wire] = torch.futures.Future()
     _host().deliver(actor_id, Call(caller, seq, method, wire, future))
     return future
 

@@ -143,11 +143,11 @@ class LocalCluster:
                 f"local worker rank {rank} (pid {pids.get(rank)}) exited with code {code} "
                 "while the cluster was starting; its error is printed above."
             )
-        code = self._zygote.poll()
-        if code is not None and not forked_all:
+        zygote_code = self._zygote.poll()
+        if zygote_code is not None and not forked_all:
             raise ClusterError(
-                f"the local cluster's zygote (pid {self._zygote.pid}) exited with code {code} "
-                "before it started every worker; its error is printed above."
+                f"the local cluster's zygote (pid {self._zygote.pid}) exited with code "
+                f"{zygote_code} before it started every worker; its error is printed above."
             )
 
     def dead_ranks(self) -> list[int]:

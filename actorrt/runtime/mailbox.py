@@ -45,10 +45,10 @@ class Call:
     seq: int
     method: str | None  # None: the caller skips this seq (its call could not be sent)
     wire: Wire | None  # the packed ``(args, kwargs)``
-    future: torch.futures.Future
+    future: torch.futures.Future[Wire]  # completed with the packed reply
     done: bool = field(default=False)
 
-    def arguments(self) -> tuple[tuple, dict]:
+    def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""
         try:
             args, kwargs = unpack(self.wire)  # type: ignore[arg-type]
@@ -78,7 +78,7 @@ class Mailbox:
         self._threads: ActorThreads | None = None  # a sync actor's threads
         self._loop: asyncio.AbstractEventLoop | None = None  # an async actor's loop
         self._slots: asyncio.Semaphore | None = None  # an async actor's max_concurrency
-        self._tasks: set[asyncio.Task] = set()  # the loop keeps only weak references
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._accepted: set[Call] = set()  # handed to the actor's threads, not answered
         self._instance: Any = None
         self._dead: str | None = None
@@ -200,18 +200,20 @@ class Mailbox:
 
     def _run(self, call: Call) -> None:
         """Runs a call on one of a sync actor's threads."""
+        name = call.method
+        assert name is not None  # a skipped seq is never queued (see _release)
         if not self._begin(call):
             return
-        token = in_method.set(f"{self._class_name}.{call.method}")
+        token = in_method.set(f"{self._class_name}.{name}")
         try:
-            method = getattr(self._instance, call.method)
+            method = getattr(self._instance, name)
             args, kwargs = call.arguments()
             reply = (OK, method(*args, **kwargs))
         except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
-            self.kill(exit_reason(self.what, call.method, exc))  # type: ignore[arg-type]
+            self.kill(exit_reason(self.what, name, exc))
             return
         except BaseException as exc:
-            reply = error_reply(f"{self.what}.{call.method}", exc)
+            reply = error_reply(f"{self.what}.{name}", exc)
         finally:
             in_method.reset(token)
         self._finish(call, reply)
@@ -224,23 +226,25 @@ class Mailbox:
 
     async def _run_async(self, call: Call) -> None:
         """Runs a call of an async actor as a task on its loop (plain methods too)."""
+        name = call.method
+        assert name is not None  # a skipped seq is never queued (see _release)
         async with self._slots:  # type: ignore[union-attr]
             if not self._begin(call):
                 return
             # the task runs in its own copy of the context
-            in_method.set(f"{self._class_name}.{call.method}")
+            in_method.set(f"{self._class_name}.{name}")
             try:
-                method = getattr(self._instance, call.method)
+                method = getattr(self._instance, name)
                 args, kwargs = call.arguments()
                 result = method(*args, **kwargs)
                 if inspect.iscoroutine(result):  # not any awaitable: a returned ref is a value
                     result = await result
                 reply = (OK, result)
             except SystemExit as exc:  # caught here: out of a task it would stop the loop
-                self.kill(exit_reason(self.what, call.method, exc))  # type: ignore[arg-type]
+                self.kill(exit_reason(self.what, name, exc))
                 return
             except BaseException as exc:
-                reply = error_reply(f"{self.what}.{call.method}", exc)
+                reply = error_reply(f"{self.what}.{name}", exc)
         self._finish(call, reply)
 
     def _begin(self, call: Call) -> bool:

@@ -21,9 +21,23 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["MIN_BATCH", "Answered", "Outbox", "coalescing_enabled"]
+
+Item = TypeVar("Item")
+
+
+class SentMessage(Protocol):
+    """A message sent to a destination, as the outbox remembers the last one (a torch future)."""
+
+    def done(self) -> bool:
+        """Whether it was answered."""
+        ...
+
 
 # How close together two messages must be to count as one burst: shorter than a sync call's
 # round trip, so sync callers never queue, and longer than the gap between `.remote()`
@@ -52,8 +66,8 @@ class Answered:
 
     __slots__ = ("_future", "_keep")
 
-    def __init__(self, future: Any, keep: Any = None) -> None:
-        self._future = future
+    def __init__(self, future: torch.futures.Future[Any], keep: object = None) -> None:
+        self._future: torch.futures.Future[Any] | None = future
         self._keep = keep
 
     def done(self) -> bool:
@@ -71,13 +85,13 @@ class Answered:
         else:
             future.add_done_callback(self)
 
-    def __call__(self, _future: Any) -> None:
+    def __call__(self, _future: torch.futures.Future[Any]) -> None:
         """The reply's done callback: drops the future and the handle."""
         self._future = None
         self._keep = None
 
 
-class Outbox:
+class Outbox(Generic[Item]):
     """Queues messages for busy destinations and sends them in batches from one thread.
 
     Args:
@@ -92,16 +106,16 @@ class Outbox:
     def __init__(
         self,
         name: str,
-        send_batch: Callable[[str, list[Any]], Any],
+        send_batch: Callable[[str, list[Item]], SentMessage | None],
         window: float = WINDOW_S,
     ) -> None:
         self._name = name
         self._send_batch = send_batch
         self._window = window
         self._lock = threading.Lock()
-        self._pending: dict[str, list[Any]] = {}
+        self._pending: dict[str, list[Item]] = {}
         # dest -> (time of the last send but one, time of the last, the last's future or flag)
-        self._last: dict[str, tuple[float, float, Any]] = {}
+        self._last: dict[str, tuple[float, float, SentMessage]] = {}
         self._wake: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -114,15 +128,15 @@ class Outbox:
         last = self._last.get(dest)
         return last is not None and time.monotonic() - last[0] < self._window and not last[2].done()
 
-    def sent(self, dest: str, future: Any) -> None:
+    def sent(self, dest: str, future: SentMessage) -> None:
         """Records a message the caller sent itself: anything with ``done()``."""
         self._record(dest, future)
 
-    def _record(self, dest: str, future: Any) -> None:
+    def _record(self, dest: str, future: SentMessage) -> None:
         last = self._last.get(dest)
         self._last[dest] = (last[1] if last else float("-inf"), time.monotonic(), future)
 
-    def put(self, dest: str, item: Any) -> bool:
+    def put(self, dest: str, item: Item) -> bool:
         """Queues ``item`` for ``dest``; False once the outbox is closed."""
         with self._lock:
             if self._closed:
@@ -140,7 +154,7 @@ class Outbox:
         self._wake.put(dest)
         return True
 
-    def close(self) -> list[tuple[str, Any]]:
+    def close(self) -> list[tuple[str, Item]]:
         """Stops the flusher; returns the ``(dest, item)`` pairs that were never sent."""
         with self._lock:
             self._closed = True

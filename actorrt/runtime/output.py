@@ -243,7 +243,7 @@ class _LineStream(io.TextIOBase):
         self._forwarder = forwarder
         self._pending: dict[int, str] = {}  # thread id -> its unfinished line
 
-    def write(self, s: str) -> int:  # type: ignore[override]
+    def write(self, s: str) -> int:
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
         if not self._forwarder.accepting():

@@ -75,7 +75,7 @@ def _from_side(index: int) -> Any:
     return _local.side[index]
 
 
-class _Pickler(cloudpickle.Pickler):
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped (Any)
     """cloudpickle, with tensors and RRefs set aside for torch RPC's pickler."""
 
     def __init__(self, file: io.BytesIO, road: Callable[[torch.Tensor], Any] | None) -> None:

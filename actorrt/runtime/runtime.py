@@ -12,7 +12,7 @@ import threading
 import uuid
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed.rpc as rpc
@@ -47,6 +47,8 @@ from actorrt.runtime.payload import Wire, pack
 from actorrt.runtime.protocol import rpc_failure, unsendable_argument
 
 __all__ = ["Runtime", "current", "is_initialized"]
+
+R = TypeVar("R")
 
 
 class Runtime:
@@ -92,7 +94,7 @@ class Runtime:
         self.calls = CallBatches(name)
         self.replies = ReplyBatches(name, self.host.deliver)
         self._coalesce = coalescing_enabled()
-        self._seqs: dict[str, Any] = {}
+        self._seqs: dict[str, itertools.count[int]] = {}
         self._dead_workers: set[str] = set()
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
@@ -119,7 +121,11 @@ class Runtime:
 
     # -- actors ----------------------------------------------------------------
     def create_actor(
-        self, actor_class: ActorClass, options: ActorOptions, args: tuple, kwargs: dict
+        self,
+        actor_class: ActorClass[Any],
+        options: ActorOptions,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> ActorHandle:
         """Places the actor, ships its class and constructor arguments, returns its handle.
 
@@ -171,12 +177,15 @@ class Runtime:
     def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
         return self._directory_call(rpc_place, actor_id, options, class_name)
 
-    def _directory_call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _directory_call(self, fn: Callable[..., R], *args: Any) -> R:
         if self.directory is not None:
             return fn(*args)
-        return rpc.rpc_sync(self.driver_name, fn, args=args)
+        result: R = rpc.rpc_sync(self.driver_name, fn, args=args)
+        return result
 
-    def submit(self, handle: ActorHandle, method: str, args: tuple, kwargs: dict) -> ObjectRef:
+    def submit(
+        self, handle: ActorHandle, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> ObjectRef:
         """Sends one method call; returns its ``ObjectRef`` at once."""
         actor_id = handle.actor_id
         try:
@@ -199,10 +208,11 @@ class Runtime:
                 remaining[0] -= 1
                 if remaining[0]:
                     return
-            failed = next((d for d in deps if d.future().exception() is not None), None)
-            if failed is not None:
+            errors = (d.future().exception() for d in deps)
+            error = next((e for e in errors if e is not None), None)
+            if error is not None:
                 self._skip(handle, seq)
-                ref._set_exception(failed.future().exception())
+                ref._set_exception(error)
                 return
             a = tuple(x.future().result() if type(x) is ObjectRef else x for x in args)
             kw = {k: v.future().result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
@@ -217,8 +227,8 @@ class Runtime:
         handle: ActorHandle,
         seq: int,
         method: str,
-        args: tuple,
-        kwargs: dict,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         ref: ObjectRef,
         raise_now: bool,
     ) -> None:
@@ -292,7 +302,7 @@ class Runtime:
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
         return pack(reply, self._road(peer))
 
-    def _road(self, peer: str) -> Callable[[torch.Tensor], Any] | None:
+    def _road(self, peer: str) -> Callable[[torch.Tensor], torch.Tensor | shm.ShmTensor] | None:
         """What each tensor sent to ``peer`` goes through, or None when nothing changes."""
         stage = self._stage_cuda
         to_shm = self._shm and shm.peer_ok(peer)
@@ -301,7 +311,7 @@ class Runtime:
         mapped = peer in self._cuda_peers
         guard_tiny = self._guard_tiny
 
-        def road(t: torch.Tensor) -> Any:
+        def road(t: torch.Tensor) -> torch.Tensor | shm.ShmTensor:
             if t.is_cuda:
                 # No device map to the peer: through host memory. Over cuda_gdr, tiny
                 # tensors too (pytorch issue 57136).
@@ -391,7 +401,9 @@ class Runtime:
             self._on_shutdown()
 
 
-def _resolve_now(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def _resolve_now(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if not any(type(a) is ObjectRef for a in args) and not any(
         type(v) is ObjectRef for v in kwargs.values()
     ):

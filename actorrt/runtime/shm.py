@@ -36,8 +36,8 @@ import secrets
 import struct
 import threading
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import torch
@@ -109,6 +109,10 @@ class _Pool:
 _pool = _Pool()
 
 
+_Fields = tuple[int, int, int, int, torch.dtype, tuple[int, ...]]
+"""What :func:`_attach` maps a tensor from: pid, fd, capacity, generation, dtype, shape."""
+
+
 class ShmTensor:
     """What travels instead of a large CPU tensor; unpickles as a tensor over shared memory."""
 
@@ -122,14 +126,14 @@ class ShmTensor:
         self.dtype = tensor.dtype
         self.shape = tuple(tensor.shape)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., torch.Tensor], _Fields]:
         return (
             _attach,
             (self.pid, self.fd, self.capacity, self.generation, self.dtype, self.shape),
         )
 
 
-def _put(t: torch.Tensor) -> Any:
+def _put(t: torch.Tensor) -> torch.Tensor | ShmTensor:
     nbytes = t.nbytes
     seg = _pool.acquire(nbytes)
     if seg is None:
@@ -174,7 +178,7 @@ def _copy(dst: int, src: int, nbytes: int) -> None:
         helper.result()
 
 
-def swap_one(t: torch.Tensor) -> Any:
+def swap_one(t: torch.Tensor) -> torch.Tensor | ShmTensor:
     """A handle over a shared-memory copy of ``t`` when it is a large CPU tensor, else ``t``.
 
     Only for a peer that :func:`peer_ok` approved.
@@ -225,7 +229,7 @@ def _start_probe(peer: str) -> None:
         _peers[peer] = False
         return
 
-    def done(f: Any) -> None:
+    def done(f: torch.futures.Future[bool]) -> None:
         try:
             _peers[peer] = bool(f.value())
         except Exception:
@@ -275,7 +279,7 @@ def _release(mm: mmap.mmap) -> None:
 
 
 def _attach(
-    pid: int, fd: int, capacity: int, generation: int, dtype: torch.dtype, shape: tuple
+    pid: int, fd: int, capacity: int, generation: int, dtype: torch.dtype, shape: tuple[int, ...]
 ) -> torch.Tensor:
     mm = _map(pid, fd, capacity)
     if struct.unpack_from("<Q", mm, 8)[0] != generation or mm[0] != 1:

@@ -97,8 +97,8 @@ def format_status(
     """
     pids = pids or {}
     calls: dict[str, int] = {}
-    for s in stats.values():
-        calls.update(s.get("calls") or {})
+    for reported in stats.values():
+        calls.update(reported.get("calls") or {})
     by_process: dict[str, list[ActorInfo]] = {}
     for a in actors:
         by_process.setdefault(a.process, []).append(a)

@@ -20,7 +20,11 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from actorrt.runtime.output import Header, Line
+    from actorrt.runtime.runtime import Runtime
 
 __all__ = ["WorkerConfig", "run_config", "run_worker"]
 
@@ -62,7 +66,7 @@ def run_worker(cfg: WorkerConfig) -> int:
     log = get_logger("worker")
     from actorrt.cluster import planning, rendezvous
     from actorrt.cluster.netif import apply_socket_ifname
-    from actorrt.runtime import output
+    from actorrt.runtime import context, output
     from actorrt.runtime import runtime as rt_mod
 
     log.info("rank %d: joining the driver's rendezvous at %s:%d", cfg.rank, cfg.host, cfg.port)
@@ -87,7 +91,7 @@ def run_worker(cfg: WorkerConfig) -> int:
         guard_tiny_cuda=setup.guard_tiny_cuda,
     )
     rt.plan = setup.plan
-    rt_mod._install(rt)
+    context.install(rt)
     _watch_driver(cfg, rt)  # before init_rpc: a driver dying during start-up ends us too
     forwarder = None
     if plan.get("log_to_driver", True):
@@ -116,23 +120,23 @@ def run_worker(cfg: WorkerConfig) -> int:
     # cluster: see rendezvous.graceful_shutdown_possible); it already stopped us by rpc_stop.
     wanted = bool(plan.get("graceful_shutdown", True))
     graceful = rt_mod.shutdown_rpc(cfg.shutdown_timeout, graceful=wanted) or not wanted
-    rt_mod._install(None)
+    context.install(None)
     return 0 if graceful else 3
 
 
-def _sender(driver: str) -> Callable[[Any, list], None]:
+def _sender(driver: str) -> Callable[[Header, list[Line]], None]:
     """Sends a batch of output lines to the driver (a plain RPC, in order: one at a time)."""
     import torch.distributed.rpc as rpc
 
     from actorrt.runtime.output import SEND_TIMEOUT_S, rpc_print
 
-    def send(header: Any, batch: list) -> None:
+    def send(header: Header, batch: list[Line]) -> None:
         rpc.rpc_sync(driver, rpc_print, args=(header, batch), timeout=SEND_TIMEOUT_S)
 
     return send
 
 
-def _watch_driver(cfg: WorkerConfig, rt) -> None:
+def _watch_driver(cfg: WorkerConfig, rt: Runtime) -> None:
     """Ends this process when the driver is gone, so no worker outlives its cluster."""
 
     def exit_now(why: str) -> None:

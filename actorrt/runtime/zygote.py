@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import traceback
+from typing import Any, TextIO
 
 __all__ = ["main"]
 
@@ -40,7 +41,7 @@ def _preload() -> None:
     import actorrt.runtime.runtime  # noqa: F401
 
 
-def _in_child(config: dict, report_fd: int) -> None:
+def _in_child(config: dict[str, Any], report_fd: int) -> None:
     os.close(report_fd)
     # Python reseeds `random` after fork by itself; numpy's global generator it does not,
     # and fresh workers would each have drawn their own seed. (numpy.random is loaded
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     os._exit(0)  # no teardown: the driver-watch thread may still be blocked reading stdin
 
 
-def _reap(children: dict[int, int], report) -> None:
+def _reap(children: dict[int, int], report: TextIO) -> None:
     """Reports each worker's exit; if the driver goes, gives workers a grace, then kills."""
     lock = threading.Lock()  # a pid in `children` under it is unreaped, so still that worker's
 

@@ -66,7 +66,9 @@ def run_script(
     reports = _reports(out.stdout)
     left = wait_gone([p for rep in reports for p in rep.get("pids", [])], grace)
     kill_pids(left)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert out.returncode == 0, (
+        f"the driver exited with {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+    )
     assert not left, f"processes left {grace} s after the driver exited: {left}"
     return reports
 

@@ -48,7 +48,7 @@ class Waiter:
 
 def capture_terminal(path):
     # fds 1 and 2 (the workers inherit them) go to `path`; returns a restore function.
-    saved = os.dup(1)
+    saved = os.dup(1), os.dup(2)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -57,7 +57,8 @@ def capture_terminal(path):
     def restore():
         sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 1)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)  # what goes wrong after this reaches the test's message
         return open(path, errors="replace").read()
 
     return restore
