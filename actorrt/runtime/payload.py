@@ -52,19 +52,34 @@ _PLAIN_DEPTH = 4
 _PLAIN_WIDTH = 32
 
 
-def _plain(value: Any, depth: int = 0) -> bool:
+_NOT_PLAIN, _PLAIN, _PLAIN_WITH_TENSORS = 0, 1, 2
+
+
+def _plain(value: Any, depth: int = 0) -> int:
+    """Whether ``value`` is plain, and whether tensors are inside (one walk for both)."""
     kind = type(value)
-    if kind in _ATOMS or kind is torch.Tensor:
-        return True
-    if depth == _PLAIN_DEPTH:
-        return False
-    if kind is tuple or kind is list:
-        return len(value) <= _PLAIN_WIDTH and all(_plain(v, depth + 1) for v in value)
+    if kind in _ATOMS:
+        return _PLAIN
+    if kind is torch.Tensor:
+        return _PLAIN_WITH_TENSORS
+    if depth == _PLAIN_DEPTH or kind not in (tuple, list, dict) or len(value) > _PLAIN_WIDTH:
+        return _NOT_PLAIN
+    found = _PLAIN
     if kind is dict:
-        return len(value) <= _PLAIN_WIDTH and all(
-            type(k) in _ATOMS and _plain(v, depth + 1) for k, v in value.items()
-        )
-    return False
+        for key, item in value.items():
+            if type(key) not in _ATOMS:
+                return _NOT_PLAIN
+            inner = _plain(item, depth + 1)
+            if inner == _NOT_PLAIN:
+                return _NOT_PLAIN
+            found = max(found, inner)
+        return found
+    for item in value:
+        inner = _plain(item, depth + 1)
+        if inner == _NOT_PLAIN:
+            return _NOT_PLAIN
+        found = max(found, inner)
+    return found
 
 
 # Per thread: the side list of the unpickling under way, and whether a pack is under way.
@@ -102,7 +117,10 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
         Exception: Whatever pickling raised (a lock, an open file, a ctypes pointer, a
             value nested too deeply); the caller turns it into its own error.
     """
-    if _plain(value):
+    plain = _plain(value)
+    if plain == _PLAIN:
+        return None, [value]
+    if plain == _PLAIN_WITH_TENSORS:
         return None, [value if road is None else map_tensors(value, road)]
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, road)
