@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, urlparse
 
 import torch.distributed as dist
 
@@ -439,7 +439,7 @@ def _wait_key(store: dist.TCPStore, key: str, timeout: float) -> str:
 
 # -- init_rpc on our own store --------------------------------------------------------
 
-_stores: dict[str, tuple[dist.Store, threading.Event]] = {}
+_stores: dict[str, dist.Store] = {}  # init_method key -> the store init_rpc is to use
 _rpc_inits = 0  # init_rpc calls of this process (through store_init_method)
 
 
@@ -463,8 +463,8 @@ _register_lock = threading.Lock()
 
 def _handler(url: str, **kwargs: Any) -> Iterator[tuple[dist.Store, int, int]]:
     parsed = urlparse(url)
-    query = dict(p.split("=", 1) for p in parsed.query.split("&") if p)
-    store, _ = _stores.pop(parsed.netloc)
+    query = dict(parse_qsl(parsed.query))
+    store = _stores.pop(parsed.netloc)
     yield store, int(query["rank"]), int(query["world_size"])
 
 
@@ -482,7 +482,7 @@ def store_init_method(store: dist.Store) -> str:
             dist.register_rendezvous_handler("actorrt", _handler)
             _registered = True
         key = uuid.uuid4().hex
-        _stores[key] = (store, threading.Event())
+        _stores[key] = store
     return f"actorrt://{key}"
 
 

@@ -332,11 +332,6 @@ class Mailbox:
             task.cancel()
         self._loop.call_soon(self._loop.stop)  # type: ignore[union-attr]
 
-    @property
-    def dead_reason(self) -> str | None:
-        """Why the actor is gone, or None while it is alive."""
-        return self._dead
-
     def _answer(self, call: Call, reply: tuple[int, Any]) -> None:
         # Outside the lock: completing the future sends the reply from this thread (pickling,
         # TensorPipe write), and RPC threads delivering new calls must not queue behind it

@@ -234,8 +234,7 @@ class Runtime:
     ) -> None:
         worker = handle.worker
         if worker in self._dead_workers:
-            self._fail(
-                ref,
+            ref._set_exception(
                 ActorDiedError(
                     f"{ref._what}: the actor's process {worker!r} has died; create a new actor.",
                     handle.actor_id,
@@ -249,7 +248,7 @@ class Runtime:
             err = unsendable_argument(ref._what, exc)
             if raise_now:
                 raise err from exc
-            self._fail(ref, err)
+            ref._set_exception(err)
             return
         if self._coalesce and self.calls.outbox.busy(worker):
             queued = self.calls.queue(handle, seq, method, wire)
@@ -264,7 +263,7 @@ class Runtime:
                 timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
             )
         except Exception as exc:  # the agent could not even queue the call
-            self._fail(ref, rpc_failure(ref._what, worker, exc))
+            ref._set_exception(rpc_failure(ref._what, worker, exc))
             return
 
         # The handle lives until the reply, so the actor outlives calls in flight even when
@@ -286,10 +285,6 @@ class Runtime:
             )
         except Exception:  # the worker is gone: nothing waits for the seq any more
             pass
-
-    @staticmethod
-    def _fail(ref: ObjectRef, exc: BaseException) -> None:
-        ref._set_exception(exc)
 
     def pack(self, peer: str, value: Any) -> Wire:
         """The payload pipeline: packs ``value`` (arguments or a reply) for ``peer``.
