@@ -163,7 +163,7 @@ def format_status(
         shown = sorted(actors, key=lambda a: (a.rank, a.class_name, a.slot or "", a.actor_id))
         actor_rows = [
             [
-                a.actor_id[:8],
+                a.actor_id,  # the full id: the form of handles and errors
                 a.class_name,
                 a.name or "-",
                 a.slot or a.label or "-",

@@ -236,6 +236,6 @@ def test_status_shows_processes_actors_and_calls_in_flight(cluster):
         assert f" {pid} " in rows[worker], table
     actor_row = probe_row(table)
     assert "StatusProbe" in actor_row, table
-    assert probe.actor_id[:8] in actor_row and probe.worker in actor_row, table
+    assert probe.actor_id in actor_row and probe.worker in actor_row, table
     assert re.search(r"\b1\s+alive$", actor_row), f"one call in flight expected:\n{table}"
     actorrt.kill(probe)

@@ -353,10 +353,10 @@ def test_status_table():
     ]  # fmt: skip
     assert rows["worker3"] == ["worker3", "3", "?", "n1", "-", "-", "1:", "Probe", "-", "dead"]
     actor_rows = [line.split() for line in lines if line[:8] in ("a" * 8, "b" * 8, "d" * 8)]
-    assert ["aaaaaaaa", "Learner", "learner", "learner/0", "worker1", "n0", "0", "2", "alive"] in (
+    assert ["a" * 32, "Learner", "learner", "learner/0", "worker1", "n0", "0", "2", "alive"] in (
         actor_rows
-    )
-    assert ["dddddddd", "Probe", "-", "-", "worker3", "n1", "-", "-", "dead"] in actor_rows
+    )  # the full id, as handles and errors show it
+    assert ["d" * 32, "Probe", "-", "-", "worker3", "n1", "-", "-", "dead"] in actor_rows
 
 
 def test_status_caps_the_actor_rows():
