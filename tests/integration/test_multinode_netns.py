@@ -24,8 +24,14 @@ def _hosts(n):
     return Hosts(n)
 
 
-def _driver_and_one_worker(procs, hosts, cfg, *, driver_wrap=(), worker_wrap=(), driver_env=None):
-    """Runs the driver on host 0 and worker 1 on host 1 (each command wrapped as given)."""
+def _run_cluster(
+    procs, hosts, cfg, workers, *, driver_wrap=(), worker_wrap=(), driver_env=None, timeout=90
+):
+    """Runs the driver on host 0 and each ``(rank, host, extra args)`` worker; its result.
+
+    Workers off host 0 are told their interface; on host 0 they find it themselves (the
+    one holding the rendezvous address). Every process must exit 0; all are cleaned up.
+    """
     env = {"ACTORRT_TOKEN": TOKEN}
     try:
         procs.start(
@@ -33,14 +39,18 @@ def _driver_and_one_worker(procs, hosts, cfg, *, driver_wrap=(), worker_wrap=(),
             driver_argv(cfg, hosts.exec_prefix(0) + list(driver_wrap)),
             {**env, **(driver_env or {})},
         )
-        procs.start(
-            "worker1",
-            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1) + list(worker_wrap)),
-            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
-        )
-        res = procs.result("driver", 90)
+        for rank, host, extra in workers:
+            wenv = {**env, "TP_SOCKET_IFNAME": hosts.ifnames[host]} if host else env
+            prefix = hosts.exec_prefix(host) + list(worker_wrap)
+            procs.start(
+                f"worker{rank}",
+                worker_argv(cfg["init"], rank, cfg["world"], *extra, prefix=prefix),
+                wenv,
+            )
+        res = procs.result("driver", timeout)
         assert procs.wait("driver", 30) == 0, procs.logs()
-        assert procs.wait("worker1", 20) == 0, procs.logs()
+        for rank, _, _ in workers:
+            assert procs.wait(f"worker{rank}", 20) == 0, procs.logs()
         return res
     finally:
         procs.close()
@@ -49,32 +59,14 @@ def _driver_and_one_worker(procs, hosts, cfg, *, driver_wrap=(), worker_wrap=(),
 
 def test_three_hosts_labels_calls_and_64mb_tensors(procs):
     hosts = _hosts(3)
-    try:
-        init = f"tcp://{hosts.addrs[0]}:{PORT}"
-        env = {"ACTORRT_TOKEN": TOKEN}
-        # Host 0: the driver and a worker find their interface themselves (the one
-        # holding / reaching the rendezvous address); hosts 1 and 2 are told.
-        procs.start(
-            "driver",
-            driver_argv({"init": init, "world": 4, "scenario": "hosts"}, hosts.exec_prefix(0)),
-            env,
-        )
-        for rank, host, label in ((1, 0, "hostA"), (2, 1, "collector"), (3, 2, "learner")):
-            wenv = dict(env)
-            if host:
-                wenv["TP_SOCKET_IFNAME"] = hosts.ifnames[host]
-            procs.start(
-                f"worker{rank}",
-                worker_argv(init, rank, 4, "--labels", label, prefix=hosts.exec_prefix(host)),
-                wenv,
-            )
-        res = procs.result("driver", 120)
-        assert procs.wait("driver", 30) == 0, procs.logs()
-        for rank in (1, 2, 3):
-            assert procs.wait(f"worker{rank}", 20) == 0, procs.logs()
-    finally:
-        procs.close()
-        hosts.close()
+    # Host 0: the driver and a worker find their interface themselves (the one holding /
+    # reaching the rendezvous address); hosts 1 and 2 are told.
+    cfg = {"init": f"tcp://{hosts.addrs[0]}:{PORT}", "world": 4, "scenario": "hosts"}
+    workers = [
+        (rank, host, ("--labels", label))
+        for rank, host, label in ((1, 0, "hostA"), (2, 1, "collector"), (3, 2, "learner"))
+    ]
+    res = _run_cluster(procs, hosts, cfg, workers, timeout=120)
 
     a, coll, learn = res["where"]
     # labels honoured: each actor runs on the worker, and in the namespace, offering it
@@ -105,34 +97,16 @@ def test_three_hosts_layout_without_worker_labels(procs, tmp_path):
     """
     hosts = _hosts(3)
     dump = tmp_path / "cluster.toml"
-    try:
-        init = f"tcp://{hosts.addrs[0]}:{PORT}"
-        env = {"ACTORRT_TOKEN": TOKEN}
-        cfg = {
-            "init": init,
-            "world": 4,
-            "scenario": "layout",
-            "labels": {"learner": {"count": 1}, "collector": {"count": 2}},
-            "talks": [["collector", "learner"]],
-            "dump": str(dump),
-        }
-        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
-        for rank, host in ((1, 0), (2, 1), (3, 2)):
-            wenv = dict(env)
-            if host:
-                wenv["TP_SOCKET_IFNAME"] = hosts.ifnames[host]
-            procs.start(
-                f"worker{rank}",
-                worker_argv(init, rank, 4, prefix=hosts.exec_prefix(host)),  # no --labels
-                wenv,
-            )
-        res = procs.result("driver", 120)
-        assert procs.wait("driver", 30) == 0, procs.logs()
-        for rank in (1, 2, 3):
-            assert procs.wait(f"worker{rank}", 20) == 0, procs.logs()
-    finally:
-        procs.close()
-        hosts.close()
+    cfg = {
+        "init": f"tcp://{hosts.addrs[0]}:{PORT}",
+        "world": 4,
+        "scenario": "layout",
+        "labels": {"learner": {"count": 1}, "collector": {"count": 2}},
+        "talks": [["collector", "learner"]],
+        "dump": str(dump),
+    }
+    workers = [(1, 0, ()), (2, 1, ()), (3, 2, ())]  # no --labels
+    res = _run_cluster(procs, hosts, cfg, workers, timeout=120)
 
     plan, where = res["plan"], res["where"]
     # The placer keys hosts by boot id, which these namespaces share: it sees one host
@@ -218,7 +192,7 @@ def test_two_containers_on_one_host(procs):
     hosts = _hosts(2)
     box = ["unshare", "--pid", "--ipc", "--mount", "--fork", "--kill-child", "--mount-proc"]
     cfg = {"init": f"tcp://{hosts.addrs[0]}:{PORT}", "world": 2, "scenario": "container"}
-    res = _driver_and_one_worker(procs, hosts, cfg, driver_wrap=box, worker_wrap=box)
+    res = _run_cluster(procs, hosts, cfg, [(1, 1, ())], driver_wrap=box, worker_wrap=box)
 
     d0, d1 = res["descriptions"]
     assert d0["boot_id"] == d1["boot_id"]  # one host...
@@ -284,8 +258,8 @@ def test_two_hosts_actor_output_reaches_the_driver(procs):
     named = ["unshare", "--uts", "sh", "-c", f'hostname {remote} && exec "$@"', "sh"]
     init = f"tcp://{hosts.addrs[0]}:{PORT}"
     cfg = {"init": init, "world": 2, "scenario": "output", "tag": "over-the-wire"}
-    res = _driver_and_one_worker(
-        procs, hosts, cfg, worker_wrap=named, driver_env={"ACTORRT_LOG_LEVEL": "info"}
+    res = _run_cluster(
+        procs, hosts, cfg, [(1, 1, ())], worker_wrap=named, driver_env={"ACTORRT_LOG_LEVEL": "info"}
     )
 
     talker = res["talker"]
