@@ -338,7 +338,7 @@ def _start_driver(
         world_size=world_size,
         driver_name=setup.name,
         directory=directory,
-        cuda_peers=setup.cuda_peers,
+        device_maps=setup.device_maps,
         guard_tiny_cuda=setup.guard_tiny_cuda,
         on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
     )

@@ -1,8 +1,7 @@
 """Rewriting the tensors inside a nested value (dicts, lists, tuples).
 
-For :func:`actorrt.placement.guard_tiny_cuda_tensors`, a public helper for values sent
-outside actorrt's calls. actorrt's own calls and replies rewrite each tensor as it is
-pickled instead (see :mod:`actorrt.runtime.payload`), which reaches tensors inside any
+For plain values (:mod:`actorrt.runtime.payload`), which skip the pickler: every other
+value has each tensor rewritten as it is pickled, which reaches tensors inside any
 object, not only inside containers.
 """
 

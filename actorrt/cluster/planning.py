@@ -112,7 +112,7 @@ class ProcessSetup:
             # torch refuses channel names its build lacks (no cuda_* on a CPU build).
             available = registered_tensorpipe_backends()
         self.backend_kwargs = self.process.backend_options_kwargs(*available)
-        self.cuda_peers = frozenset(self.process.device_maps)
+        self.device_maps = self.process.device_maps
         self.guard_tiny_cuda = self.process.guard_tiny_cuda
         self.env = dict(self.process.env)
 

@@ -44,7 +44,6 @@ from actorrt.placement.scheduler import Placer, Slot
 from actorrt.placement.topology import BANDWIDTH_CLASS, LINK_KINDS, build_topology
 from actorrt.placement.transports import (
     GDR_MIN_BYTES,
-    guard_tiny_cuda_tensors,
     registered_tensorpipe_backends,
 )
 
@@ -76,7 +75,6 @@ __all__ = [
     "di_device_map_for",
     "format_cuda_device_map",
     "format_local_cuda_devices",
-    "guard_tiny_cuda_tensors",
     "load_cluster",
     "load_layout",
     "make_plan",

@@ -66,8 +66,8 @@ class ProcessPlan:
         transports: ``_transports``, or None for TensorPipe's default.
         channels: ``_channels``, or None for TensorPipe's default.
         env: Environment to set before torch loads (fork safety, TP_SOCKET_IFNAME).
-        guard_tiny_cuda: Its CUDA tensors may travel over cuda_gdr: pass payloads
-            through ``guard_tiny_cuda_tensors``.
+        guard_tiny_cuda: Its CUDA tensors may travel over cuda_gdr: the runtime sends
+            tiny ones through host memory (:mod:`actorrt.runtime.roads`).
         why: Why it got its transports, channels and env, as the planner decided them
             (``actorrt plan --explain``); None on a plan read back from JSON, which does
             not carry reasons (workers never need them).

@@ -11,8 +11,9 @@ only there does the planner give an explicit list, the union safe for every peer
 * ibv opens the first adapter of the verbs list: if its port is down, ibv is left out;
 * cuda_gdr uses the adapter nearest each GPU: if that one is down (or not
   GPUDirect-capable), cuda_gdr is left out;
-* cuda_gdr can crash on CUDA tensors under 32 bytes: processes that may use it must
-  pass call payloads through :func:`guard_tiny_cuda_tensors`.
+* cuda_gdr can crash on CUDA tensors under 32 bytes: processes that may use it are
+  marked ``guard_tiny_cuda``, and the runtime sends their tiny CUDA tensors through host
+  memory (:mod:`actorrt.runtime.roads`).
 
 Each choice is made together with the sentence that says why (``choose_*`` return both,
 :func:`pair_transports` records a reason code per pair), so ``actorrt plan --explain``
@@ -24,7 +25,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from actorrt.placement.node import GpuInfo, NodeDescription, ProcessInfo
 from actorrt.placement.topology import (
@@ -35,7 +35,6 @@ from actorrt.placement.topology import (
     ibv_usable,
     nvlinked,
 )
-from actorrt.tensor_tree import map_tensors
 
 __all__ = [
     "CHANNELS",
@@ -50,7 +49,6 @@ __all__ = [
     "choose_env",
     "choose_transports",
     "explain_pair",
-    "guard_tiny_cuda_tensors",
     "pair_transports",
     "process_facts",
     "registered_tensorpipe_backends",
@@ -404,40 +402,3 @@ def registered_tensorpipe_backends() -> tuple[frozenset[str], frozenset[str]]:
         frozenset(t for t in TRANSPORTS if ok(transports=[t])),
         frozenset(c for c in CHANNELS if ok(channels=[c])),
     )
-
-
-def _default_is_cuda(t: Any) -> bool:
-    return bool(getattr(t, "is_cuda", False))
-
-
-def guard_tiny_cuda_tensors(
-    obj: Any,
-    *,
-    min_bytes: int = GDR_MIN_BYTES,
-    is_cuda: Callable[[Any], bool] = _default_is_cuda,
-    to_host: Callable[[Any], Any] | None = None,
-) -> Any:
-    """Move CUDA tensors smaller than ``min_bytes`` to the CPU, anywhere in ``obj``.
-
-    cuda_gdr can crash on tensors under 32 bytes (pytorch issue 57136); staging them
-    through host memory costs nothing measurable at that size. Walks dicts, lists,
-    tuples (named tuples keep their type); other objects are returned as they are, and
-    a container with nothing to move is returned unchanged (no copy).
-
-    Args:
-        obj: A call's arguments or result.
-        min_bytes: Tensors with fewer bytes are staged.
-        is_cuda: Whether a tensor lives on a GPU (injectable for tests).
-        to_host: Moves one tensor to the CPU; default ``t.cpu()``.
-
-    Returns:
-        ``obj`` with small CUDA tensors replaced by CPU copies.
-    """
-    move = to_host or (lambda t: t.cpu())
-
-    def guard(t: Any) -> Any:
-        if is_cuda(t) and t.nelement() * t.element_size() < min_bytes:
-            return move(t)
-        return t
-
-    return map_tensors(obj, guard)

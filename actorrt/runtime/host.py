@@ -30,6 +30,13 @@ class ActorLease:
         self._host = host
         self.actor_id = actor_id
 
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        # On an agent with device maps torch finds the tensors in every RRef value by
+        # pickling it (torch._jit_internal._extract_tensors). Without this it would walk the
+        # whole host (mailboxes, threads), fail, and drop the lease: the actor would be
+        # released before its first call. A lease holds no tensors; it pickles as its id.
+        return (str, (self.actor_id,))
+
     def __del__(self) -> None:
         # __del__ may run inside any code that holds the host's lock (garbage collection
         # runs anywhere), so it only queues the release; a thread of the host does it.

@@ -11,7 +11,7 @@ import itertools
 import threading
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import torch
@@ -22,7 +22,6 @@ from actorrt.errors import ActorDiedError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
-from actorrt.placement.transports import GDR_MIN_BYTES
 from actorrt.refs import ObjectRef
 from actorrt.runtime import host as host_mod
 from actorrt.runtime import shm
@@ -45,6 +44,7 @@ from actorrt.runtime.host import ActorHost
 from actorrt.runtime.outbox import Answered, coalescing_enabled
 from actorrt.runtime.payload import Wire, pack
 from actorrt.runtime.protocol import rpc_failure, unsendable_argument
+from actorrt.runtime.roads import Road, tensor_road
 
 __all__ = ["Runtime", "current", "is_initialized"]
 
@@ -60,8 +60,8 @@ class Runtime:
         world_size: Processes in the cluster.
         driver_name: RPC name of rank 0, which keeps the cluster directory.
         directory: The cluster directory (rank 0 only).
-        cuda_peers: Peers this process has a device map to; CUDA tensors going anywhere
-            else are staged through host memory.
+        device_maps: This process's device map to each peer it has one to; CUDA tensors
+            going anywhere else are staged through host memory.
         guard_tiny_cuda: CUDA tensors may go over cuda_gdr, which can crash on tensors
             under 32 bytes (pytorch issue 57136): stage those through host memory.
         on_shutdown: Called by :meth:`shutdown` after the RPC agent is down (rank 0 stops
@@ -76,7 +76,7 @@ class Runtime:
         world_size: int,
         driver_name: str = "driver",
         directory: ClusterDirectory | None = None,
-        cuda_peers: frozenset[str] = frozenset(),
+        device_maps: Mapping[str, Mapping[str, str]] | None = None,
         guard_tiny_cuda: bool = False,
         on_shutdown: Callable[[], None] | None = None,
     ) -> None:
@@ -85,10 +85,11 @@ class Runtime:
         self.world_size = world_size
         self.driver_name = driver_name
         self.directory = directory
-        self._cuda_peers = cuda_peers
+        self._device_maps = dict(device_maps or {})
         self._guard_tiny = guard_tiny_cuda
-        self._stage_cuda = torch.cuda.is_available()
+        self._cuda = torch.cuda.is_available()
         self._shm = shm.enabled()  # same-host zero-copy road for large CPU tensors
+        self._roads: dict[tuple[str, bool], Road | None] = {}
         self.host = ActorHost(self._pack_reply, on_actor_end=self._actor_ended)
         # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
         self.calls = CallBatches(name)
@@ -297,25 +298,18 @@ class Runtime:
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
         return pack(reply, self._road(peer))
 
-    def _road(self, peer: str) -> Callable[[torch.Tensor], torch.Tensor | shm.ShmTensor] | None:
-        """What each tensor sent to ``peer`` goes through, or None when nothing changes."""
-        stage = self._stage_cuda
-        to_shm = self._shm and shm.peer_ok(peer)
-        if not stage and not to_shm:
-            return None
-        mapped = peer in self._cuda_peers
-        guard_tiny = self._guard_tiny
-
-        def road(t: torch.Tensor) -> torch.Tensor | shm.ShmTensor:
-            if t.is_cuda:
-                # No device map to the peer: through host memory. Over cuda_gdr, tiny
-                # tensors too (pytorch issue 57136).
-                if mapped and not (guard_tiny and t.nbytes < GDR_MIN_BYTES):
-                    return t
-                t = t.cpu()
-            return shm.swap_one(t) if to_shm else t
-
-        return road
+    def _road(self, peer: str) -> Road | None:
+        """What each tensor sent to ``peer`` goes through (:mod:`actorrt.runtime.roads`)."""
+        to_shm = self._shm and shm.peer_ok(peer)  # turns True once the peer's probe passed
+        key = (peer, to_shm)
+        if key not in self._roads:
+            self._roads[key] = tensor_road(
+                self._device_maps.get(peer),
+                cuda=self._cuda,
+                guard_tiny=self._guard_tiny,
+                to_shm=to_shm,
+            )
+        return self._roads[key]
 
     def kill(self, handle: ActorHandle, timeout: float = 10.0) -> None:
         """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``."""

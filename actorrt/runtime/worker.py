@@ -87,7 +87,7 @@ def run_worker(cfg: WorkerConfig) -> int:
         rank=cfg.rank,
         world_size=cfg.world_size,
         driver_name=setup.plan.for_rank(0).name,
-        cuda_peers=setup.cuda_peers,
+        device_maps=setup.device_maps,
         guard_tiny_cuda=setup.guard_tiny_cuda,
     )
     rt.plan = setup.plan

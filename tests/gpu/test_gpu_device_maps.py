@@ -88,6 +88,36 @@ def test_cuda_transport_maps_devices_and_tensors_stay_on_gpus(tmp_path):
     assert rep["out_kw_device"] == rep["src"] and rep["out_kw"] == [4.5, -6.0]
 
 
+def test_empty_cuda_tensors_cross_both_ways_and_the_worker_lives(tmp_path):
+    """An empty CUDA tensor aborted the sending process inside TensorPipe (tensorpipe issue
+    447; seen as the DQN's collectors dying on their first push of no finished episodes)."""
+    rep = run_driver(
+        tmp_path,
+        """
+        @actorrt.actor(num_gpus=1)
+        class Echo:
+            def echo(self, batch):
+                return {k: (str(v.device), tuple(v.shape)) for k, v in batch.items()}, {
+                    "none": torch.empty(0, 4, device="cuda"), "one": batch["one"] + 1,
+                }
+
+        with actorrt.start(num_workers=1, transport="cuda", timeout=120) as rt:
+            started(rt)
+            e = Echo.remote()
+            batch = {"none": torch.empty(0, device="cuda"), "one": torch.ones(8, device="cuda")}
+            seen, back = actorrt.get(e.echo.remote(batch), timeout=60)
+            again = actorrt.get(e.echo.remote(batch), timeout=60)  # the worker is still there
+            report(
+                seen=seen, again=again[0],
+                back={k: (str(v.device), tuple(v.shape)) for k, v in back.items()},
+            )
+        """,
+    )
+    assert rep["seen"]["none"] == ["cuda:0", [0]] and rep["seen"]["one"] == ["cuda:0", [8]]
+    assert rep["again"] == rep["seen"]
+    assert rep["back"] == {"none": ["cuda:0", [0, 4]], "one": ["cuda:0", [8]]}
+
+
 @requires_gpus(2)
 def test_actors_on_two_gpus_pass_cuda_tensors_gpu_to_gpu(tmp_path):
     """Two whole-GPU actors land on different GPUs; A sends a CUDA tensor to B through B's

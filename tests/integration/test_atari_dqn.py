@@ -118,6 +118,7 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
         sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
         "--logdir", str(logdir), "--no-progress", "--eval-episodes", "2",
         "--learning-starts", "200",
+        "--learner-gpus", "0",  # the CPU road, also where a GPU exists (tests/gpu has the other)
     ]  # fmt: skip
 
     def run(*extra: str) -> str:

@@ -68,7 +68,9 @@ def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
     assert info["rank"] == 1 and info["env"]["SLURM_PROCID"] == "0"
     assert info["ifname"] == info["env"]["GLOO_SOCKET_IFNAME"] == "lo"  # found, not told
     assert res["echo_ok"]
-    assert res["plan_pairs"] == [["driver", "worker1", "shm"]]
+    # One host: shared memory, or CUDA IPC where the plan (auto) put GPUs on both.
+    same_host = "cuda_ipc" if torch.cuda.is_available() else "shm"
+    assert res["plan_pairs"] == [["driver", "worker1", same_host]]
     assert procs.wait("driver", 30) == 0, procs.logs()
     assert procs.wait("worker1", 20) == 0, procs.logs()
 

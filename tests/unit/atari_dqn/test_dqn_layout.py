@@ -101,8 +101,9 @@ def test_learner_goes_to_the_gpu_node():
     assert _holders(plan, "collector") == [(1, "nodeC"), (2, "nodeC")]
 
 
-def test_fewer_workers_than_slots_share_processes():
+def test_fewer_workers_than_slots_share_processes(monkeypatch):
     """--num-workers 2 for 3 slots: every slot is placed, two in one process."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # CPU nodes: no GPU wanted
     nodes = [
         {"hostname": "a", "processes": [{"name": "driver", "hosts_actors": False}]},
         {"hostname": "a", "processes": [{"name": "worker", "count": 2}]},

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict, namedtuple
-
 import pytest
-import torch
 from placement_testlib import check_with_torch, node, procs
 
 from actorrt.errors import PlacementError
-from actorrt.placement import HcaInfo, LabelSpec, guard_tiny_cuda_tensors, make_plan
+from actorrt.placement import HcaInfo, LabelSpec, make_plan
 
 IB = (HcaInfo("mlx5_0", gdr_capable=True), HcaInfo("mlx5_1", gdr_capable=True))
 
@@ -102,37 +99,3 @@ def test_auto_mode_cpu_slots_keep_gpus_out_of_rpc():
 def test_socket_ifname_env():
     plan = make_plan(procs(node("a")), socket_ifname="lo")
     assert plan.processes[0].env == {"TP_SOCKET_IFNAME": "lo"}
-
-
-FakeCuda = namedtuple("FakeCuda", "a b")
-
-
-def test_guard_tiny_cuda_tensors_stages_small_ones():
-    tiny = torch.zeros(3, dtype=torch.float32)  # 12 bytes
-    edge = torch.zeros(8, dtype=torch.float32)  # 32 bytes: allowed
-    big = torch.zeros(100)
-    staged = []
-
-    def to_host(t):
-        staged.append(t)
-        return t.clone()
-
-    obj = {"x": [tiny, (edge, big)], "nt": FakeCuda(tiny, 5), "od": OrderedDict(k=tiny), "s": "str"}
-    out = guard_tiny_cuda_tensors(obj, is_cuda=lambda t: True, to_host=to_host)
-    assert out["x"][0] is not tiny and torch.equal(out["x"][0], tiny)
-    assert out["x"][1][0] is edge and out["x"][1][1] is big
-    assert isinstance(out["x"][1], tuple)
-    assert type(out["nt"]) is FakeCuda and out["nt"].a is not tiny and out["nt"].b == 5
-    assert type(out["od"]) is OrderedDict
-    assert out["s"] == "str"
-    assert len(staged) == 3
-    assert obj["x"][0] is tiny  # the input is not modified
-
-
-def test_guard_leaves_cpu_tensors_and_unchanged_containers_alone():
-    tiny = torch.zeros(1)
-    obj = {"a": [tiny, 1]}
-    assert guard_tiny_cuda_tensors(obj) is obj  # CPU tensors are never staged
-    assert guard_tiny_cuda_tensors(obj, is_cuda=lambda t: True, min_bytes=4) is obj
-    out = guard_tiny_cuda_tensors(obj, is_cuda=lambda t: True, min_bytes=5, to_host=torch.clone)
-    assert out is not obj and out["a"][0] is not tiny and out["a"][1] == 1

@@ -1,0 +1,45 @@
+"""The actor lease (the value an actor's RRef holds) on an agent with device maps.
+
+There torch pickles every RRef value to find its tensors
+(``torch._jit_internal._extract_tensors``, called from C++). A lease pickled as itself
+dragged the whole host along, failed, and was dropped: the actor was released before
+its first call ("no handle refers to the actor any more", seen on a GPU machine).
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import queue
+
+import pytest
+import torch._jit_internal as jit_internal
+
+from actorrt.runtime.host import ActorHost, ActorLease
+
+
+def _host() -> ActorHost:
+    return ActorHost(pack_reply=lambda value: (None, [value]))
+
+
+def test_torchs_tensor_extractor_reads_a_lease_without_walking_the_host() -> None:
+    host = _host()
+    lease = ActorLease(host, "a" * 32)
+    assert jit_internal._extract_tensors(lease) == []
+    assert len(pickle.dumps(lease)) < 100
+
+
+def test_pickling_a_lease_does_not_release_its_actor(monkeypatch: pytest.MonkeyPatch) -> None:
+    released: queue.Queue[str] = queue.Queue()
+    # On the class, before the host's release thread starts and looks the method up.
+    monkeypatch.setattr(ActorHost, "release", lambda self, actor_id, reason: released.put(actor_id))
+    host = _host()
+    lease = ActorLease(host, "b" * 32)
+    copy = pickle.loads(pickle.dumps(lease))
+    del copy
+    gc.collect()
+    with pytest.raises(queue.Empty):
+        released.get(timeout=0.5)
+    del lease
+    gc.collect()
+    assert released.get(timeout=5) == "b" * 32
