@@ -1,35 +1,28 @@
 """The public functions: ``start``, ``shutdown``, ``get_actor``, ``kill`` and introspection.
 
-The driver logs what it does under ``actorrt.driver`` (start-up, workers that die, the
-steps of shutdown); see :mod:`actorrt.logs` for the level.
+Only validation lives here: :func:`start` checks its arguments and hands them to
+:meth:`actorrt.cluster.driver.Driver.launch`, which forms the cluster; the rest ask the
+process's runtime.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
-import signal
 import threading
-import time
-import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from actorrt.actor_class import ActorHandle
+from actorrt.cluster.driver import Driver
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
-from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import configure as _configure_logging
-from actorrt.logs import get_logger, level_name
+from actorrt.logs import level_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.layout import Layout, parse_layout
-from actorrt.runtime import runtime as rt_mod
-from actorrt.runtime.context import current, current_or_none, install, is_initialized
-from actorrt.runtime.directory import ActorInfo, ClusterDirectory, NodeInfo
+from actorrt.runtime.context import current, current_or_none, ensure_not_started, is_initialized
+from actorrt.runtime.directory import ActorInfo, NodeInfo
 from actorrt.runtime.runtime import Runtime
-
-if TYPE_CHECKING:
-    from actorrt.cluster.rendezvous import StoreServer
-    from actorrt.runtime.local import LocalCluster
 
 __all__ = [
     "actors",
@@ -47,16 +40,7 @@ __all__ = [
 LayoutArg = Mapping[str, Any] | str | os.PathLike[str] | Layout | None
 
 _TRANSPORTS = ("auto", "cpu", "cuda")
-log = get_logger("driver")
 _start_lock = threading.Lock()
-_started_before = False  # torch's RRef context stays bound to this process's first agent
-
-_RESTART_WARNING = (
-    "actorrt was already started once in this process. torch binds its RRef context to "
-    "the first RPC agent of a process, so in this new cluster actor handles passed between "
-    "processes and the release of unnamed actors can fail ('RPC is no longer running'). "
-    "Start each cluster in a fresh process (e.g. one script run per cluster)."
-)
 
 
 def start(
@@ -179,12 +163,8 @@ def start(
         token = token if token is not None else os.environ.get("ACTORRT_TOKEN", "")
     check_cuda_device_map(cuda_device_map, rank=0, world_size=world, name="cuda_device_map")
     with _start_lock:
-        if is_initialized():
-            raise RuntimeError(
-                "actorrt is already started in this process: call actorrt.shutdown() before "
-                "starting again (or use `with actorrt.start(): ...`)."
-            )
-        return _start_driver(
+        ensure_not_started()
+        rt = Driver.launch(
             host=host,
             port=port,
             world_size=world,
@@ -201,6 +181,8 @@ def start(
             log_level=level_name(level),
             log_to_driver=log_to_driver,
         )
+    atexit.register(shutdown)
+    return rt
 
 
 def _parse_gpus(value: str | Sequence[int] | None) -> tuple[int, ...] | None:
@@ -214,268 +196,6 @@ def _parse_gpus(value: str | Sequence[int] | None) -> tuple[int, ...] | None:
         raise ValueError(
             f"local_cuda_devices={value!r} must be GPU indices like '0,1' or [0, 1]."
         ) from None
-
-
-def _start_driver(
-    *,
-    host: str,
-    port: int,
-    world_size: int,
-    token: str | None,
-    layout: Layout,
-    local_workers: int,
-    transport: str,
-    cuda_device_map: str | None,
-    gpus: tuple[int, ...] | None,
-    timeout: float,
-    shutdown_timeout: float,
-    rpc_timeout: float,
-    num_worker_threads: int,
-    log_level: str,
-    log_to_driver: bool,
-) -> Runtime:
-    from actorrt.cluster import planning, rendezvous
-    from actorrt.runtime.local import LocalCluster
-
-    if _started_before:
-        warnings.warn(_RESTART_WARNING, RuntimeWarning, stacklevel=3)
-
-    os.environ.setdefault("IBV_FORK_SAFE", "1")
-    os.environ.setdefault("RDMAV_FORK_SAFE", "1")
-    local = local_workers > 0
-    socket_ifname = "lo" if local else None
-    own = planning.describe_process((), gpus, cuda_device_map, hosts_actors=False)
-    if local:
-        visible = gpus if gpus is not None else tuple(range(_cuda_count()))
-        if layout.specs:
-            # Every worker sees the GPUs the driver may use; the plan says which one each
-            # slot takes (capacity per physical GPU). Planned now, on the descriptions the
-            # workers will report, so an infeasible layout fails before any is started.
-            per_worker = [visible] * local_workers
-            worker = {k: v for k, v in own.items() if k != "cuda_device_map"}
-            predicted = [own, *({**worker, "hosts_actors": True} for _ in per_worker)]
-            planning.cluster_spec(
-                predicted, layout, transport=transport, socket_ifname=socket_ifname
-            ).plan()
-        else:
-            per_worker = [
-                (visible[i % len(visible)],) if visible else () for i in range(local_workers)
-            ]
-    started = time.monotonic()
-    server = rendezvous.StoreServer(host, port, timeout)
-    log.info(
-        "starting %s: rendezvous on %s:%d, %d process(es) in all",
-        "a local cluster" if local else "a multi-node cluster", host, server.port, world_size,
-    )  # fmt: skip
-    cluster: LocalCluster | None = None
-    if local:
-        token = rendezvous.new_token()
-        cluster = LocalCluster(
-            local_workers,
-            server.port,
-            token,
-            gpus_per_worker=per_worker,
-            labels_per_worker=[() for _ in range(local_workers)],
-            timeout=timeout,
-            rpc_timeout=rpc_timeout,
-            num_worker_threads=num_worker_threads,
-            log_level=log_level,
-        )
-    assert token is not None
-
-    def abandon() -> None:
-        if cluster is not None:
-            cluster.stop(timeout=2.0)
-        server.close()
-
-    try:
-        others = rendezvous.gather(
-            server,
-            world_size,
-            token,
-            timeout,
-            cluster.check_alive if cluster else None,
-            transport=transport,
-        )
-        descriptions = [own, *others]
-        # Multi-node: every process keeps its own TP_SOCKET_IFNAME (interface names differ
-        # between machines), so the plan sets none.
-        spec = planning.cluster_spec(
-            descriptions,
-            layout,
-            transport=transport,
-            socket_ifname=socket_ifname,
-            session=server.session,
-        )
-        the_plan = spec.plan()
-    except BaseException as exc:
-        reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
-        log.info("start failed, telling the workers: %s", reason)
-        try:
-            rendezvous.publish_abort(server.store, reason)
-            if not local:
-                time.sleep(0.3)  # let waiting workers read why before the store closes
-        finally:
-            abandon()
-        raise
-    graceful = rendezvous.graceful_shutdown_possible()
-    published = the_plan.to_dict()
-    published["graceful_shutdown"] = graceful  # workers read it (see the function's docstring)
-    published["log_to_driver"] = log_to_driver  # workers send their output here, or keep it
-    rendezvous.publish_plan(server.store, published)
-    setup = planning.ProcessSetup(published, 0)
-    setup.apply_env()
-    from actorrt.cluster.netif import apply_socket_ifname
-
-    # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    # (set here unless given): the interface holding HOST, so loopback for a local cluster.
-    apply_socket_ifname(host, server.port, own_address=True)
-    directory = ClusterDirectory(the_plan, spec.processes)
-    state: dict[str, Any] = {"graceful": graceful, "log_to_driver": log_to_driver}
-    rt = Runtime(
-        name=setup.name,
-        rank=0,
-        world_size=world_size,
-        driver_name=setup.name,
-        directory=directory,
-        device_maps=setup.device_maps,
-        guard_tiny_cuda=setup.guard_tiny_cuda,
-        on_shutdown=lambda: _stop_driver(rt, cluster, server, shutdown_timeout, state),
-    )
-    rt.plan = the_plan
-    rt.spec = spec
-    rt.descriptions = descriptions
-    judge = getattr(server, "judge", None)
-    rt.pids = {0: os.getpid(), **(judge.pids if judge is not None else {})}
-    install(rt)
-    log.info("every rank joined; plan made; starting RPC as %s", setup.name)
-    try:
-        rt_mod.init_rpc(
-            setup.name,
-            0,
-            world_size,
-            rendezvous.store_init_method(server.store),
-            setup.backend_kwargs,
-            num_worker_threads=num_worker_threads,
-            rpc_timeout=rpc_timeout,
-        )
-    except BaseException as exc:
-        install(None)
-        abandon()
-        raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
-    _mark_started()
-    state["workers"] = [p.name for p in setup.plan.processes if p.rank != 0]
-    rendezvous.refuse_late_claims(server, rt.stopped)
-    if cluster is not None:
-        rt.local_worker_pids = cluster.pids
-        _watch_local_workers(rt, cluster)
-    atexit.register(shutdown)
-    log.info(
-        "cluster up in %.2f s: %d process(es) on %d host(s)",
-        time.monotonic() - started, world_size, len({d.get("hostname") for d in descriptions}),
-    )  # fmt: skip
-    return rt
-
-
-def _mark_started() -> None:
-    global _started_before
-    _started_before = True
-
-
-def _cuda_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def _watch_local_workers(rt: Runtime, cluster: LocalCluster) -> None:
-    from actorrt.cluster.planning import process_name
-
-    def watch() -> None:
-        reported: set[int] = set()
-        while not rt.stopped.wait(0.1):
-            for rank in cluster.dead_ranks():
-                if rank not in reported:
-                    reported.add(rank)
-                    name = process_name(rank)
-                    rt.mark_worker_dead(name)
-                    if rt.stopped.is_set():
-                        return  # exits during shutdown are the expected ones
-                    pid, code = cluster.exit_of(rank)
-                    log.warning(
-                        "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
-                        "ActorDiedError and no new actor is placed there",
-                        name, rank, pid, _exit_text(code),
-                    )  # fmt: skip
-
-    threading.Thread(target=watch, name="actorrt-worker-watch", daemon=True).start()
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "exit status unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _stop_driver(
-    rt: Runtime,
-    cluster: LocalCluster | None,
-    server: StoreServer,
-    timeout: float,
-    state: dict[str, Any],
-) -> None:
-    import torch.distributed.rpc as rpc
-
-    from actorrt.runtime.output import rpc_flush_output
-    from actorrt.runtime.runtime import rpc_stop
-
-    started = time.monotonic()
-    live = [name for name in state.get("workers", []) if name not in rt.dead_workers]
-    # What actors printed before shutdown reaches this terminal before shutdown returns.
-    if state.get("log_to_driver"):
-        log.info("shutdown: collecting the output of %d worker(s)", len(live))
-        _call_all(rpc, live, rpc_flush_output, (2.0,), timeout=min(timeout, 5.0))
-    log.info("shutdown: telling %d worker(s) to stop", len(live))
-    _call_all(rpc, live, rpc_stop, (), timeout=min(timeout, 5.0))
-    graceful = state["graceful"] and not rt.dead_workers
-    if graceful:
-        log.info("shutdown: graceful RPC shutdown (waits for every worker)")
-    else:
-        why = "a worker died" if rt.dead_workers else "not this process's first cluster"
-        log.info("shutdown: ending RPC locally (%s)", why)
-    went = rt_mod.shutdown_rpc(timeout, graceful=graceful)
-    if graceful and not went:
-        log.warning(
-            "shutdown: the graceful RPC shutdown did not finish within %g s; RPC was ended locally",
-            timeout,
-        )
-    if cluster is not None:
-        log.info("shutdown: stopping the local workers")
-        cluster.stop(timeout=timeout)
-    server.close()
-    log.info("shutdown: done in %.2f s", time.monotonic() - started)
-
-
-def _call_all(
-    rpc: Any, names: list[str], fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
-) -> None:
-    """Calls ``fn`` on every process in ``names`` at once; waits for all (within ``timeout``)."""
-    futures = []
-    for name in names:
-        try:
-            futures.append(rpc.rpc_async(name, fn, args=args, timeout=timeout))
-        except Exception:
-            pass
-    for fut in futures:
-        try:
-            fut.wait()
-        except Exception:  # a dead worker cannot be told; it is killed later
-            pass
 
 
 def shutdown() -> None:

@@ -24,11 +24,12 @@ imports neither torch nor the runtime, so the command line stays fast.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from actorrt.errors import PlacementError
 from actorrt.placement.dicompat import parse_cuda_device_map
+from actorrt.placement.transports import FORK_SAFE_ENV
 
 __all__ = [
     "CUDA_DEVICE_MAP_FORM",
@@ -37,6 +38,7 @@ __all__ = [
     "from_environ",
     "init_method_from_environ",
     "parse_tcp_init_method",
+    "set_fork_safety",
 ]
 
 #: How a DI-engine style device map is written, in the words of the flags' help.
@@ -210,3 +212,13 @@ def check_cuda_device_map(
                 f"{name}: <peer rank> {peer} is this process's own rank; a device map is "
                 "between two processes"
             )
+
+
+def set_fork_safety(env: MutableMapping[str, str]) -> None:
+    """Sets ``IBV_FORK_SAFE`` / ``RDMAV_FORK_SAFE`` in ``env`` unless given.
+
+    Every process that may fork (the driver, the zygote, each worker) sets them before
+    torch loads ibverbs: a fork() after RDMA set-up corrupts memory without them.
+    """
+    for name, value in FORK_SAFE_ENV.items():
+        env.setdefault(name, value)

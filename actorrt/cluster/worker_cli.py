@@ -30,7 +30,7 @@ from actorrt.cluster.launch_env import (
 from actorrt.logs import ENV_VAR, parse_level
 
 if TYPE_CHECKING:
-    from actorrt.runtime.worker import WorkerConfig
+    from actorrt.cluster.worker import WorkerConfig
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -98,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(
     args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> WorkerConfig:
-    """The :class:`~actorrt.runtime.worker.WorkerConfig` for ``args`` and the environment.
+    """The :class:`~actorrt.cluster.worker.WorkerConfig` for ``args`` and the environment.
 
     Everything the user wrote is checked before torch is imported or anything connects.
 
@@ -148,7 +148,7 @@ def config_from_args(
     labels = tuple(x.strip() for item in args.labels for x in item.split(",") if x.strip())
     gpus = _gpus(args.gpus, launch.local_rank if launch else None)
     token = args.token if args.token is not None else environ.get("ACTORRT_TOKEN", "")
-    from actorrt.runtime.worker import WorkerConfig  # imports torch: after the checks
+    from actorrt.cluster.worker import WorkerConfig  # imports torch: after the checks
 
     return WorkerConfig(
         host=host,
@@ -188,8 +188,8 @@ def _cuda_count() -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Runs the worker; returns 2 on a configuration or cluster error (printed)."""
+    from actorrt.cluster.worker import run_worker
     from actorrt.errors import ActorRtError
-    from actorrt.runtime.worker import run_worker
 
     try:
         cfg = config_from_args(args)

@@ -38,7 +38,14 @@ from actorrt.placement.node import (
     NodeDescription,
     ProcessInfo,
 )
-from actorrt.placement.plan import TRANSPORT_MODES, Pair, Plan, ProcessPlan, make_plan
+from actorrt.placement.plan import (
+    TRANSPORT_MODES,
+    Pair,
+    Plan,
+    ProcessPlan,
+    make_plan,
+    plan_graph,
+)
 from actorrt.placement.resources import Resources
 from actorrt.placement.scheduler import Placer, Slot
 from actorrt.placement.topology import BANDWIDTH_CLASS, LINK_KINDS, build_topology
@@ -78,6 +85,7 @@ __all__ = [
     "load_cluster",
     "load_layout",
     "make_plan",
+    "plan_graph",
     "node_table",
     "parse_cluster",
     "parse_cuda_device_map",

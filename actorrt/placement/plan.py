@@ -12,7 +12,7 @@ import gc
 import json
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actorrt.errors import PlacementError
 from actorrt.placement.devicemap import (
@@ -24,7 +24,13 @@ from actorrt.placement.devicemap import (
 from actorrt.placement.layout import DEFAULT_STRATEGY, LabelSpec, Layout
 from actorrt.placement.node import ProcessInfo, check_processes
 from actorrt.placement.scheduler import Slot, schedule
-from actorrt.placement.topology import container_key, host_key
+from actorrt.placement.topology import (
+    BANDWIDTH_CLASS,
+    build_topology,
+    container_key,
+    gpu_key,
+    host_key,
+)
 from actorrt.placement.transports import (
     ProcessWhy,
     choose_channels,
@@ -35,7 +41,10 @@ from actorrt.placement.transports import (
     process_facts,
 )
 
-__all__ = ["TRANSPORT_MODES", "Pair", "Plan", "ProcessPlan", "make_plan"]
+if TYPE_CHECKING:
+    import networkx as nx
+
+__all__ = ["TRANSPORT_MODES", "Pair", "Plan", "ProcessPlan", "make_plan", "plan_graph"]
 
 TRANSPORT_MODES = ("auto", "cpu", "cuda")
 
@@ -478,3 +487,31 @@ def _make_plan(
         talks=layout.talks,
         pair_reasons=tuple(reasons),
     )
+
+
+def plan_graph(processes: Sequence[ProcessInfo], plan: Plan) -> nx.Graph:
+    """The cluster graph (:func:`~actorrt.placement.topology.build_topology`) with ``plan`` on it.
+
+    Process nodes carry their labels and devices, process->GPU edges (``link="uses"``)
+    show the GPUs each uses, and each planned pair becomes a process-process edge with its
+    transport (``kind="transport"``).
+    """
+    g = build_topology(processes)
+    rank_of = {pp.name: pp.rank for pp in plan.processes}
+    for p in processes:
+        pp = plan.for_rank(p.rank)
+        pid = ("process", p.rank)
+        g.nodes[pid].update(labels=pp.labels, devices=tuple(pp.devices))
+        used = set(pp.gpus)
+        for gpu in p.node.gpus:
+            if gpu.index in used:
+                g.add_edge(pid, ("gpu", *gpu_key(p.node, gpu)), link="uses", bandwidth=0)
+    for pair in plan.pairs:
+        g.add_edge(
+            ("process", rank_of[pair.src]),
+            ("process", rank_of[pair.dst]),
+            link=pair.transport,
+            kind="transport",
+            bandwidth=BANDWIDTH_CLASS.get(pair.transport, 0),
+        )
+    return g

@@ -17,8 +17,6 @@ from actorrt.placement.node import GpuInfo, NodeDescription, ProcessInfo, normal
 if TYPE_CHECKING:
     import networkx as nx
 
-    from actorrt.placement.plan import Plan
-
 __all__ = [
     "BANDWIDTH_CLASS",
     "LINK_KINDS",
@@ -128,14 +126,11 @@ def gdr_usable(node: NodeDescription, gpu_indices: Iterable[int]) -> bool:
     return not gdr_blocker(node, gpu_indices)
 
 
-def build_topology(processes: Sequence[ProcessInfo], plan: Plan | None = None) -> nx.Graph:
-    """Build the cluster graph.
+def build_topology(processes: Sequence[ProcessInfo]) -> nx.Graph:
+    """Build the cluster graph (with a plan over it: :func:`actorrt.placement.plan.plan_graph`).
 
     Args:
         processes: Every RPC process.
-        plan: When given, process nodes carry their labels and GPUs, process->GPU edges
-            show the GPUs each uses, and process pairs become edges with the chosen
-            transport (``kind="transport"``).
 
     Returns:
         A networkx Graph. Node ids: ``("host", key)``, ``("gpu", host, bus)``,
@@ -194,25 +189,6 @@ def build_topology(processes: Sequence[ProcessInfo], plan: Plan | None = None) -
             g.add_edge(("host", ha), ("host", hb), link=link, bandwidth=BANDWIDTH_CLASS[link])
     for p in processes:
         pid = ("process", p.rank)
-        attrs: dict[str, object] = {"kind": "process", "label": p.name, "name": p.name}
-        if plan is not None:
-            pp = plan.for_rank(p.rank)
-            attrs.update(labels=pp.labels, devices=tuple(pp.devices))
-        g.add_node(pid, **attrs)
+        g.add_node(pid, kind="process", label=p.name, name=p.name)
         g.add_edge(pid, ("host", host_key(p.node)), link="runs_on", bandwidth=0)
-        if plan is not None:
-            used = set(plan.for_rank(p.rank).gpus)
-            for gpu in p.node.gpus:
-                if gpu.index in used:
-                    g.add_edge(pid, ("gpu", *gpu_key(p.node, gpu)), link="uses", bandwidth=0)
-    if plan is not None:
-        rank_of = {pp.name: pp.rank for pp in plan.processes}
-        for pair in plan.pairs:
-            g.add_edge(
-                ("process", rank_of[pair.src]),
-                ("process", rank_of[pair.dst]),
-                link=pair.transport,
-                kind="transport",
-                bandwidth=BANDWIDTH_CLASS.get(pair.transport, 0),
-            )
     return g

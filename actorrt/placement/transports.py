@@ -40,6 +40,7 @@ __all__ = [
     "CHANNELS",
     "CPU_CHANNELS",
     "CUDA_CHANNELS",
+    "FORK_SAFE_ENV",
     "GDR_MIN_BYTES",
     "PAIR_REASONS",
     "TRANSPORTS",
@@ -60,6 +61,8 @@ CUDA_CHANNELS = ("cuda_basic", "cuda_ipc", "cuda_gdr", "cuda_xth")
 CHANNELS = CPU_CHANNELS + CUDA_CHANNELS
 #: cuda_gdr can crash on smaller CUDA tensors (pytorch issue 57136).
 GDR_MIN_BYTES = 32
+#: Set before ibverbs loads, or fork() after RDMA set-up corrupts memory.
+FORK_SAFE_ENV = {"IBV_FORK_SAFE": "1", "RDMAV_FORK_SAFE": "1"}
 
 
 @dataclass(frozen=True)
@@ -232,8 +235,7 @@ def choose_env(f: ProcessFacts, socket_ifname: str | None) -> tuple[dict[str, st
     why = []
     if f.has_hca:
         # fork() after ibverbs initialises corrupts memory unless these are set first.
-        env["IBV_FORK_SAFE"] = "1"
-        env["RDMAV_FORK_SAFE"] = "1"
+        env.update(FORK_SAFE_ENV)
         why.append(
             f"IBV_FORK_SAFE, RDMAV_FORK_SAFE: {f.hostname} has InfiniBand adapters, and "
             "fork() after ibverbs loads corrupts memory without them"

@@ -14,7 +14,7 @@ from actorrt.errors import NotInitializedError
 if TYPE_CHECKING:
     from actorrt.runtime.runtime import Runtime
 
-__all__ = ["current", "current_or_none", "install", "is_initialized"]
+__all__ = ["current", "current_or_none", "ensure_not_started", "install", "is_initialized"]
 
 _current: Runtime | None = None
 _lock = threading.Lock()
@@ -38,13 +38,19 @@ def is_initialized() -> bool:
     return _current is not None
 
 
+def ensure_not_started() -> None:
+    """Raises ``RuntimeError`` (saying how to go on) when a runtime is installed here."""
+    if _current is not None:
+        raise RuntimeError(
+            "actorrt is already started in this process: call actorrt.shutdown() before "
+            "starting again (or use `with actorrt.start(): ...`)."
+        )
+
+
 def install(rt: Runtime | None) -> None:
     """Makes ``rt`` the process's runtime (None clears the slot)."""
     global _current
     with _lock:
-        if rt is not None and _current is not None:
-            raise RuntimeError(
-                "actorrt is already started in this process: call actorrt.shutdown() before "
-                "starting again (or use `with actorrt.start(): ...`)."
-            )
+        if rt is not None:
+            ensure_not_started()
         _current = rt

@@ -57,7 +57,6 @@ class Runtime:
     Args:
         name: This process's RPC name (``"driver"`` for rank 0).
         rank: This process's rank.
-        world_size: Processes in the cluster.
         driver_name: RPC name of rank 0, which keeps the cluster directory.
         directory: The cluster directory (rank 0 only).
         device_maps: This process's device map to each peer it has one to; CUDA tensors
@@ -73,7 +72,6 @@ class Runtime:
         *,
         name: str,
         rank: int,
-        world_size: int,
         driver_name: str = "driver",
         directory: ClusterDirectory | None = None,
         device_maps: Mapping[str, Mapping[str, str]] | None = None,
@@ -82,7 +80,6 @@ class Runtime:
     ) -> None:
         self.name = name
         self.rank = rank
-        self.world_size = world_size
         self.driver_name = driver_name
         self.directory = directory
         self._device_maps = dict(device_maps or {})

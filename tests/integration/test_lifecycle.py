@@ -191,7 +191,7 @@ def test_workers_exit_when_the_driver_is_killed(tmp_path):
         assert len(parents) == 1 and proc.pid not in parents, parents
         zygote = parents.pop()
         with open(f"/proc/{zygote}/cmdline", "rb") as f:
-            assert b"actorrt.runtime.zygote" in f.read()
+            assert b"actorrt.cluster.zygote" in f.read()
         assert _ppid(zygote) == proc.pid
         pids.append(zygote)
         os.kill(proc.pid, signal.SIGKILL)
@@ -211,7 +211,7 @@ def _ppid(pid: int) -> int:
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Kills the local worker that runs it (a worker's command line is its zygote's); the
 # driver, which runs it too, just sees a failing nvidia-smi.
-if grep -q actorrt.runtime.zygote /proc/$PPID/cmdline 2>/dev/null; then kill -9 $PPID; fi
+if grep -q actorrt.cluster.zygote /proc/$PPID/cmdline 2>/dev/null; then kill -9 $PPID; fi
 exit 1
 """
 

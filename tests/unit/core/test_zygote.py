@@ -11,7 +11,7 @@ import sys
 def _run_zygote(configs, timeout=120):
     report_r, report_w = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "actorrt.runtime.zygote", "--report-fd", str(report_w)],
+        [sys.executable, "-m", "actorrt.cluster.zygote", "--report-fd", str(report_w)],
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         pass_fds=(report_w,),

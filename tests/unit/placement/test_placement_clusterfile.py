@@ -9,7 +9,7 @@ from placement_testlib import EXAMPLES, check_with_torch
 
 from actorrt.cli import main
 from actorrt.errors import PlacementError
-from actorrt.placement import build_topology, load_cluster, parse_cluster
+from actorrt.placement import load_cluster, parse_cluster, plan_graph
 
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.toml"))
 
@@ -101,7 +101,7 @@ def test_bad_toml_and_missing_file(tmp_path):
 def test_topology_graph():
     c = load_cluster(EXAMPLES / "two_nodes_ib_one_hca_down.toml")
     plan = c.plan()
-    g = build_topology(c.processes, plan)
+    g = plan_graph(c.processes, plan)
     kinds = {}
     for _, d in g.nodes(data=True):
         kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1

@@ -2,7 +2,7 @@
 
 Workers are not forks of the driver: the driver may hold CUDA or ibverbs state that a
 fork would corrupt, and the user's script must not run again in them. One fresh
-interpreter, the zygote (:mod:`actorrt.runtime.zygote`), imports torch once and forks
+interpreter, the zygote (:mod:`actorrt.cluster.zygote`), imports torch once and forks
 every worker, which saves each worker the import (most of its start-up).
 
 Workers inherit the driver's terminal (stdout and stderr file descriptors) and its log
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 
+from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
 
@@ -68,8 +69,7 @@ class LocalCluster:
         # page faults of large ones (docs/performance.md). torch reads this once, at its
         # first allocation, so it must be set at exec.
         env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-        env.setdefault("IBV_FORK_SAFE", "1")
-        env.setdefault("RDMAV_FORK_SAFE", "1")
+        set_fork_safety(env)
         configs = [
             {
                 "host": "127.0.0.1",
@@ -93,7 +93,7 @@ class LocalCluster:
         report_r, report_w = os.pipe()
         try:
             self._zygote = subprocess.Popen(
-                [sys.executable, "-m", "actorrt.runtime.zygote", "--report-fd", str(report_w)],
+                [sys.executable, "-m", "actorrt.cluster.zygote", "--report-fd", str(report_w)],
                 stdin=subprocess.PIPE,  # our end closing (we died) tells everyone to go
                 pass_fds=(report_w,),
                 env=env,

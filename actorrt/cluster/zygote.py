@@ -3,11 +3,11 @@
 Importing torch is most of a worker's start-up (about 1.5 s of CPU here). Four fresh
 workers on two cores import it side by side; one zygote imports it once and forks four
 workers that have it already. The workers are still not forks of the user's driver: the
-zygote is a fresh ``python -m actorrt.runtime.zygote`` with its environment set at exec
+zygote is a fresh ``python -m actorrt.cluster.zygote`` with its environment set at exec
 (``IBV_FORK_SAFE``, ``THP_MEM_ALLOC_ENABLE``, ``OMP_NUM_THREADS``), and it forks before it
 starts any thread or touches CUDA or ibverbs (importing torch does neither).
 
-Protocol with the driver (:class:`~actorrt.runtime.local.LocalCluster`):
+Protocol with the driver (:class:`~actorrt.cluster.local.LocalCluster`):
 
 - stdin: one JSON line, the list of worker configs; then nothing. The zygote and every
   worker read the same pipe to its end: EOF means the driver is gone.
@@ -49,7 +49,7 @@ def _in_child(config: dict[str, Any], report_fd: int) -> None:
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
         np_random.seed()
-    from actorrt.runtime.worker import run_config
+    from actorrt.cluster.worker import run_config
 
     code = 1
     try:
@@ -68,8 +68,8 @@ def _in_child(config: dict[str, Any], report_fd: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of ``python -m actorrt.runtime.zygote`` (see the module's protocol)."""
-    p = argparse.ArgumentParser(prog="python -m actorrt.runtime.zygote")
+    """Entry point of ``python -m actorrt.cluster.zygote`` (see the module's protocol)."""
+    p = argparse.ArgumentParser(prog="python -m actorrt.cluster.zygote")
     p.add_argument("--report-fd", type=int, required=True)
     args = p.parse_args(argv)
     report = os.fdopen(args.report_fd, "w", buffering=1)

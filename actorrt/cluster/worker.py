@@ -1,7 +1,7 @@
 """A worker process: join the rendezvous, start RPC with the plan, host actors until told to stop.
 
-Local clusters fork workers from a zygote (:mod:`actorrt.runtime.zygote`), which runs
-:func:`run_config`; ``python -m actorrt.runtime.worker --config JSON`` runs one alone.
+Local clusters fork workers from a zygote (:mod:`actorrt.cluster.zygote`), which runs
+:func:`run_config`; ``python -m actorrt.cluster.worker --config JSON`` runs one alone.
 ``actorrt worker`` (see :mod:`actorrt.cluster.worker_cli`) builds the same
 :class:`WorkerConfig` from flags or from torchrun / SLURM variables.
 
@@ -21,6 +21,8 @@ import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from actorrt.cluster.launch_env import set_fork_safety
 
 if TYPE_CHECKING:
     from actorrt.runtime.output import Header, Line
@@ -52,9 +54,7 @@ class WorkerConfig:
 
 def run_worker(cfg: WorkerConfig) -> int:
     """Runs a worker until the driver shuts the cluster down; returns the exit status."""
-    # ibverbs must see these before it loads, or fork() after RDMA set-up corrupts memory.
-    os.environ.setdefault("IBV_FORK_SAFE", "1")
-    os.environ.setdefault("RDMAV_FORK_SAFE", "1")
+    set_fork_safety(os.environ)  # before torch loads ibverbs
     if not 0 < cfg.rank < cfg.world_size:
         raise SystemExit(
             f"actorrt worker: rank {cfg.rank} is out of range for world size {cfg.world_size}: "
@@ -65,7 +65,7 @@ def run_worker(cfg: WorkerConfig) -> int:
     configure(cfg.log_level, what="--log-level")
     log = get_logger("worker")
     from actorrt.cluster import planning, rendezvous
-    from actorrt.cluster.netif import apply_socket_ifname
+    from actorrt.cluster.join import join
     from actorrt.runtime import context, output
     from actorrt.runtime import runtime as rt_mod
 
@@ -75,39 +75,28 @@ def run_worker(cfg: WorkerConfig) -> int:
     if cfg.transport is not None:
         description["transport"] = cfg.transport  # rank 0 refuses a mismatch
     plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
-    setup = planning.ProcessSetup(plan, cfg.rank)
-    log.info("rank %d: accepted; starting RPC as %s", cfg.rank, setup.name)
-    setup.apply_env()
-    # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME;
-    # without them, on the interface we reach the driver through (their fallbacks, the
-    # host name's address or 127.0.0.1, are often unreachable from other machines).
-    apply_socket_ifname(cfg.host, cfg.port, own_address=False)
-    rt = rt_mod.Runtime(
-        name=setup.name,
-        rank=cfg.rank,
-        world_size=cfg.world_size,
-        driver_name=setup.plan.for_rank(0).name,
-        device_maps=setup.device_maps,
-        guard_tiny_cuda=setup.guard_tiny_cuda,
-    )
-    rt.plan = setup.plan
-    context.install(rt)
-    _watch_driver(cfg, rt)  # before init_rpc: a driver dying during start-up ends us too
-    forwarder = None
-    if plan.get("log_to_driver", True):
-        # Installed before init_rpc, started after: the driver may call our actors as
-        # soon as its own init_rpc returns, before ours does; their lines wait meanwhile.
-        header = (setup.name, os.getpid(), str(description.get("hostname", "?")))
-        forwarder = output.install(_sender(rt.driver_name), header)
+    log.info("rank %d: accepted; starting RPC", cfg.rank)
+    forwarder: output.OutputForwarder | None = None
+
+    def before_rpc(rt: Runtime) -> None:
+        nonlocal forwarder
+        _watch_driver(cfg, rt)  # a driver dying during start-up ends us too
+        if plan.get("log_to_driver", True):
+            # Installed before init_rpc, started after: the driver may call our actors as
+            # soon as its own init_rpc returns, before ours does; their lines wait meanwhile.
+            header = (rt.name, os.getpid(), str(description.get("hostname", "?")))
+            forwarder = output.install(_sender(rt.driver_name), header)
+
     try:
-        rt_mod.init_rpc(
-            setup.name,
+        rt = join(
+            plan,
             cfg.rank,
-            cfg.world_size,
-            rendezvous.store_init_method(store),
-            setup.backend_kwargs,
+            store,
+            rendezvous_address=(cfg.host, cfg.port),
+            own_address=False,
             num_worker_threads=cfg.num_worker_threads,
             rpc_timeout=cfg.rpc_timeout,
+            before_rpc=before_rpc,
         )
         if forwarder is not None:
             forwarder.start()
@@ -216,8 +205,8 @@ def run_config(fields: dict[str, Any]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of ``python -m actorrt.runtime.worker`` (one worker, one config)."""
-    p = argparse.ArgumentParser(prog="python -m actorrt.runtime.worker")
+    """Entry point of ``python -m actorrt.cluster.worker`` (one worker, one config)."""
+    p = argparse.ArgumentParser(prog="python -m actorrt.cluster.worker")
     p.add_argument("--config", required=True, help="WorkerConfig as JSON (token from env)")
     args = p.parse_args(argv)
     code = run_config(json.loads(args.config))

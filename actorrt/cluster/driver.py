@@ -1,0 +1,337 @@
+"""Rank 0's launch: the rendezvous store, the local cluster, the plan, and the steps of shutdown.
+
+:func:`actorrt.start` validates its arguments and hands them to :meth:`Driver.launch`,
+which serves the rendezvous, starts the local workers (if any), gathers every process's
+description, makes the plan (before ``init_rpc``: see DESIGN.md), publishes it, and
+joins the RPC group (:func:`actorrt.cluster.join.join`) like every worker. The
+:class:`Driver` then owns what only rank 0 holds (the store, the local cluster) and stops
+them when the runtime shuts down.
+
+The driver logs under ``actorrt.driver`` (start-up, workers that die, the steps of
+shutdown).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed.rpc as rpc
+
+from actorrt.cluster import planning, rendezvous
+from actorrt.cluster.join import join
+from actorrt.cluster.launch_env import set_fork_safety
+from actorrt.cluster.local import LocalCluster
+from actorrt.errors import ActorRtError, ClusterError
+from actorrt.logs import get_logger
+from actorrt.placement.layout import Layout
+from actorrt.runtime.directory import ClusterDirectory
+from actorrt.runtime.output import rpc_flush_output
+from actorrt.runtime.runtime import Runtime, rpc_stop, shutdown_rpc
+
+__all__ = ["Driver"]
+
+log = get_logger("driver")
+
+_started_before = False  # torch's RRef context stays bound to this process's first agent
+
+_RESTART_WARNING = (
+    "actorrt was already started once in this process. torch binds its RRef context to "
+    "the first RPC agent of a process, so in this new cluster actor handles passed between "
+    "processes and the release of unnamed actors can fail ('RPC is no longer running'). "
+    "Start each cluster in a fresh process (e.g. one script run per cluster)."
+)
+
+
+class Driver:
+    """What rank 0 holds besides its runtime, and how it is let go.
+
+    Made by :meth:`launch`; its :meth:`stop` is the runtime's ``on_shutdown``.
+
+    Args:
+        server: The rendezvous store's server.
+        cluster: The local cluster's workers, or None for a multi-node cluster.
+        shutdown_timeout: Bound on :meth:`stop`.
+        graceful: Whether torch's graceful RPC shutdown can meet the workers (see
+            :func:`actorrt.cluster.rendezvous.graceful_shutdown_possible`).
+        log_to_driver: Whether workers send their output here (flushed at shutdown).
+    """
+
+    def __init__(
+        self,
+        server: rendezvous.StoreServer,
+        cluster: LocalCluster | None,
+        *,
+        shutdown_timeout: float,
+        graceful: bool,
+        log_to_driver: bool,
+    ) -> None:
+        self.server = server
+        self.cluster = cluster
+        self.shutdown_timeout = shutdown_timeout
+        self.graceful = graceful
+        self.log_to_driver = log_to_driver
+        self.workers: list[str] = []  # RPC names of ranks 1.., once RPC is up
+        self.rt: Runtime | None = None
+
+    @classmethod
+    def launch(
+        cls,
+        *,
+        host: str,
+        port: int,
+        world_size: int,
+        token: str | None,
+        layout: Layout,
+        local_workers: int,
+        transport: str,
+        cuda_device_map: str | None,
+        gpus: tuple[int, ...] | None,
+        timeout: float,
+        shutdown_timeout: float,
+        rpc_timeout: float,
+        num_worker_threads: int,
+        log_level: str,
+        log_to_driver: bool,
+    ) -> Runtime:
+        """Forms the cluster with this process as rank 0; returns its installed runtime.
+
+        The arguments are :func:`actorrt.start`'s, validated; ``local_workers > 0`` starts
+        a local cluster on loopback (with a token of its own), 0 waits for
+        ``world_size - 1`` workers of a multi-node cluster.
+
+        Raises:
+            ClusterError: The cluster could not be formed.
+            PlacementError: The layout is infeasible (before any local worker starts).
+        """
+        if _started_before:
+            warnings.warn(_RESTART_WARNING, RuntimeWarning, stacklevel=3)
+        set_fork_safety(os.environ)
+        local = local_workers > 0
+        socket_ifname = "lo" if local else None
+        own = planning.describe_process((), gpus, cuda_device_map, hosts_actors=False)
+        per_worker: list[tuple[int, ...]] = []
+        if local:
+            per_worker = _local_gpus(own, layout, local_workers, gpus, transport)
+        started = time.monotonic()
+        server = rendezvous.StoreServer(host, port, timeout)
+        log.info(
+            "starting %s: rendezvous on %s:%d, %d process(es) in all",
+            "a local cluster" if local else "a multi-node cluster", host, server.port, world_size,
+        )  # fmt: skip
+        cluster: LocalCluster | None = None
+        if local:
+            token = rendezvous.new_token()
+            cluster = LocalCluster(
+                local_workers,
+                server.port,
+                token,
+                gpus_per_worker=per_worker,
+                labels_per_worker=[() for _ in range(local_workers)],
+                timeout=timeout,
+                rpc_timeout=rpc_timeout,
+                num_worker_threads=num_worker_threads,
+                log_level=log_level,
+            )
+        assert token is not None
+
+        def abandon() -> None:
+            if cluster is not None:
+                cluster.stop(timeout=2.0)
+            server.close()
+
+        try:
+            others = rendezvous.gather(
+                server,
+                world_size,
+                token,
+                timeout,
+                cluster.check_alive if cluster else None,
+                transport=transport,
+            )
+            descriptions = [own, *others]
+            # Multi-node: every process keeps its own TP_SOCKET_IFNAME (interface names
+            # differ between machines), so the plan sets none.
+            spec = planning.cluster_spec(
+                descriptions,
+                layout,
+                transport=transport,
+                socket_ifname=socket_ifname,
+                session=server.session,
+            )
+            the_plan = spec.plan()
+        except BaseException as exc:
+            reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
+            log.info("start failed, telling the workers: %s", reason)
+            try:
+                rendezvous.publish_abort(server.store, reason)
+                if not local:
+                    time.sleep(0.3)  # let waiting workers read why before the store closes
+            finally:
+                abandon()
+            raise
+        driver = cls(
+            server,
+            cluster,
+            shutdown_timeout=shutdown_timeout,
+            graceful=rendezvous.graceful_shutdown_possible(),
+            log_to_driver=log_to_driver,
+        )
+        published = the_plan.to_dict()
+        published["graceful_shutdown"] = driver.graceful  # workers read it
+        published["log_to_driver"] = log_to_driver  # workers send their output here, or not
+        rendezvous.publish_plan(server.store, published)
+
+        def before_rpc(rt: Runtime) -> None:
+            rt.spec = spec
+            rt.descriptions = descriptions
+            judge = getattr(server, "judge", None)
+            rt.pids = {0: os.getpid(), **(judge.pids if judge is not None else {})}
+            log.info("every rank joined; plan made; starting RPC as %s", rt.name)
+
+        try:
+            rt = join(
+                published,
+                0,
+                server.store,
+                rendezvous_address=(host, server.port),
+                own_address=True,
+                num_worker_threads=num_worker_threads,
+                rpc_timeout=rpc_timeout,
+                directory=ClusterDirectory(the_plan, spec.processes),
+                on_shutdown=driver.stop,
+                before_rpc=before_rpc,
+            )
+        except BaseException as exc:
+            abandon()
+            raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
+        _mark_started()
+        driver.rt = rt
+        driver.workers = [p.name for p in the_plan.processes if p.rank != 0]
+        rendezvous.refuse_late_claims(server, rt.stopped)
+        if cluster is not None:
+            rt.local_worker_pids = cluster.pids
+            driver._watch_local_workers(rt, cluster)
+        log.info(
+            "cluster up in %.2f s: %d process(es) on %d host(s)",
+            time.monotonic() - started, world_size,
+            len({d.get("hostname") for d in descriptions}),
+        )  # fmt: skip
+        return rt
+
+    def _watch_local_workers(self, rt: Runtime, cluster: LocalCluster) -> None:
+        def watch() -> None:
+            reported: set[int] = set()
+            while not rt.stopped.wait(0.1):
+                for rank in cluster.dead_ranks():
+                    if rank not in reported:
+                        reported.add(rank)
+                        name = planning.process_name(rank)
+                        rt.mark_worker_dead(name)
+                        if rt.stopped.is_set():
+                            return  # exits during shutdown are the expected ones
+                        pid, code = cluster.exit_of(rank)
+                        log.warning(
+                            "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
+                            "ActorDiedError and no new actor is placed there",
+                            name, rank, pid, _exit_text(code),
+                        )  # fmt: skip
+
+        threading.Thread(target=watch, name="actorrt-worker-watch", daemon=True).start()
+
+    def stop(self) -> None:
+        """Stops the workers and ends RPC, within ``shutdown_timeout`` (the runtime's shutdown)."""
+        rt = self.rt
+        timeout = self.shutdown_timeout
+        started = time.monotonic()
+        dead = rt.dead_workers if rt is not None else set()
+        live = [name for name in self.workers if name not in dead]
+        # What actors printed before shutdown reaches this terminal before shutdown returns.
+        if self.log_to_driver:
+            log.info("shutdown: collecting the output of %d worker(s)", len(live))
+            _call_all(live, rpc_flush_output, (2.0,), timeout=min(timeout, 5.0))
+        log.info("shutdown: telling %d worker(s) to stop", len(live))
+        _call_all(live, rpc_stop, (), timeout=min(timeout, 5.0))
+        graceful = self.graceful and not dead
+        if graceful:
+            log.info("shutdown: graceful RPC shutdown (waits for every worker)")
+        else:
+            why = "a worker died" if dead else "not this process's first cluster"
+            log.info("shutdown: ending RPC locally (%s)", why)
+        went = shutdown_rpc(timeout, graceful=graceful)
+        if graceful and not went:
+            log.warning(
+                "shutdown: the graceful RPC shutdown did not finish within %g s; RPC was "
+                "ended locally",
+                timeout,
+            )
+        if self.cluster is not None:
+            log.info("shutdown: stopping the local workers")
+            self.cluster.stop(timeout=timeout)
+        self.server.close()
+        log.info("shutdown: done in %.2f s", time.monotonic() - started)
+
+
+def _local_gpus(
+    own: dict[str, Any],
+    layout: Layout,
+    local_workers: int,
+    gpus: tuple[int, ...] | None,
+    transport: str,
+) -> list[tuple[int, ...]]:
+    """The GPUs each local worker offers; with a layout, also checks that it fits first."""
+    visible = gpus if gpus is not None else tuple(range(_cuda_count()))
+    if not layout.specs:
+        return [(visible[i % len(visible)],) if visible else () for i in range(local_workers)]
+    # Every worker sees the GPUs the driver may use; the plan says which one each slot
+    # takes (capacity per physical GPU). Planned now, on the descriptions the workers will
+    # report, so an infeasible layout fails before any is started.
+    per_worker = [visible] * local_workers
+    worker = {k: v for k, v in own.items() if k != "cuda_device_map"}
+    predicted = [own, *({**worker, "hosts_actors": True} for _ in per_worker)]
+    planning.cluster_spec(predicted, layout, transport=transport, socket_ifname="lo").plan()
+    return per_worker
+
+
+def _mark_started() -> None:
+    global _started_before
+    _started_before = True
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def _call_all(
+    names: list[str], fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
+) -> None:
+    """Calls ``fn`` on every process in ``names`` at once; waits for all (within ``timeout``)."""
+    futures = []
+    for name in names:
+        try:
+            futures.append(rpc.rpc_async(name, fn, args=args, timeout=timeout))
+        except Exception:
+            pass
+    for fut in futures:
+        try:
+            fut.wait()
+        except Exception:  # a dead worker cannot be told; it is killed later
+            pass
