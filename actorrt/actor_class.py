@@ -18,11 +18,12 @@ from typing import Any, Generic, NoReturn, TypeVar, overload
 import cloudpickle
 
 from actorrt.options import ActorOptions
-from actorrt.refs import ObjectRef
-from actorrt.runtime.context import current
+from actorrt.refs import ObjectRef, resolved, send_call
 from actorrt.runtime.payload import packing
+from actorrt.runtime.protocol import ActorRecord
+from actorrt.runtime.runtime import current
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "actor"]
+__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "actor", "handle_of"]
 
 T = TypeVar("T")
 
@@ -281,7 +282,13 @@ class ActorClass(Generic[T]):
         init = self._init
         if init is not None and not init.binds(args, kwargs):
             init.fail(f"{self.__name__}.remote()", args, kwargs)
-        return current(f"{self.__name__}.remote()").create_actor(self, options, args, kwargs)
+        rt = current(f"{self.__name__}.remote()")
+        args, kwargs = resolved(args, kwargs)
+        class_path = f"{self.__module__}.{self.__name__}"  # the same on every process
+        record, rref = rt.create_actor(
+            self.__name__, class_path, self._table.specs, self.shipment, options, args, kwargs
+        )
+        return handle_of(record, rref)
 
     def shipment(self) -> tuple[str, bytes]:
         """The class as cloudpickle bytes (by value when defined in ``__main__``) and its key."""
@@ -421,6 +428,13 @@ class ActorHandle:
         return hash(self.actor_id)
 
 
+def handle_of(record: ActorRecord, rref: Any = None) -> ActorHandle:
+    """The handle of the actor ``record`` describes (``rref``: what keeps it alive, if any)."""
+    return ActorHandle(
+        record.actor_id, record.worker, record.class_name, _method_table(record.methods), rref
+    )
+
+
 def _rebuild_handle(
     actor_id: str, worker: str, class_name: str, specs: str, rref: Any
 ) -> ActorHandle:
@@ -445,9 +459,8 @@ class ActorMethod:
         """
         handle = self._handle
         handle._table.check(handle.class_name, self._name, args, kwargs)
-        return current(f"{handle.class_name}.{self._name}.remote()").submit(
-            handle, self._name, args, kwargs
-        )
+        rt = current(f"{handle.class_name}.{self._name}.remote()")
+        return send_call(rt, handle, self._name, args, kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Always raises: call the method with ``handle.method.remote(...)``.

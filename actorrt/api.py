@@ -13,16 +13,16 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actorrt.actor_class import ActorHandle
+from actorrt.actor_class import ActorHandle, handle_of
 from actorrt.cluster.driver import Driver
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
 from actorrt.logs import configure as _configure_logging
 from actorrt.logs import level_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.layout import Layout, parse_layout
-from actorrt.runtime.context import current, current_or_none, ensure_not_started, is_initialized
+from actorrt.runtime.context import ensure_not_started, is_initialized
 from actorrt.runtime.directory import ActorInfo, NodeInfo
-from actorrt.runtime.runtime import Runtime
+from actorrt.runtime.runtime import Runtime, current, current_or_none
 
 __all__ = [
     "actors",
@@ -283,7 +283,7 @@ def dump_cluster(path: str | os.PathLike[str] | None = None) -> str:
 
 def get_actor(name: str) -> ActorHandle:
     """Returns the handle of the live actor registered as ``name``."""
-    return current("actorrt.get_actor()").get_actor(name)
+    return handle_of(current("actorrt.get_actor()").get_actor(name))
 
 
 def kill(handle: ActorHandle) -> None:

@@ -26,10 +26,12 @@ from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure, un
 if TYPE_CHECKING:
     import torch
 
-    from actorrt.runtime.outbox import Answered
+    from actorrt.runtime.outbox import KeepAlive
     from actorrt.runtime.payload import Wire
+    from actorrt.runtime.protocol import Target
+    from actorrt.runtime.runtime import Runtime
 
-__all__ = ["ObjectRef", "get", "wait"]
+__all__ = ["ObjectRef", "get", "resolved", "send_call", "wait"]
 
 T = TypeVar("T")
 
@@ -57,7 +59,7 @@ class ObjectRef:
     top-level argument of another remote call (it is resolved before that call runs).
     """
 
-    __slots__ = ("_what", "_actor_id", "_worker", "_sent", "_cf", "_answered", "__weakref__")
+    __slots__ = ("_what", "_actor_id", "_worker", "_sent", "_cf", "_keep", "__weakref__")
 
     def __init__(self, what: str, actor_id: str | None = None) -> None:
         self._what = what
@@ -66,25 +68,38 @@ class ObjectRef:
         # torch future of the raw reply, once the call is sent
         self._sent: torch.futures.Future[Wire] | None = None
         self._cf: cf.Future[Any] | None = None
-        self._answered: Answered | None = None  # a call sent alone: see runtime.outbox.Answered
+        self._keep: KeepAlive | None = None  # a call sent alone: see runtime.outbox.KeepAlive
 
     def __del__(self) -> None:
-        answered = self._answered
-        if answered is not None:
+        keep = self._keep
+        if keep is not None:
             try:
-                answered.let_go()
+                keep.let_go()
             except Exception:  # interpreter teardown
                 pass
 
-    # -- the runtime's side --------------------------------------------------------
-    def _attach(self, reply: torch.futures.Future[Wire], worker: str) -> None:
-        """The call went out; ``reply`` is the torch future of its raw reply."""
+    # -- the runtime's side (runtime.protocol.ReplySlot) ---------------------------
+    def attach(
+        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+    ) -> None:
+        """The call went out to ``worker``; ``reply`` is the torch future of its raw reply.
+
+        Args:
+            reply: The torch future of the call's packed reply.
+            worker: The process it went to (named in errors).
+            keep: Holds the actor's handle until the reply is in; let go when this ref goes.
+        """
         with _hook_lock:
             self._worker = worker
             self._sent = reply
+            self._keep = keep
             hook = self._cf is not None
         if hook:
             reply.add_done_callback(self._complete)
+
+    def fail(self, error: BaseException) -> None:
+        """The call failed before it went out: ``get`` raises ``error``."""
+        self._set_exception(error)
 
     def _set_result(self, value: Any) -> None:
         fut = self.future()
@@ -301,3 +316,60 @@ def wait(
     for r in refs:
         (ready if r.done() and len(ready) < num_returns else not_ready).append(r)
     return ready, not_ready
+
+
+def resolved(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` and ``kwargs`` with each top-level ``ObjectRef`` replaced by its value (waits).
+
+    For constructor arguments, which ``Cls.remote()`` resolves before it returns.
+    """
+    if not any(type(a) is ObjectRef for a in args) and not any(
+        type(v) is ObjectRef for v in kwargs.values()
+    ):
+        return args, kwargs
+    args = tuple(get(a) if type(a) is ObjectRef else a for a in args)
+    kwargs = {k: get(v) if type(v) is ObjectRef else v for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def send_call(
+    rt: Runtime, target: Target, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> ObjectRef:
+    """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
+
+    As in Ray, top-level ``ObjectRef`` arguments are resolved before the call is sent; the
+    call's sequence number is taken now, so it still runs in the order it was made.
+
+    Raises:
+        TypeError: An argument cannot be sent (a call without ref arguments).
+    """
+    seq = rt.next_seq(target.actor_id)
+    ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
+    deps = [a for a in args if type(a) is ObjectRef]
+    deps += [v for v in kwargs.values() if type(v) is ObjectRef]
+    if not deps:
+        rt.send(target, seq, method, args, kwargs, ref, raise_now=True)
+        return ref
+    remaining = [len(deps)]
+    lock = threading.Lock()
+
+    def on_dep_done(_: object) -> None:
+        with lock:
+            remaining[0] -= 1
+            if remaining[0]:
+                return
+        errors = (d.future().exception() for d in deps)
+        error = next((e for e in errors if e is not None), None)
+        if error is not None:
+            rt.skip(target, seq)
+            ref.fail(error)
+            return
+        a = tuple(x.future().result() if type(x) is ObjectRef else x for x in args)
+        kw = {k: v.future().result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
+        rt.send(target, seq, method, a, kw, ref, raise_now=False)
+
+    for dep in deps:
+        dep.future().add_done_callback(on_dep_done)
+    return ref

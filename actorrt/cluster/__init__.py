@@ -1,1 +1,5 @@
-"""Getting processes together before ``init_rpc``: store, rendezvous, launch glue."""
+"""The launch: rank 0's driver, the rendezvous before ``init_rpc``, local workers, the worker command.
+
+Everything that gets processes together and into one RPC group (see
+:mod:`actorrt.cluster.join`); what runs once they are there is :mod:`actorrt.runtime`.
+"""

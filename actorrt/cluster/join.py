@@ -73,7 +73,7 @@ def join(
         on_shutdown=on_shutdown,
     )
     rt.plan = setup.plan
-    context.install(rt)
+    rt.install()
     try:
         if before_rpc is not None:
             before_rpc(rt)

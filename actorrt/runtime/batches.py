@@ -17,22 +17,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime.context import current
+from actorrt.runtime import context
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
 from actorrt.runtime.payload import Wire
-
-if TYPE_CHECKING:
-    from actorrt.actor_class import ActorHandle
+from actorrt.runtime.protocol import Target
 
 __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
 
-QueuedCall = tuple["ActorHandle", int, str, Wire, torch.futures.Future[Wire]]
+QueuedCall = tuple[Target, int, str, Wire, torch.futures.Future[Wire]]
 """A call waiting in the caller's outbox: handle, seq, method, packed arguments, and the
 future its reply completes."""
 
@@ -64,7 +61,7 @@ class CallBatches:
         self._awaiting: dict[tuple[str, str, int], torch.futures.Future[Wire]] = {}
 
     def queue(
-        self, handle: ActorHandle, seq: int, method: str, wire: Wire
+        self, handle: Target, seq: int, method: str, wire: Wire
     ) -> torch.futures.Future[Wire] | None:
         """Queues a packed call; returns the future its reply will complete (None: closed)."""
         future: torch.futures.Future[Wire] = torch.futures.Future()
@@ -107,7 +104,7 @@ class CallBatches:
             _fail(future, exc)
             return
 
-        def relay(f: torch.futures.Future[Wire], _keep: ActorHandle = handle) -> None:
+        def relay(f: torch.futures.Future[Wire], _keep: Target = handle) -> None:
             try:
                 future.set_result(f.value())
             except Exception as exc:
@@ -118,7 +115,7 @@ class CallBatches:
     def _batch_done(
         self,
         keys: list[tuple[str, str, int]],
-        _handles: list[ActorHandle],
+        _handles: list[Target],
         sent: torch.futures.Future[None],
     ) -> None:
         try:
@@ -239,9 +236,9 @@ def _fail(future: torch.futures.Future[Wire], error: Exception) -> None:
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
 def rpc_call_batch(caller: str, calls: list[BatchedCall]) -> torch.futures.Future[None]:
     """Runs on the callee: hands each call to its actor; replies go back one by one."""
-    return current().replies.accept(caller, calls)
+    return context.part(ReplyBatches).accept(caller, calls)
 
 
 def rpc_replies(worker: str, replies: list[Reply]) -> None:
     """Runs on the caller: completes the calls ``worker`` answered."""
-    current().calls.resolve(worker, replies)
+    context.part(CallBatches).resolve(worker, replies)

@@ -1,56 +1,67 @@
-"""The process's one ``Runtime`` slot: who is running actorrt here, if anyone.
+"""The process's runtime slot: who runs actorrt here, if anyone, and the parts it serves with.
 
-Kept apart from :mod:`actorrt.runtime.runtime` so the caller-side modules (``actor``)
-and the RPC entry points (``host``) can find the runtime without importing it.
+The runtime installs itself here with its parts (the actor host, the call and reply
+batches, the cluster directory on rank 0). RPC entry points, which torch resolves by
+their module-level names, find the part they serve with :func:`part`, by its type;
+caller-side code finds the runtime itself with :func:`actorrt.runtime.runtime.current`.
+This module imports nothing of the runtime, so a module that serves RPC finds its state
+without importing the runtime that imports it.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TypeVar, cast
 
 from actorrt.errors import NotInitializedError
 
-if TYPE_CHECKING:
-    from actorrt.runtime.runtime import Runtime
+__all__ = ["ensure_not_started", "install", "installed", "is_initialized", "part"]
 
-__all__ = ["current", "current_or_none", "ensure_not_started", "install", "is_initialized"]
+T = TypeVar("T")
 
-_current: Runtime | None = None
+_installed: object | None = None
+_parts: dict[type, object] = {}
 _lock = threading.Lock()
 
 
-def current(what: str = "this call") -> Runtime:
-    """The process's running ``Runtime``; raises ``NotInitializedError`` before ``start``."""
-    rt = _current
-    if rt is None:
-        raise NotInitializedError(what)
-    return rt
+def installed() -> object | None:
+    """The installed runtime, or None before ``start`` and after ``shutdown``."""
+    return _installed
 
 
-def current_or_none() -> Runtime | None:
-    """The process's running ``Runtime``, or None before ``start`` and after ``shutdown``."""
-    return _current
+def part(kind: type[T], what: str = "this call") -> T:
+    """The installed runtime's part of type ``kind`` (e.g. its ``ActorHost``).
+
+    Raises:
+        NotInitializedError: No runtime is installed, or it has no such part (the
+            cluster directory lives on rank 0 only).
+    """
+    try:
+        return cast(T, _parts[kind])
+    except KeyError:
+        raise NotInitializedError(what) from None
 
 
 def is_initialized() -> bool:
     """True between ``actorrt.start()`` and ``actorrt.shutdown()`` (and inside workers)."""
-    return _current is not None
+    return _installed is not None
 
 
 def ensure_not_started() -> None:
     """Raises ``RuntimeError`` (saying how to go on) when a runtime is installed here."""
-    if _current is not None:
+    if _installed is not None:
         raise RuntimeError(
             "actorrt is already started in this process: call actorrt.shutdown() before "
             "starting again (or use `with actorrt.start(): ...`)."
         )
 
 
-def install(rt: Runtime | None) -> None:
-    """Makes ``rt`` the process's runtime (None clears the slot)."""
-    global _current
+def install(rt: object | None, parts: Iterable[object] = ()) -> None:
+    """Makes ``rt`` the process's runtime, with ``parts`` found by type; None clears the slot."""
+    global _installed, _parts
     with _lock:
         if rt is not None:
             ensure_not_started()
-        _current = rt
+        _parts = {type(p): p for p in parts} if rt is not None else {}
+        _installed = rt

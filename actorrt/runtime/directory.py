@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from actorrt.errors import PlacementError
 from actorrt.options import ActorOptions
@@ -20,10 +19,8 @@ from actorrt.placement.node import ProcessInfo
 from actorrt.placement.plan import Plan
 from actorrt.placement.resources import Resources
 from actorrt.placement.scheduler import Placer, Slot
-from actorrt.runtime.context import current
-
-if TYPE_CHECKING:
-    from actorrt.actor_class import ActorHandle
+from actorrt.runtime import context
+from actorrt.runtime.protocol import ActorRecord
 
 __all__ = [
     "ActorInfo",
@@ -150,7 +147,7 @@ class ClusterDirectory:
         for uses in self._slots.values():
             uses.sort(key=lambda u: u.slot.index)
         self._records: dict[str, _Record] = {}
-        self._names: dict[str, tuple[ActorHandle, str | None]] = {}  # name -> (handle, class)
+        self._names: dict[str, tuple[ActorRecord, str | None]] = {}  # name -> (actor, class)
 
     @property
     def plan(self) -> Plan:
@@ -233,8 +230,8 @@ class ClusterDirectory:
                 self._placer.load[rec.index] = max(0, self._placer.load[rec.index] - 1)
             else:
                 self._placer.give_back(rec.index, rec.resources, rec.gpus)
-            for name, (handle, _) in list(self._names.items()):
-                if getattr(handle, "actor_id", None) == actor_id:
+            for name, (record, _) in list(self._names.items()):
+                if record.actor_id == actor_id:
                     del self._names[name]
 
     def mark_dead(self, worker: str) -> None:
@@ -280,24 +277,24 @@ class ClusterDirectory:
     def register_name(
         self,
         name: str,
-        handle: ActorHandle,
+        record: ActorRecord,
         get_if_exists: bool = False,
         class_path: str | None = None,
-    ) -> ActorHandle | None:
-        """Registers ``handle`` under ``name``, or finds the actor already there.
+    ) -> ActorRecord | None:
+        """Registers the actor ``record`` under ``name``, or finds the actor already there.
 
         One step under the lock, so of concurrent creators of one name exactly one
-        registers, and with ``get_if_exists`` the others get its handle.
+        registers, and with ``get_if_exists`` the others get its record.
 
         Args:
             name: The actor's name.
-            handle: Its handle.
-            get_if_exists: Return the handle already under ``name`` instead of failing.
+            record: Where the actor lives.
+            get_if_exists: Return the record already under ``name`` instead of failing.
             class_path: ``module.Class`` of the actor, checked against the registered
                 actor's with ``get_if_exists``.
 
         Returns:
-            None when ``handle`` was registered; else the handle already registered.
+            None when ``record`` was registered; else the record already registered.
 
         Raises:
             ValueError: ``name`` is taken (without ``get_if_exists``), or taken by an
@@ -305,7 +302,7 @@ class ClusterDirectory:
         """
         with self._lock:
             if name not in self._names:
-                self._names[name] = (handle, class_path)
+                self._names[name] = (record, class_path)
                 return None
             if not get_if_exists:
                 raise ValueError(
@@ -316,8 +313,8 @@ class ClusterDirectory:
                 )
             return self._named(name, class_path)
 
-    def lookup(self, name: str, class_path: str | None = None) -> ActorHandle | None:
-        """The handle registered under ``name``, or None; ``class_path`` as in register_name.
+    def lookup(self, name: str, class_path: str | None = None) -> ActorRecord | None:
+        """The record registered under ``name``, or None; ``class_path`` as in register_name.
 
         Raises:
             ValueError: With ``class_path``: the actor under ``name`` is of another class.
@@ -325,25 +322,23 @@ class ClusterDirectory:
         with self._lock:
             return self._named(name, class_path) if name in self._names else None
 
-    def _named(self, name: str, class_path: str | None) -> ActorHandle:
-        handle, registered = self._names[name]
+    def _named(self, name: str, class_path: str | None) -> ActorRecord:
+        record, registered = self._names[name]
         if class_path is not None and registered is not None and registered != class_path:
             raise ValueError(
                 f"an actor named {name!r} already exists and is a {registered}, not a "
                 f"{class_path}: get_if_exists=True returns only an actor of the same class; "
                 "pick another name."
             )
-        return handle
+        return record
 
 
 # -- RPC entry points (run on rank 0; other processes reach the directory through them) --
 
 
 def _directory() -> ClusterDirectory:
-    directory = current().directory
-    if directory is None:
-        raise RuntimeError("the cluster directory lives on rank 0 only")
-    return directory
+    # Only rank 0 installs one: elsewhere this is NotInitializedError.
+    return context.part(ClusterDirectory, "the cluster directory (rank 0 only)")
 
 
 def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
@@ -357,14 +352,14 @@ def rpc_released(actor_id: str) -> None:
 
 
 def rpc_register_name(
-    name: str, handle: ActorHandle, get_if_exists: bool = False, class_path: str | None = None
-) -> ActorHandle | None:
+    name: str, record: ActorRecord, get_if_exists: bool = False, class_path: str | None = None
+) -> ActorRecord | None:
     """Runs on rank 0: registers a named actor, or returns the one already named so."""
-    return _directory().register_name(name, handle, get_if_exists, class_path)
+    return _directory().register_name(name, record, get_if_exists, class_path)
 
 
-def rpc_lookup(name: str, class_path: str | None = None) -> ActorHandle | None:
-    """Runs on rank 0: the handle of the actor with this name, or None."""
+def rpc_lookup(name: str, class_path: str | None = None) -> ActorRecord | None:
+    """Runs on rank 0: the record of the actor with this name, or None."""
     return _directory().lookup(name, class_path)
 
 

@@ -16,7 +16,7 @@ import cloudpickle
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime.context import current
+from actorrt.runtime import context
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
 
@@ -177,7 +177,7 @@ class ActorHost:
 
 
 def _host() -> ActorHost:
-    return current().host
+    return context.part(ActorHost)
 
 
 def rpc_create(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MIN_BATCH", "Answered", "Outbox", "coalescing_enabled"]
+__all__ = ["MIN_BATCH", "KeepAlive", "Outbox", "coalescing_enabled"]
 
 Item = TypeVar("Item")
 
@@ -52,7 +52,7 @@ def coalescing_enabled() -> bool:
     return os.environ.get("ACTORRT_COALESCE", "1") != "0"
 
 
-class Answered:
+class KeepAlive:
     """Whether a call sent alone has been answered, without a callback on its reply.
 
     The outbox remembers the last message to each destination, and the call must keep its

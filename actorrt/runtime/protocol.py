@@ -11,18 +11,27 @@ import os
 import pickle
 import socket
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import cloudpickle
 
 from actorrt.errors import ActorDiedError, ActorError
+
+if TYPE_CHECKING:
+    import torch
+
+    from actorrt.runtime.outbox import KeepAlive
+    from actorrt.runtime.payload import Wire
 
 __all__ = [
     "DIED",
     "ERROR",
     "OK",
     "PICKLING_ERRORS",
+    "ActorRecord",
     "LocalFailure",
+    "ReplySlot",
+    "Target",
     "decode_reply",
     "died_reply",
     "error_reply",
@@ -35,6 +44,57 @@ __all__ = [
 OK = 0
 ERROR = 1
 DIED = 2
+
+
+class ActorRecord(NamedTuple):
+    """Where an actor lives: what a handle is made of, as plain data.
+
+    The runtime hands these to the caller side (which makes the handle), and the cluster
+    directory keeps one per actor name.
+    """
+
+    actor_id: str
+    worker: str  # RPC name of the process hosting it
+    class_name: str
+    methods: str  # the class's method table, as ``actor_class.MethodTable`` specs
+
+
+class Target(Protocol):
+    """What the runtime reads of the actor a call goes to (an ``ActorHandle`` is one)."""
+
+    @property
+    def actor_id(self) -> str:
+        """The actor's id."""
+        ...
+
+    @property
+    def worker(self) -> str:
+        """RPC name of the process hosting it."""
+        ...
+
+    @property
+    def class_name(self) -> str:
+        """Its class's name (for messages)."""
+        ...
+
+
+class ReplySlot(Protocol):
+    """Where the runtime puts one call's outcome (an ``ObjectRef`` is one)."""
+
+    def attach(
+        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+    ) -> None:
+        """The call went out to ``worker``; ``reply`` is the torch future of its raw reply.
+
+        ``keep`` (a call sent alone) holds the actor's handle until the reply is in; the
+        slot lets go of it when it is itself collected.
+        """
+        ...
+
+    def fail(self, error: BaseException) -> None:
+        """The call failed before it went out (or its arguments never resolved)."""
+        ...
+
 
 # Words torch RPC uses when a reply could not be (de)serialised; anything else that
 # fails a call at the RPC layer is a lost connection or process.

@@ -1,8 +1,14 @@
 """``Runtime``: the one object holding a process's actorrt state.
 
 Only this module calls ``init_rpc`` and ``rpc.shutdown``. The driver (rank 0) and every
-worker have one ``Runtime``; a call travels ``ActorMethod.remote`` -> ``Runtime.submit``
--> ``rpc_async(worker, host.rpc_call)`` -> mailbox -> method -> reply -> ``ObjectRef``.
+worker have one ``Runtime``; a call travels ``ActorMethod.remote`` -> ``Runtime.send``
+(packed by the payload pipeline) -> ``rpc_async(worker, host.rpc_call)`` -> mailbox ->
+method -> reply -> the caller's ``ObjectRef``.
+
+The caller side (``actor_class``, ``refs``) imports this module, never the other way:
+the runtime sees an actor as a :class:`~actorrt.runtime.protocol.Target` and a call's
+result as a :class:`~actorrt.runtime.protocol.ReplySlot`, and hands out
+:class:`~actorrt.runtime.protocol.ActorRecord` values that the caller side makes handles of.
 """
 
 from __future__ import annotations
@@ -12,22 +18,19 @@ import threading
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.actor_class import ActorClass, ActorHandle
-from actorrt.errors import ActorDiedError
+from actorrt.errors import ActorDiedError, NotInitializedError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
-from actorrt.refs import ObjectRef
+from actorrt.runtime import context, shm
 from actorrt.runtime import host as host_mod
-from actorrt.runtime import shm
 from actorrt.runtime.batches import CallBatches, ReplyBatches
-from actorrt.runtime.context import current, is_initialized
-from actorrt.runtime.context import install as _install
+from actorrt.runtime.context import is_initialized
 from actorrt.runtime.directory import (
     ActorInfo,
     ClusterDirectory,
@@ -41,14 +44,33 @@ from actorrt.runtime.directory import (
     rpc_released,
 )
 from actorrt.runtime.host import ActorHost
-from actorrt.runtime.outbox import Answered, coalescing_enabled
+from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
 from actorrt.runtime.payload import Wire, pack
-from actorrt.runtime.protocol import rpc_failure, unsendable_argument
+from actorrt.runtime.protocol import (
+    ActorRecord,
+    ReplySlot,
+    Target,
+    rpc_failure,
+    unsendable_argument,
+)
 from actorrt.runtime.roads import Road, tensor_road
 
-__all__ = ["Runtime", "current", "is_initialized"]
+__all__ = ["Runtime", "current", "current_or_none", "is_initialized"]
 
 R = TypeVar("R")
+
+
+def current(what: str = "this call") -> Runtime:
+    """The process's running ``Runtime``; raises ``NotInitializedError`` before ``start``."""
+    rt = context.installed()
+    if rt is None:
+        raise NotInitializedError(what)
+    return cast(Runtime, rt)
+
+
+def current_or_none() -> Runtime | None:
+    """The process's running ``Runtime``, or None before ``start`` and after ``shutdown``."""
+    return cast("Runtime | None", context.installed())
 
 
 class Runtime:
@@ -110,48 +132,72 @@ class Runtime:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def install(self) -> None:
+        """Makes this the process's runtime: RPC entry points find its parts from now on.
+
+        Raises:
+            RuntimeError: Another runtime is installed in this process.
+        """
+        parts: list[object] = [self.host, self.calls, self.replies]
+        if self.directory is not None:
+            parts.append(self.directory)
+        context.install(self, parts)
+
     def close(self) -> None:
         """Shuts this runtime down and clears the process's runtime slot (driver side)."""
         try:
             self.shutdown()
         finally:
-            _install(None)
+            context.install(None)
 
     # -- actors ----------------------------------------------------------------
     def create_actor(
         self,
-        actor_class: ActorClass[Any],
+        class_name: str,
+        class_path: str,
+        methods: str,
+        ship: Callable[[], tuple[str, bytes]],
         options: ActorOptions,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-    ) -> ActorHandle:
-        """Places the actor, ships its class and constructor arguments, returns its handle.
+    ) -> tuple[ActorRecord, Any]:
+        """Places the actor, ships its class and constructor arguments.
 
-        With ``options.get_if_exists``, returns the actor already named ``options.name``
+        With ``options.get_if_exists``, finds the actor already named ``options.name``
         (of the same class) when there is one.
+
+        Args:
+            class_name: The class's name.
+            class_path: ``module.name``, the same on every process (names are per class).
+            methods: The class's method table (``MethodTable`` specs).
+            ship: Returns the class's cache key and its cloudpickle bytes.
+            options: The actor's options.
+            args: Constructor arguments (values, not refs).
+            kwargs: Constructor keyword arguments.
+
+        Returns:
+            The actor's record, and the RRef that keeps an unnamed actor alive (None for a
+            named one, which lives until killed).
         """
-        class_name = actor_class.__name__
-        class_path = f"{actor_class.__module__}.{class_name}"  # the same on every process
         actor_id = uuid.uuid4().hex
-        args, kwargs = _resolve_now(args, kwargs)
         if options.get_if_exists:
             # Finding the actor reserves nothing: a full slot must not fail the lookup.
             found = self._directory_call(rpc_lookup, options.name, class_path)
             if found is not None:
-                return found
+                return found, None
         placement = self._place(actor_id, options, class_name)
-        handle = ActorHandle(actor_id, placement.worker, class_name, actor_class._table, None)
+        record = ActorRecord(actor_id, placement.worker, class_name, methods)
         try:
             if options.name is not None:
                 # Registering is one step in the directory: of concurrent get_if_exists
                 # creators one registers; the others get its actor and give back their place.
                 found = self._directory_call(
-                    rpc_register_name, options.name, handle, options.get_if_exists, class_path
+                    rpc_register_name, options.name, record, options.get_if_exists, class_path
                 )
                 if found is not None:
                     self._directory_call(rpc_released, actor_id)
-                    return found
-            key, blob = actor_class.shipment()
+                    return found, None
+            key, blob = ship()
             meta = {
                 "class_name": class_name,
                 "max_concurrency": options.max_concurrency,
@@ -168,9 +214,8 @@ class Runtime:
         except BaseException:
             self._directory_call(rpc_released, actor_id)
             raise
-        if options.name is None:
-            handle._rref = rref  # the RRef keeps an unnamed actor alive (Ray's semantics)
-        return handle
+        # The RRef keeps an unnamed actor alive (Ray's semantics); a named one is pinned.
+        return record, (rref if options.name is None else None)
 
     def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
         return self._directory_call(rpc_place, actor_id, options, class_name)
@@ -181,104 +226,88 @@ class Runtime:
         result: R = rpc.rpc_sync(self.driver_name, fn, args=args)
         return result
 
-    def submit(
-        self, handle: ActorHandle, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> ObjectRef:
-        """Sends one method call; returns its ``ObjectRef`` at once."""
-        actor_id = handle.actor_id
+    def next_seq(self, actor_id: str) -> int:
+        """Takes the next sequence number of this process's calls to ``actor_id``.
+
+        The actor runs a caller's calls in this order; a number taken must be sent
+        (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it.
+        """
         try:
-            seq = next(self._seqs[actor_id])
+            return next(self._seqs[actor_id])
         except KeyError:
-            seq = next(self._seqs.setdefault(actor_id, itertools.count()))
-        ref = ObjectRef(f"{handle.class_name}.{method}", actor_id)
-        deps = [a for a in args if type(a) is ObjectRef]
-        deps += [v for v in kwargs.values() if type(v) is ObjectRef]
-        if not deps:
-            self._send(handle, seq, method, args, kwargs, ref, raise_now=True)
-            return ref
-        # As in Ray, ObjectRef arguments are resolved before the call is sent; the seq was
-        # taken now, so the call still runs in the order it was made.
-        remaining = [len(deps)]
-        lock = threading.Lock()
+            return next(self._seqs.setdefault(actor_id, itertools.count()))
 
-        def on_dep_done(_: object) -> None:
-            with lock:
-                remaining[0] -= 1
-                if remaining[0]:
-                    return
-            errors = (d.future().exception() for d in deps)
-            error = next((e for e in errors if e is not None), None)
-            if error is not None:
-                self._skip(handle, seq)
-                ref._set_exception(error)
-                return
-            a = tuple(x.future().result() if type(x) is ObjectRef else x for x in args)
-            kw = {k: v.future().result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
-            self._send(handle, seq, method, a, kw, ref, raise_now=False)
-
-        for dep in deps:
-            dep.future().add_done_callback(on_dep_done)
-        return ref
-
-    def _send(
+    def send(
         self,
-        handle: ActorHandle,
+        target: Target,
         seq: int,
         method: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        ref: ObjectRef,
+        slot: ReplySlot,
+        *,
         raise_now: bool,
     ) -> None:
-        worker = handle.worker
+        """Sends call ``seq`` of ``target.method``; its outcome goes to ``slot``.
+
+        Args:
+            target: The actor (its handle, kept alive until the reply).
+            seq: From :meth:`next_seq`.
+            method: The method's name.
+            args: Positional arguments (values: refs were resolved by the caller side).
+            kwargs: Keyword arguments.
+            slot: Gets the reply's future, or the failure.
+            raise_now: Raise an unsendable argument's ``TypeError`` here (a call made
+                now) instead of putting it in ``slot`` (a call sent once its refs came).
+        """
+        worker = target.worker
         if worker in self._dead_workers:
-            ref._set_exception(
+            slot.fail(
                 ActorDiedError(
-                    f"{ref._what}: the actor's process {worker!r} has died; create a new actor.",
-                    handle.actor_id,
+                    f"{target.class_name}.{method}: the actor's process {worker!r} has died; "
+                    "create a new actor.",
+                    target.actor_id,
                 ),
             )
             return
         try:
             wire = self.pack(worker, (args, kwargs))
         except Exception as exc:  # only this call fails; the seq it took is skipped
-            self._skip(handle, seq)
-            err = unsendable_argument(ref._what, exc)
+            self.skip(target, seq)
+            err = unsendable_argument(f"{target.class_name}.{method}", exc)
             if raise_now:
                 raise err from exc
-            ref._set_exception(err)
+            slot.fail(err)
             return
         if self._coalesce and self.calls.outbox.busy(worker):
-            queued = self.calls.queue(handle, seq, method, wire)
+            queued = self.calls.queue(target, seq, method, wire)
             if queued is not None:
-                ref._attach(queued, worker)
+                slot.attach(queued, worker, None)
                 return
         try:
             fut = rpc.rpc_async(
                 worker,
                 host_mod.rpc_call,
-                args=(handle.actor_id, self.name, seq, method, wire),
+                args=(target.actor_id, self.name, seq, method, wire),
                 timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
             )
         except Exception as exc:  # the agent could not even queue the call
-            ref._set_exception(rpc_failure(ref._what, worker, exc))
+            slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
-
         # The handle lives until the reply, so the actor outlives calls in flight even when
-        # the caller drops every handle at once (see Answered: no callback per call).
-        answered = Answered(fut, keep=handle)
-        ref._attach(fut, worker)
-        ref._answered = answered
-        self.calls.outbox.sent(worker, answered)
+        # the caller drops every handle at once (see KeepAlive: no callback per call).
+        keep = KeepAlive(fut, keep=target)
+        slot.attach(fut, worker, keep)
+        self.calls.outbox.sent(worker, keep)
 
-    def _skip(self, handle: ActorHandle, seq: int) -> None:
-        # The seq was taken but its call cannot be sent: tell the mailbox to move past it,
-        # or every later call from this process would wait for it forever.
+    def skip(self, target: Target, seq: int) -> None:
+        """Gives up call ``seq`` to ``target``: its mailbox moves past the number."""
+        # Without this every later call from this process would wait for it forever.
         try:
             rpc.rpc_async(
-                handle.worker,
+                target.worker,
                 host_mod.rpc_call,
-                args=(handle.actor_id, self.name, seq, None, None),
+                args=(target.actor_id, self.name, seq, None, None),
                 timeout=0,
             )
         except Exception:  # the worker is gone: nothing waits for the seq any more
@@ -308,7 +337,7 @@ class Runtime:
             )
         return self._roads[key]
 
-    def kill(self, handle: ActorHandle, timeout: float = 10.0) -> None:
+    def kill(self, handle: Target, timeout: float = 10.0) -> None:
         """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``."""
         reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
         if handle.worker not in self._dead_workers:
@@ -324,15 +353,15 @@ class Runtime:
                     raise
         self._directory_call(rpc_released, handle.actor_id)
 
-    def get_actor(self, name: str) -> ActorHandle:
-        """The handle of the actor registered as ``name`` (``actorrt.get_actor``)."""
-        handle = self._directory_call(rpc_lookup, name)
-        if handle is None:
+    def get_actor(self, name: str) -> ActorRecord:
+        """The record of the actor registered as ``name`` (``actorrt.get_actor``)."""
+        record = self._directory_call(rpc_lookup, name)
+        if record is None:
             raise ValueError(
                 f"no actor named {name!r} is alive; create it with "
                 f"Cls.options(name={name!r}).remote()."
             )
-        return handle
+        return record
 
     def actors(self) -> list[ActorInfo]:
         """One record per actor the cluster holds (see :class:`ActorInfo`)."""
@@ -353,7 +382,9 @@ class Runtime:
         """
         from actorrt.runtime.status import cluster_status
 
-        return cluster_status(self, max_actors=max_actors)
+        return cluster_status(
+            self.name, self.host, self.nodes(), self.actors(), dict(self.pids), max_actors
+        )
 
     def _actor_ended(self, actor_id: str) -> None:
         if self.stopped.is_set():
@@ -385,20 +416,6 @@ class Runtime:
         self.replies.close()
         if self._on_shutdown is not None:
             self._on_shutdown()
-
-
-def _resolve_now(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    if not any(type(a) is ObjectRef for a in args) and not any(
-        type(v) is ObjectRef for v in kwargs.values()
-    ):
-        return args, kwargs
-    from actorrt.refs import get
-
-    args = tuple(get(a) if type(a) is ObjectRef else a for a in args)
-    kwargs = {k: get(v) if type(v) is ObjectRef else v for k, v in kwargs.items()}
-    return args, kwargs
 
 
 def rpc_stop() -> None:

@@ -12,34 +12,32 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from actorrt.runtime.context import current
+from actorrt.runtime import context
 from actorrt.runtime.directory import ActorInfo, NodeInfo
-
-if TYPE_CHECKING:
-    from actorrt.runtime.runtime import Runtime
+from actorrt.runtime.host import ActorHost
 
 __all__ = ["cluster_status", "format_status", "local_stats", "rpc_process_stats"]
 
 QUERY_TIMEOUT_S = 2.0
 
 
-def local_stats(rt: Runtime) -> dict[str, Any]:
+def local_stats(host: ActorHost) -> dict[str, Any]:
     """This process's pid and, per actor it hosts, the calls queued or running on it.
 
     Returns:
         ``{"pid": int, "calls": {actor_id: int}}``.
     """
-    return {"pid": os.getpid(), "calls": rt.host.calls_in_flight()}
+    return {"pid": os.getpid(), "calls": host.calls_in_flight()}
 
 
 def rpc_process_stats() -> dict[str, Any]:
     """Runs on each process when a status is asked for: see :func:`local_stats`."""
-    return local_stats(current())
+    return local_stats(context.part(ActorHost))
 
 
-def _query(rt: Runtime, nodes: Sequence[NodeInfo]) -> dict[str, dict[str, Any]]:
+def _query(own: str, host: ActorHost, nodes: Sequence[NodeInfo]) -> dict[str, dict[str, Any]]:
     """Stats of every live process by name; a process that did not answer is left out."""
     import torch.distributed.rpc as rpc
 
@@ -48,8 +46,8 @@ def _query(rt: Runtime, nodes: Sequence[NodeInfo]) -> dict[str, dict[str, Any]]:
     for node in nodes:
         if not node.alive:
             continue
-        if node.process == rt.name:
-            out[node.process] = local_stats(rt)
+        if node.process == own:
+            out[node.process] = local_stats(host)
             continue
         try:
             futures[node.process] = rpc.rpc_async(
@@ -65,12 +63,25 @@ def _query(rt: Runtime, nodes: Sequence[NodeInfo]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def cluster_status(rt: Runtime, max_actors: int = 50) -> str:
-    """The status table of the cluster ``rt`` belongs to (see :func:`actorrt.status`)."""
-    nodes = rt.nodes()
-    actors = rt.actors()
-    stats = _query(rt, nodes)
-    pids = dict(getattr(rt, "pids", {}) or {})
+def cluster_status(
+    own: str,
+    host: ActorHost,
+    nodes: Sequence[NodeInfo],
+    actors: Sequence[ActorInfo],
+    pids: dict[int, int],
+    max_actors: int = 50,
+) -> str:
+    """The status table of the cluster (see :func:`actorrt.status`).
+
+    Args:
+        own: This process's RPC name (its stats are read here, not asked for).
+        host: This process's actor host.
+        nodes: The directory's processes.
+        actors: The directory's actors.
+        pids: Process ids by rank, as the driver knows them.
+        max_actors: Actor rows shown at most.
+    """
+    stats = _query(own, host, nodes)
     return format_status(nodes, actors, stats, pids=pids, max_actors=max_actors)
 
 

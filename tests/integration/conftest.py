@@ -3,7 +3,7 @@ from netns import Procs
 from procutil import kill_pids, pid_alive
 
 import actorrt
-from actorrt.runtime.context import current_or_none
+from actorrt.runtime.runtime import current_or_none
 
 
 @pytest.fixture(scope="session")

@@ -303,7 +303,7 @@ class Gate:
         return threading.Lock()  # a lambda would travel: cloudpickle carries it
 
     def replies_batched(self):
-        from actorrt.runtime.context import current
+        from actorrt.runtime.runtime import current
 
         return current().replies.outbox.batches_sent
 

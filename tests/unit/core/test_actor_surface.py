@@ -21,6 +21,7 @@ from actorrt.actor_class import ActorHandle
 from actorrt.options import ActorOptions
 from actorrt.placement import Layout, ProcessInfo, make_plan
 from actorrt.runtime.directory import ClusterDirectory
+from actorrt.runtime.protocol import ActorRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
 from placement_testlib import node  # noqa: E402
@@ -253,9 +254,8 @@ def _directory():
     return ClusterDirectory(make_plan(ps, Layout()), ps)
 
 
-class _H:
-    def __init__(self, actor_id):
-        self.actor_id = actor_id
+def _H(actor_id: str) -> ActorRecord:
+    return ActorRecord(actor_id, "worker1", "A", "")
 
 
 def test_the_directory_registers_a_name_or_returns_the_actor_under_it():

@@ -16,6 +16,7 @@ from actorrt.errors import PlacementError  # noqa: E402
 from actorrt.options import ActorOptions  # noqa: E402
 from actorrt.placement import LabelSpec, Layout, ProcessInfo, make_plan  # noqa: E402
 from actorrt.runtime.directory import ClusterDirectory  # noqa: E402
+from actorrt.runtime.protocol import ActorRecord  # noqa: E402
 
 
 def _cluster(*workers, layout=None):
@@ -133,12 +134,10 @@ def test_names_register_lookup_and_go_with_the_actor():
     d, _ = _cluster(node("a"))
     d.place("x", ActorOptions(name="svc"), "A")
 
-    class H:
-        actor_id = "x"
-
-    d.register_name("svc", H)
-    assert d.lookup("svc") is H
+    record = ActorRecord("x", "worker1", "A", "")
+    d.register_name("svc", record)
+    assert d.lookup("svc") is record
     with pytest.raises(ValueError, match="already exists"):
-        d.register_name("svc", H)
+        d.register_name("svc", record)
     d.release("x")
     assert d.lookup("svc") is None

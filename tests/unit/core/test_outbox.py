@@ -74,11 +74,11 @@ def test_close_hands_back_what_was_never_sent():
     gate.set()
 
 
-def test_answered_keeps_the_handle_until_the_reply_even_when_the_ref_goes_first():
+def test_keep_alive_keeps_the_handle_until_the_reply_even_when_the_ref_goes_first():
     import gc
     import weakref
 
-    from actorrt.runtime.outbox import Answered
+    from actorrt.runtime.outbox import KeepAlive
 
     class Handle:
         pass
@@ -86,7 +86,7 @@ def test_answered_keeps_the_handle_until_the_reply_even_when_the_ref_goes_first(
     handle = Handle()
     gone = weakref.ref(handle)
     reply = torch.futures.Future()
-    flag = Answered(reply, keep=handle)
+    flag = KeepAlive(reply, keep=handle)
     del handle
     box, *_ = _outbox()
     box.sent("w1", torch.futures.Future())
