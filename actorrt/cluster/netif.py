@@ -10,10 +10,11 @@ where the rendezvous and RPC share a network.
 
 from __future__ import annotations
 
-import fcntl
+import ipaddress
 import os
 import socket
-import struct
+
+import psutil
 
 __all__ = [
     "apply_socket_ifname",
@@ -22,13 +23,31 @@ __all__ = [
     "local_address_towards",
 ]
 
-_SIOCGIFADDR = 0x8915
+
+def _family(host: str) -> socket.AddressFamily:
+    # A literal IPv6 address (brackets already stripped by parse_tcp_init_method, a zone
+    # such as %eth0 allowed) is AF_INET6; names and IPv4 literals are AF_INET, as before.
+    try:
+        version = ipaddress.ip_address(host.split("%", 1)[0]).version
+    except ValueError:
+        return socket.AF_INET
+    return socket.AF_INET6 if version == 6 else socket.AF_INET
 
 
 def local_address_towards(host: str, port: int) -> str | None:
-    """The local IPv4 address this machine uses to reach ``host`` (no packet is sent)."""
+    """The local address this machine uses to reach ``host`` (no packet is sent).
+
+    Args:
+        host: An IPv4 or IPv6 address, or a name (resolved as IPv4).
+        port: The port to reach (0: any).
+
+    Returns:
+        The source address the kernel's routing picks (IPv6 for an IPv6 ``host``), or
+        None when there is no route.
+    """
+    family = _family(host)
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect((host, port or 9))  # UDP connect only picks a route
             address: str = s.getsockname()[0]
             return address
@@ -36,21 +55,29 @@ def local_address_towards(host: str, port: int) -> str | None:
         return None
 
 
-def interface_with_address(address: str) -> str | None:
-    """The name of the interface that holds IPv4 ``address`` (None if none does)."""
+def _same_address(a: str, b: str) -> bool:
+    # "fe80::1%eth0" and "fe80::1" name one address; so do "::1" and "0:0:0:0:0:0:0:1".
     try:
-        wanted = socket.inet_aton(socket.gethostbyname(address))
-    except OSError:
-        return None
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                req = struct.pack("256s", name.encode()[:15])
-                res = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, req)
-            except OSError:
-                continue  # no IPv4 address on this interface
-            if res[20:24] == wanted:
-                return name
+        return ipaddress.ip_address(a.split("%", 1)[0]) == ipaddress.ip_address(b.split("%", 1)[0])
+    except ValueError:
+        return False
+
+
+def interface_with_address(address: str) -> str | None:
+    """The name of the interface that holds ``address``, IPv4 or IPv6 (None if none does).
+
+    Args:
+        address: An IPv4 or IPv6 address, or a name (resolved as IPv4).
+    """
+    if _family(address) == socket.AF_INET:
+        try:
+            address = socket.gethostbyname(address)
+        except OSError:
+            return None
+    for name, addrs in psutil.net_if_addrs().items():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6) and _same_address(a.address, address):
+                return str(name)
     return None
 
 

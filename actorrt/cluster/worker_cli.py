@@ -27,14 +27,16 @@ from actorrt.cluster.launch_env import (
     from_environ,
     parse_tcp_init_method,
 )
+from actorrt.errors import PlacementError
 from actorrt.logs import ENV_VAR, parse_level
+from actorrt.placement.dicompat import parse_local_cuda_devices
+from actorrt.placement.discovery import cuda_device_count
+from actorrt.placement.plan import TRANSPORT_MODES
 
 if TYPE_CHECKING:
     from actorrt.cluster.worker import WorkerConfig
 
 __all__ = ["add_arguments", "config_from_args", "run"]
-
-_TRANSPORTS = ("auto", "cpu", "cuda")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -66,7 +68,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--transport",
-        choices=_TRANSPORTS,
+        choices=TRANSPORT_MODES,
         help="must match the driver's transport (default: follow the driver)",
     )
     p.add_argument("--token", help="the cluster token (default: ACTORRT_TOKEN)")
@@ -170,20 +172,13 @@ def config_from_args(
 def _gpus(flag: str | None, local_rank: int | None) -> tuple[int, ...] | None:
     if flag is not None:
         try:
-            return tuple(int(x) for x in flag.split(",") if x.strip())
-        except ValueError:
-            raise ValueError(f"--gpus {flag!r} must be GPU indices like 0,1.") from None
+            return parse_local_cuda_devices(flag, "--gpus")
+        except PlacementError as exc:
+            raise ValueError(str(exc)) from None
     if local_rank is None:
         return None
-    count = _cuda_count()
+    count = cuda_device_count()
     return (local_rank % count,) if count else None
-
-
-def _cuda_count() -> int:
-    import torch
-
-    # device_count() does not create a CUDA context, so actors may still pick their GPU.
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,8 +68,12 @@ def format_cuda_device_map(mapping: Mapping[int, Mapping[int, int]]) -> str:
     )
 
 
-def parse_local_cuda_devices(text: str) -> tuple[int, ...]:
-    """Parse ``"0,1,3"`` into ``(0, 1, 3)``.
+def parse_local_cuda_devices(text: str, name: str = "--local-cuda-devices") -> tuple[int, ...]:
+    """Parse ``"0,1,3"`` into ``(0, 1, 3)``; ``""`` is no GPU.
+
+    Args:
+        text: The GPU indices as written.
+        name: How the user gave them, for the messages (``--gpus`` for ``actorrt worker``).
 
     Raises:
         PlacementError: Naming the entry that is not a GPU index, or a repeated one.
@@ -80,11 +84,9 @@ def parse_local_cuda_devices(text: str) -> tuple[int, ...]:
         if not item:
             continue
         if not item.isdigit():
-            raise PlacementError(
-                f"--local-cuda-devices entry {item!r} is not a GPU index (write e.g. 0,1)"
-            )
+            raise PlacementError(f"{name} entry {item!r} is not a GPU index (write e.g. 0,1)")
         if int(item) in out:
-            raise PlacementError(f"--local-cuda-devices lists GPU {item} twice")
+            raise PlacementError(f"{name} lists GPU {item} twice")
         out.append(int(item))
     return tuple(out)
 

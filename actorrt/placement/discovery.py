@@ -1,22 +1,30 @@
 """Build a :class:`NodeDescription` from the machine this process runs on.
 
-Every source is injectable (``proc_root``, ``sys_root``, ``environ``, the command
-runner used for nvidia-smi, the CUDA probe), so each rule is tested against fake
-trees in ``tmp_path`` on machines with no GPU and no InfiniBand. On such a machine the
-whole call costs a few file reads: nvidia-smi is looked up on ``PATH`` before it is run,
-and torch is only asked about CUDA when it is already imported.
+Every source is injectable (``proc_root``, ``sys_root``, ``environ``, the NVML loader,
+the command runner used for nvidia-smi, the CUDA probe, the CPU count), so each rule is
+tested against fake trees in ``tmp_path`` on machines with no GPU and no InfiniBand. On
+such a machine the whole call costs a few file reads: NVML is used only when
+``nvidia-ml-py`` (the ``gpu`` extra) is installed, nvidia-smi is looked up on ``PATH``
+before it is run, and torch is only asked about CUDA when it is already imported.
+
+The GPU list (bus ids, names, UUIDs) and the NVLink peers come from NVML when it loads,
+else from nvidia-smi's text; which NICs sit behind the same PCIe switch as each GPU
+comes from ``nvidia-smi topo -m`` either way (NVML knows nothing of NICs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from actorrt.placement.node import (
     ContainerIdentity,
@@ -29,7 +37,11 @@ from actorrt.placement.node import (
 __all__ = [
     "CommandRunner",
     "CudaProbe",
+    "NvmlLoader",
+    "cuda_device_count",
     "describe_node",
+    "load_nvml",
+    "nvml_session",
     "read_boot_id",
     "read_container_identity",
     "read_gpus",
@@ -42,9 +54,15 @@ __all__ = [
 CommandRunner = Callable[[Sequence[str]], "str | None"]
 #: ``probe() -> [(pci_bus_id, name), ...]`` per local CUDA index, or None when unknown.
 CudaProbe = Callable[[], "list[tuple[str, str]] | None"]
+#: ``load() -> module`` with pynvml's functions, NVML initialized; None when unusable.
+NvmlLoader = Callable[[], Any]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NEAR_LEVELS = {"PIX", "PXB"}  # same PCIe switch: where GPUDirect RDMA pays off (NCCL's default)
+# nvml.h's nvmlGpuP2PCapsIndex_t NVML_P2P_CAPS_INDEX_NVLINK and NVML_P2P_STATUS_OK.
+_NVML_P2P_NVLINK = 2
+_NVML_P2P_OK = 0
+_Physical = tuple[int, str, str, str]  # (NVML / nvidia-smi index, bus id, name, uuid)
 
 
 def run_command(argv: Sequence[str], timeout: float = 10.0) -> str | None:
@@ -90,20 +108,23 @@ def read_container_identity(proc_root: str | os.PathLike[str] = "/proc") -> Cont
     return ContainerIdentity(cgroup=";".join(cgroup.split()), **values)
 
 
-def _read_num_cpus(proc_root: Path) -> int:
-    status = _read(proc_root / "self/status") or ""
-    for line in status.splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            count = 0
-            for part in line.split(":", 1)[1].strip().split(","):
-                if "-" in part:
-                    lo, hi = part.split("-")
-                    count += int(hi) - int(lo) + 1
-                elif part:
-                    count += 1
-            if count:
-                return count
+def _allowed_cpus() -> int:
+    # The CPUs this process may run on (taskset, cgroup cpusets, Slurm's binding), which
+    # is what /proc/self/status calls Cpus_allowed_list; not a CFS quota.
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1
+
+
+def cuda_device_count() -> int:
+    """The number of CUDA devices torch sees here (0 without CUDA); imports torch.
+
+    ``torch.cuda.device_count()`` creates no CUDA context, so actors may still pick
+    their GPU afterwards.
+    """
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _read_hostname(proc_root: Path) -> str:
@@ -170,10 +191,91 @@ def _torch_cuda_probe() -> list[tuple[str, str]] | None:
     return out
 
 
-def _visible_physical(
-    environ: Mapping[str, str], physical: list[tuple[int, str, str, str]]
-) -> list[tuple[int, str, str, str]]:
-    """Apply ``CUDA_VISIBLE_DEVICES`` (ints or UUID prefixes) to nvidia-smi's GPU list."""
+def load_nvml() -> Any:
+    """Import pynvml (``nvidia-ml-py``, the ``gpu`` extra) and initialize NVML.
+
+    Returns:
+        The ``pynvml`` module, initialized (end with ``nvmlShutdown()``, or use
+        :func:`nvml_session`); None when the package is not installed or NVML does not
+        load (no NVIDIA driver).
+    """
+    if importlib.util.find_spec("pynvml") is None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # ImportError, NVMLError (no driver, no libnvidia-ml.so), OSError
+        return None
+    return pynvml
+
+
+@contextlib.contextmanager
+def nvml_session(loader: NvmlLoader | None) -> Iterator[Any]:
+    """Load NVML with ``loader`` for the block and shut it down after.
+
+    Args:
+        loader: :func:`load_nvml`, a test's fake, or None (no NVML).
+
+    Yields:
+        The initialized module, or None when there is no loader or it gave nothing.
+    """
+    nvml = loader() if loader is not None else None
+    try:
+        yield nvml
+    finally:
+        if nvml is not None:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+
+
+def _text(value: object) -> str:
+    # pynvml returns bytes for ctypes char arrays (pciInfo.busId), str from most getters.
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_gpus(nvml: Any) -> tuple[list[_Physical], dict[int, set[int]] | None] | None:
+    """The physical GPUs and their NVLink peers from NVML; None when NVML fails."""
+    try:
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+        physical = [
+            (
+                i,
+                normalize_bus_id(_text(nvml.nvmlDeviceGetPciInfo(h).busId)),
+                _text(nvml.nvmlDeviceGetName(h)),
+                _text(nvml.nvmlDeviceGetUUID(h)),
+            )
+            for i, h in enumerate(handles)
+        ]
+    except Exception:
+        return None
+    # P2P over NVLink, pair by pair: what `topo -m` shows as NV#, NVSwitch systems
+    # included (where a link's remote PCI device is the switch, not the peer GPU).
+    nvlinks: dict[int, set[int]] = {}
+    try:
+        for i, a in enumerate(handles):
+            for j, b in enumerate(handles):
+                if i != j and nvml.nvmlDeviceGetP2PStatus(a, b, _NVML_P2P_NVLINK) == _NVML_P2P_OK:
+                    nvlinks.setdefault(i, set()).add(j)
+    except Exception:
+        return physical, None  # a driver without the query: `topo -m` says
+    return physical, nvlinks
+
+
+def _smi_gpus(runner: CommandRunner) -> list[_Physical]:
+    physical: list[_Physical] = []
+    query = runner(
+        ["nvidia-smi", "--query-gpu=index,pci.bus_id,name,uuid", "--format=csv,noheader"]
+    )
+    for line in (query or "").splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4 and parts[0].isdigit():
+            physical.append((int(parts[0]), normalize_bus_id(parts[1]), parts[2], parts[3]))
+    return physical
+
+
+def _visible_physical(environ: Mapping[str, str], physical: list[_Physical]) -> list[_Physical]:
+    """Apply ``CUDA_VISIBLE_DEVICES`` (ints or UUID prefixes) to the physical GPU list."""
     spec = environ.get("CUDA_VISIBLE_DEVICES")
     if spec is None:
         return physical
@@ -197,33 +299,34 @@ def read_gpus(
     runner: CommandRunner = run_command,
     cuda_probe: CudaProbe | None = _torch_cuda_probe,
     environ: Mapping[str, str] | None = None,
+    nvml: NvmlLoader | None = load_nvml,
 ) -> tuple[tuple[GpuInfo, ...], dict[str, tuple[int, ...]]]:
     """Discover the GPUs visible to this process and which NICs sit near each.
 
-    nvidia-smi gives bus ids, names and the NVLink / PCIe topology of the whole host;
-    the CUDA probe (torch) gives what this process actually sees, in local order. When
-    only one of them answers, it is used alone.
+    NVML (when ``nvml`` loads it), else nvidia-smi's text, gives the bus ids, names and
+    NVLink peers of the whole host; ``nvidia-smi topo -m`` gives which NICs share a PCIe
+    switch with each GPU (and the NVLink peers when NVML did not). The CUDA probe (torch)
+    gives what this process actually sees, in local order. When only one of them
+    answers, it is used alone.
 
     Args:
         runner: Runs nvidia-smi.
         cuda_probe: Returns ``(bus_id, name)`` per local CUDA index, or None.
         environ: Environment for ``CUDA_VISIBLE_DEVICES`` (default ``os.environ``).
+        nvml: Loads NVML (:func:`load_nvml`; a fake in tests); None: nvidia-smi only.
 
     Returns:
         ``(gpus, near)``: the GPUs by local index, and per NIC name the local indices
         of GPUs behind the same PCIe switch.
     """
     env = os.environ if environ is None else environ
-    physical: list[tuple[int, str, str, str]] = []  # (smi index, bus id, name, uuid)
-    query = runner(
-        ["nvidia-smi", "--query-gpu=index,pci.bus_id,name,uuid", "--format=csv,noheader"]
-    )
-    for line in (query or "").splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4 and parts[0].isdigit():
-            physical.append((int(parts[0]), normalize_bus_id(parts[1]), parts[2], parts[3]))
+    with nvml_session(nvml) as lib:
+        from_nvml = _nvml_gpus(lib) if lib is not None else None
+    physical, nvml_links = from_nvml if from_nvml is not None else (_smi_gpus(runner), None)
     topo = runner(["nvidia-smi", "topo", "-m"]) if physical else None
     nvlinks, near_smi = parse_nvidia_smi_topo(topo) if topo else ({}, {})
+    if nvml_links is not None:
+        nvlinks = nvml_links
 
     probed = cuda_probe() if cuda_probe is not None else None
     if probed is not None:
@@ -315,6 +418,8 @@ def describe_node(
     runner: CommandRunner = run_command,
     cuda_probe: CudaProbe | None = _torch_cuda_probe,
     hostname: str | None = None,
+    nvml: NvmlLoader | None = load_nvml,
+    cpu_count: Callable[[], int] = _allowed_cpus,
 ) -> NodeDescription:
     """Describe the machine this process runs on.
 
@@ -322,18 +427,22 @@ def describe_node(
         labels: Labels this process offers (empty: any).
         gpus: Restrict to these local CUDA indices (DI-engine's ``--local-cuda-devices``);
             None keeps every visible GPU.
-        proc_root: Root of the proc tree (a fake tree in tests).
+        proc_root: Root of the proc tree (a fake tree in tests): host name, boot id,
+            namespaces and cgroup.
         sys_root: Root of the sysfs tree.
         environ: Environment (``CUDA_VISIBLE_DEVICES``), default ``os.environ``.
         runner: Runs nvidia-smi; returns None when it is missing.
         cuda_probe: Lists local CUDA devices; default asks torch if already imported.
         hostname: Override the host name.
+        nvml: Loads NVML (default: pynvml when installed); None: nvidia-smi only.
+        cpu_count: The CPUs this process may use (default: its affinity mask,
+            ``os.sched_getaffinity``).
 
     Returns:
         The node description.
     """
     proc = Path(proc_root)
-    found_gpus, near = read_gpus(runner=runner, cuda_probe=cuda_probe, environ=environ)
+    found_gpus, near = read_gpus(runner=runner, cuda_probe=cuda_probe, environ=environ, nvml=nvml)
     if gpus is not None:
         wanted = set(gpus)
         missing = sorted(wanted - {g.index for g in found_gpus})
@@ -350,7 +459,7 @@ def describe_node(
         hostname=hostname or _read_hostname(proc),
         boot_id=read_boot_id(proc),
         container=read_container_identity(proc),
-        num_cpus=_read_num_cpus(proc),
+        num_cpus=cpu_count(),
         gpus=found_gpus,
         hcas=read_hcas(sys_root, near),
         labels=tuple(labels),

@@ -7,27 +7,30 @@ a ``WARN`` is a trap the plan avoids for the processes it starts but that costs 
 or bites other launchers (a down adapter, no GPUDirect, a small ``/dev/shm``).
 
 Everything the checks read is injectable through :class:`Machine` (the proc, sys and
-file-system roots, the environment, the nvidia-smi runner, the CUDA probe, name
-resolution and interface addresses), so they run against the fake trees of the
+file-system roots, the environment, the NVML loader, the nvidia-smi runner, the CUDA
+probe, name resolution and interface addresses), so they run against the fake trees of the
 placement tests. torch is imported only when an NVIDIA GPU was found, and only to ask
 about CUDA: on a machine without GPUs the doctor says so and stays fast.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import os
 import socket
-import struct
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from actorrt.placement.discovery import (
     CommandRunner,
+    NvmlLoader,
+    load_nvml,
+    nvml_session,
     read_boot_id,
     read_container_identity,
     read_gpus,
@@ -67,9 +70,10 @@ _IPC_INIT = "ipc:[4026531839]"
 _PID_INIT = "pid:[4026531836]"
 _CGROUP_MARKERS = ("kubepods", "docker", "containerd", "libpod", "lxc")
 _SHM_MIN = 1 << 30  # below this, DataLoader workers and torch.multiprocessing run out
-_SIOCGIFADDR = 0x8915
 # nvidia-smi's compute modes other than Default: each keeps other processes off the GPU.
 _BLOCKING_COMPUTE_MODES = ("Exclusive_Process", "Exclusive_Thread", "Prohibited")
+# NVML's nvmlComputeMode_t values, named as nvidia-smi prints them.
+_NVML_COMPUTE_MODES = {0: "Default", 1: "Exclusive_Thread", 2: "Prohibited", 3: "Exclusive_Process"}
 
 
 @dataclass(frozen=True)
@@ -162,15 +166,12 @@ def _resolve(host: str) -> str | None:
 
 
 def _ipv4_addresses() -> dict[str, str]:
-    """The IPv4 address of each interface that has one (SIOCGIFADDR, as TensorPipe)."""
+    """The first IPv4 address of each interface that has one."""
     out: dict[str, str] = {}
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        for _, name in socket.if_nameindex():
-            try:
-                res = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                continue  # no IPv4 address on this interface
-            out[name] = socket.inet_ntoa(res[20:24])
+    for name, addrs in psutil.net_if_addrs().items():
+        first = next((a.address for a in addrs if a.family == socket.AF_INET), None)
+        if first is not None:
+            out[str(name)] = str(first)
     return out
 
 
@@ -192,6 +193,8 @@ class Machine:
         fs_root: The file-system root (``/.dockerenv``, ``/dev/shm``).
         environ: The environment (default ``os.environ``).
         runner: Runs nvidia-smi (None when missing).
+        nvml: Loads NVML (default: pynvml when installed, the ``gpu`` extra); None:
+            nvidia-smi only.
         cuda_probe: Asks torch about CUDA; called only when a GPU was found.
         resolve: Host name -> the address TensorPipe would listen on, or None.
         interfaces: Interface name -> IPv4 address.
@@ -205,6 +208,7 @@ class Machine:
     fs_root: Path = Path("/")
     environ: Mapping[str, str] | None = None
     runner: CommandRunner = run_command
+    nvml: NvmlLoader | None = load_nvml
     cuda_probe: Callable[[], CudaReport] = probe_cuda
     resolve: Callable[[str], str | None] = _resolve
     interfaces: Callable[[], dict[str, str]] = _ipv4_addresses
@@ -317,18 +321,38 @@ def _gpu_summary(gpus: Sequence[GpuInfo]) -> str:
     return f"{kinds}{nvl}"
 
 
+def _compute_modes(m: Machine) -> list[tuple[str, str]]:
+    """``(index, compute mode)`` per GPU, from NVML, else from nvidia-smi."""
+    with nvml_session(m.nvml) as nvml:
+        if nvml is not None:
+            try:
+                modes = []
+                for i in range(nvml.nvmlDeviceGetCount()):
+                    mode = nvml.nvmlDeviceGetComputeMode(nvml.nvmlDeviceGetHandleByIndex(i))
+                    modes.append((str(i), _NVML_COMPUTE_MODES.get(mode, str(mode))))
+                return modes
+            except Exception:
+                pass  # nvidia-smi may still answer
+    text = m.runner(["nvidia-smi", "--query-gpu=index,compute_mode", "--format=csv,noheader"])
+    out = []
+    for line in (text or "").splitlines():
+        index, _, mode = (s.strip() for s in line.partition(","))
+        out.append((index, mode))
+    return out
+
+
 def check_gpus(m: Machine) -> tuple[list[Finding], int]:
-    """The GPUs nvidia-smi and the driver list; returns the findings and the GPU count."""
+    """The GPUs NVML / nvidia-smi and the driver list; returns the findings and the count."""
     env = dict(m.env)
     cvd = env.pop("CUDA_VISIBLE_DEVICES", None)
-    physical, _ = read_gpus(runner=m.runner, cuda_probe=None, environ=env)
+    physical, _ = read_gpus(runner=m.runner, cuda_probe=None, environ=env, nvml=m.nvml)
     driver_dir = m.proc_root / "driver/nvidia/gpus"
     driver = sorted(p.name for p in driver_dir.iterdir()) if driver_dir.is_dir() else []
     out: list[Finding] = []
     if physical:
         out.append(Finding("gpus", "OK", f"{len(physical)} GPU(s): {_gpu_summary(physical)}"))
         if cvd is not None:
-            visible, _ = read_gpus(runner=m.runner, cuda_probe=None, environ=m.env)
+            visible, _ = read_gpus(runner=m.runner, cuda_probe=None, environ=m.env, nvml=m.nvml)
             if not visible:
                 out.append(
                     Finding(
@@ -338,9 +362,7 @@ def check_gpus(m: Machine) -> tuple[list[Finding], int]:
                         "unset CUDA_VISIBLE_DEVICES or list GPU indices / UUIDs that exist",
                     )
                 )
-        modes = m.runner(["nvidia-smi", "--query-gpu=index,compute_mode", "--format=csv,noheader"])
-        for line in (modes or "").splitlines():
-            index, _, mode = (s.strip() for s in line.partition(","))
+        for index, mode in _compute_modes(m):
             if mode in _BLOCKING_COMPUTE_MODES:
                 out.append(
                     Finding(
@@ -358,9 +380,10 @@ def check_gpus(m: Machine) -> tuple[list[Finding], int]:
             Finding(
                 "gpus",
                 "WARN",
-                f"the NVIDIA driver lists {len(driver)} GPU(s) but nvidia-smi is missing or "
-                "failed: actorrt cannot read bus ids or the NVLink / PCIe topology",
-                "put nvidia-smi (it comes with the driver) on PATH",
+                f"the NVIDIA driver lists {len(driver)} GPU(s) but neither NVML nor nvidia-smi "
+                "answered: actorrt cannot read bus ids or the NVLink / PCIe topology",
+                "put nvidia-smi (it comes with the driver) on PATH, or pip install "
+                "'actorrt[gpu]' (NVML through nvidia-ml-py) where libnvidia-ml.so loads",
             )
         )
         return out, len(driver)
@@ -368,7 +391,8 @@ def check_gpus(m: Machine) -> tuple[list[Finding], int]:
         Finding(
             "gpus",
             "INFO",
-            "no NVIDIA GPU on this machine (no nvidia-smi, no /proc/driver/nvidia/gpus): "
+            "no NVIDIA GPU on this machine (no NVML, no nvidia-smi, no "
+            "/proc/driver/nvidia/gpus): "
             "CUDA, peer-access and GPUDirect checks are skipped; CUDA tensors cannot be "
             "sent from here, and plans give this machine's processes no device maps",
         )

@@ -14,6 +14,7 @@ import json
 import sys
 
 from actorrt.errors import PlacementError
+from actorrt.placement.plan import TRANSPORT_MODES
 
 __all__ = ["add_arguments", "run"]
 
@@ -41,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "transport (with --json: an 'explain' key)",
     )
     parser.add_argument(
-        "--transport", choices=("auto", "cuda", "cpu"), help="override the file's transport mode"
+        "--transport", choices=TRANSPORT_MODES, help="override the file's transport mode"
     )
     parser.add_argument(
         "--strategy", help="override the file's strategy (pack, spread, nearest, nearest:LABEL)"

@@ -11,7 +11,12 @@ import pytest
 
 from actorrt.errors import PlacementError
 from actorrt.placement import NodeDescription, describe_node
-from actorrt.placement.discovery import parse_nvidia_smi_topo, read_container_identity, read_hcas
+from actorrt.placement.discovery import (
+    parse_nvidia_smi_topo,
+    read_container_identity,
+    read_gpus,
+    read_hcas,
+)
 
 TOPO = """\
 \x1b[4m\tGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m
@@ -63,7 +68,6 @@ def make_proc(root: Path, *, ns_suffix: str = "1") -> Path:
     ):
         os.symlink(f"{name}:[{inode}{ns_suffix}]", ns / name)  # dangling, like the real ones
     (root / "self/cgroup").write_text("0::/kubepods/pod-1234\n")
-    (root / "self/status").write_text("Name:\tpython\nCpus_allowed_list:\t0-3,8-11,16\n")
     return root
 
 
@@ -91,7 +95,14 @@ def test_describe_node_from_fake_trees(tmp_path):
     proc = make_proc(tmp_path / "proc")
     sys_ = make_sys(tmp_path / "sys")
     node = describe_node(
-        ["learner"], proc_root=proc, sys_root=sys_, runner=fake_runner, cuda_probe=None, environ={}
+        ["learner"],
+        proc_root=proc,
+        sys_root=sys_,
+        runner=fake_runner,
+        cuda_probe=None,
+        environ={},
+        nvml=None,
+        cpu_count=lambda: 9,
     )
     assert node.hostname == "fakehost" and node.boot_id == "0f6c9a2e-boot"
     assert (
@@ -124,6 +135,7 @@ def test_cuda_visible_devices_renumbers(tmp_path):
         runner=fake_runner,
         cuda_probe=None,
         environ={"CUDA_VISIBLE_DEVICES": "2,GPU-aaaa"},
+        nvml=None,
     )
     assert [g.pci_bus_id for g in node.gpus] == ["0000:9a:00.0", "0000:1a:00.0"]
     assert node.gpus[0].nvlink_peers == (1,)  # GPU2 <-> GPU0, now local 0 <-> 1
@@ -134,6 +146,7 @@ def test_cuda_visible_devices_renumbers(tmp_path):
         runner=fake_runner,
         cuda_probe=None,
         environ={"CUDA_VISIBLE_DEVICES": ""},
+        nvml=None,
     )
     assert none.gpus == () and none.hcas == ()
 
@@ -142,12 +155,17 @@ def test_cuda_probe_and_local_devices(tmp_path):
     proc = make_proc(tmp_path / "proc")
     probe = lambda: [("0000:ba:00.0", "H100"), ("0000:1a:00.0", "H100")]  # noqa: E731
     node = describe_node(
-        proc_root=proc, sys_root=tmp_path, runner=fake_runner, cuda_probe=probe, gpus=[1]
+        proc_root=proc, sys_root=tmp_path, runner=fake_runner, cuda_probe=probe, gpus=[1], nvml=None
     )
     assert [(g.index, g.pci_bus_id) for g in node.gpus] == [(1, "0000:1a:00.0")]
     with pytest.raises(PlacementError, match=r"local CUDA devices \[5\]"):
         describe_node(
-            proc_root=proc, sys_root=tmp_path, runner=fake_runner, cuda_probe=probe, gpus=[5]
+            proc_root=proc,
+            sys_root=tmp_path,
+            runner=fake_runner,
+            cuda_probe=probe,
+            gpus=[5],
+            nvml=None,
         )
 
 
@@ -157,6 +175,7 @@ def test_no_nvidia_smi_no_gpus(tmp_path):
         sys_root=tmp_path,
         runner=lambda a: None,
         cuda_probe=None,
+        nvml=None,
     )
     assert node.gpus == () and node.hcas == ()
 
@@ -182,3 +201,125 @@ def test_describe_this_machine_is_fast():
     node = describe_node()
     assert time.perf_counter() - t < 0.5
     assert node.boot_id and node.num_cpus >= 1 and node.container.net.startswith("net:")
+
+
+def test_cpu_count_is_the_affinity_mask_unless_injected(tmp_path):
+    proc = make_proc(tmp_path / "proc")
+    node = describe_node(proc_root=proc, sys_root=tmp_path, runner=lambda a: None, nvml=None)
+    assert node.num_cpus == len(os.sched_getaffinity(0))
+    node = describe_node(
+        proc_root=proc, sys_root=tmp_path, runner=lambda a: None, nvml=None, cpu_count=lambda: 3
+    )
+    assert node.num_cpus == 3
+
+
+class NvmlError(Exception):
+    pass
+
+
+class FakeNvml:
+    """pynvml's functions over two H100s joined by NVLink (busId as bytes, like ctypes)."""
+
+    GPUS = [
+        (b"00000000:1A:00.0", "NVIDIA H100 80GB HBM3", "GPU-aaaa"),
+        (b"00000000:3A:00.0", "NVIDIA H100 80GB HBM3", "GPU-bbbb"),
+    ]
+
+    def __init__(self, *, nvlink: bool = True, p2p_fails: bool = False, modes=(0, 0)):
+        self.nvlink, self.p2p_fails, self.modes = nvlink, p2p_fails, modes
+        self.shutdowns = 0
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        return len(self.GPUS)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("handle", i)
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return type("PciInfo", (), {"busId": self.GPUS[h[1]][0]})()
+
+    def nvmlDeviceGetName(self, h):
+        return self.GPUS[h[1]][1]
+
+    def nvmlDeviceGetUUID(self, h):
+        return self.GPUS[h[1]][2]
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        assert index == 2  # NVML_P2P_CAPS_INDEX_NVLINK
+        if self.p2p_fails:
+            raise NvmlError("Not Supported")
+        return 0 if self.nvlink else 4  # NVML_P2P_STATUS_OK / NOT_SUPPORTED
+
+    def nvmlDeviceGetComputeMode(self, h):
+        return self.modes[h[1]]
+
+
+def test_nvml_gives_the_gpus_and_nvlinks_before_nvidia_smi(tmp_path):
+    nvml = FakeNvml()
+    calls = []
+
+    def runner(argv):
+        calls.append(list(argv))
+        return fake_runner(argv)
+
+    node = describe_node(
+        proc_root=make_proc(tmp_path / "proc"),
+        sys_root=make_sys(tmp_path / "sys"),
+        runner=runner,
+        cuda_probe=None,
+        environ={},
+        nvml=lambda: nvml,
+    )
+    assert [(g.index, g.pci_bus_id, g.name) for g in node.gpus] == [
+        (0, "0000:1a:00.0", "NVIDIA H100 80GB HBM3"),
+        (1, "0000:3a:00.0", "NVIDIA H100 80GB HBM3"),
+    ]
+    assert node.gpus[0].nvlink_peers == (1,) and node.gpus[1].nvlink_peers == (0,)
+    assert node.gpus[0].nvlink_peer_bus_ids == ("0000:3a:00.0",)
+    # nvidia-smi is asked only for `topo -m` (the NICs near each GPU), not the GPU list.
+    assert calls == [["nvidia-smi", "topo", "-m"]]
+    assert node.hcas[0].near_gpus == (0, 1) and node.hcas[1].near_gpus == ()
+    assert nvml.shutdowns == 1
+
+
+def test_nvml_uuids_serve_cuda_visible_devices_and_no_nvlink_is_no_peer(tmp_path):
+    gpus, _ = read_gpus(
+        runner=lambda a: None,
+        cuda_probe=None,
+        environ={"CUDA_VISIBLE_DEVICES": "GPU-bbbb"},
+        nvml=lambda: FakeNvml(nvlink=False),
+    )
+    assert [(g.index, g.pci_bus_id, g.nvlink_peers) for g in gpus] == [(0, "0000:3a:00.0", ())]
+
+
+def test_nvml_without_the_p2p_query_takes_nvlinks_from_topo(tmp_path):
+    gpus, _ = read_gpus(
+        runner=fake_runner, cuda_probe=None, environ={}, nvml=lambda: FakeNvml(p2p_fails=True)
+    )
+    # topo -m: GPU0 <-> GPU1, GPU2 (absent from NVML's list, so not a peer).
+    assert [g.nvlink_peers for g in gpus] == [(1,), (0,)]
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        pytest.param(lambda: None, id="nvml-missing"),
+        pytest.param(None, id="no-loader"),
+        pytest.param(
+            lambda: type("Broken", (FakeNvml,), {"nvmlDeviceGetCount": lambda self: 1 / 0})(),
+            id="nvml-fails",
+        ),
+    ],
+)
+def test_without_nvml_the_gpus_come_from_nvidia_smi(loader):
+    gpus, near = read_gpus(runner=fake_runner, cuda_probe=None, environ={}, nvml=loader)
+    assert [g.pci_bus_id for g in gpus] == [
+        "0000:1a:00.0",
+        "0000:3a:00.0",
+        "0000:9a:00.0",
+        "0000:ba:00.0",
+    ]
+    assert gpus[0].nvlink_peers == (1, 2) and near == {"mlx5_0": (0, 1), "mlx5_1": (2,)}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 # The fake trees and nvidia-smi of the discovery tests: the same machine, checked here.
-from test_placement_discovery import QUERY, fake_runner, make_proc, make_sys
+from test_placement_discovery import QUERY, FakeNvml, fake_runner, make_proc, make_sys
 
 from actorrt.cli import main
 from actorrt.placement.doctor import (
@@ -59,6 +59,7 @@ def fake_machine(
     thp: str = "always [madvise] never",
     environ: dict[str, str] | None = None,
     runner=fake_runner,
+    nvml=None,
     cuda_probe=torch_ok,
     resolve=lambda host: "10.0.0.5",
     shm: int | None = 8 * GIB,
@@ -84,6 +85,7 @@ def fake_machine(
         fs_root=fs,
         environ={} if environ is None else environ,
         runner=runner,
+        nvml=nvml,
         cuda_probe=cuda_probe,
         resolve=resolve,
         interfaces=lambda: {
@@ -219,7 +221,7 @@ def test_driver_without_nvidia_smi(tmp_path):
     m = fake_machine(tmp_path, runner=no_gpu_runner, cuda_probe=lambda: CudaReport())
     (m.proc_root / "driver/nvidia/gpus/0000:1a:00.0").mkdir(parents=True)
     f = by_check(run_checks(m), "gpus")[0]
-    assert f.status == "WARN" and "1 GPU(s) but nvidia-smi is missing" in f.message
+    assert f.status == "WARN" and "1 GPU(s) but neither NVML nor nvidia-smi" in f.message
 
 
 def test_compute_mode_and_hidden_gpus(tmp_path):
@@ -238,6 +240,22 @@ def test_compute_mode_and_hidden_gpus(tmp_path):
     assert any("CUDA_VISIBLE_DEVICES='7' hides every GPU" in f.message for f in warnings)
     assert any("GPU 1 is in compute mode Exclusive_Process" in f.message for f in warnings)
     assert len(QUERY.splitlines()) == 4  # the fake nvidia-smi lists 4 GPUs
+
+
+def test_compute_modes_and_gpus_from_nvml_before_nvidia_smi(tmp_path):
+    def runner(argv):
+        assert "--query-gpu=index,compute_mode" not in argv, "NVML answered: no nvidia-smi"
+        return fake_runner(argv)
+
+    nvml = FakeNvml(modes=(2, 0))  # GPU 0: NVML_COMPUTEMODE_PROHIBITED
+    m = fake_machine(tmp_path, runner=runner, nvml=lambda: nvml, cuda_probe=lambda: torch_ok(2))
+    findings = by_check(run_checks(m), "gpus")
+    assert findings[0].status == "OK" and findings[0].message.startswith("2 GPU(s)")
+    assert "NVLink between every pair" in findings[0].message
+    warnings = [f for f in findings if f.status == "WARN"]
+    assert [f.fix for f in warnings] == ["sudo nvidia-smi -i 0 -c DEFAULT"]
+    assert "GPU 0 is in compute mode Prohibited" in warnings[0].message
+    assert nvml.shutdowns == 2  # one NVML session for the GPU list, one for the modes
 
 
 def test_fork_safety_environment(tmp_path):
