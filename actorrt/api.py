@@ -16,10 +16,13 @@ from typing import Any
 from actorrt.actor_class import ActorHandle, handle_of
 from actorrt.cluster.driver import Driver
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
+from actorrt.errors import PlacementError
 from actorrt.logs import configure as _configure_logging
 from actorrt.logs import level_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
+from actorrt.placement.dicompat import parse_local_cuda_devices
 from actorrt.placement.layout import Layout, parse_layout
+from actorrt.placement.plan import TRANSPORT_MODES
 from actorrt.runtime.context import ensure_not_started, is_initialized
 from actorrt.runtime.directory import ActorInfo, NodeInfo
 from actorrt.runtime.runtime import Runtime, current, current_or_none
@@ -39,7 +42,6 @@ __all__ = [
 
 LayoutArg = Mapping[str, Any] | str | os.PathLike[str] | Layout | None
 
-_TRANSPORTS = ("auto", "cpu", "cuda")
 _start_lock = threading.Lock()
 
 
@@ -123,8 +125,8 @@ def start(
     if not isinstance(log_to_driver, bool):
         raise ValueError(f"log_to_driver={log_to_driver!r} must be True or False.")
     layout = parse_layout(labels, talks, strategy)
-    if transport not in _TRANSPORTS:
-        raise ValueError(f"transport={transport!r}: choose one of {', '.join(_TRANSPORTS)}.")
+    if transport not in TRANSPORT_MODES:
+        raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORT_MODES)}.")
     if rank != 0:
         raise ValueError(
             f"rank={rank}: the process calling actorrt.start() is the driver, rank 0. Start "
@@ -188,14 +190,11 @@ def start(
 def _parse_gpus(value: str | Sequence[int] | None) -> tuple[int, ...] | None:
     if value is None:
         return None
+    text = value if isinstance(value, str) else ",".join(str(x) for x in value)
     try:
-        if isinstance(value, str):
-            return tuple(int(x) for x in value.split(",") if x.strip())
-        return tuple(int(x) for x in value)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"local_cuda_devices={value!r} must be GPU indices like '0,1' or [0, 1]."
-        ) from None
+        return parse_local_cuda_devices(text, name="local_cuda_devices")
+    except PlacementError as exc:  # a bad argument: ValueError, as for the others
+        raise ValueError(f"{exc}; pass GPU indices like '0,1' or [0, 1].") from None
 
 
 def shutdown() -> None:

@@ -29,6 +29,7 @@ from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.cluster.local import LocalCluster
 from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import get_logger
+from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.layout import Layout
 from actorrt.runtime.directory import ClusterDirectory
 from actorrt.runtime.output import rpc_flush_output
@@ -285,7 +286,7 @@ def _local_gpus(
     transport: str,
 ) -> list[tuple[int, ...]]:
     """The GPUs each local worker offers; with a layout, also checks that it fits first."""
-    visible = gpus if gpus is not None else tuple(range(_cuda_count()))
+    visible = gpus if gpus is not None else tuple(range(cuda_device_count()))
     if not layout.specs:
         return [(visible[i % len(visible)],) if visible else () for i in range(local_workers)]
     # Every worker sees the GPUs the driver may use; the plan says which one each slot
@@ -301,12 +302,6 @@ def _local_gpus(
 def _mark_started() -> None:
     global _started_before
     _started_before = True
-
-
-def _cuda_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _exit_text(code: int | None) -> str:
