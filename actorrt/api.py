@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from actorrt.actor_class import ActorHandle
+from actorrt.actor_class import ActorHandle, TypedActor
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
 from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import configure as _configure_logging
@@ -566,8 +566,13 @@ def get_actor(name: str) -> ActorHandle:
     return current("actorrt.get_actor()").get_actor(name)
 
 
-def kill(handle: ActorHandle) -> None:
-    """Kills an actor now: its queued, running and later calls fail with ActorDiedError."""
+def kill(handle: ActorHandle | TypedActor) -> None:
+    """Kills an actor now: its queued, running and later calls fail with ActorDiedError.
+
+    Args:
+        handle: The actor's handle (a :class:`~actorrt.actor_class.TypedActor`'s handle
+            is typed as its class, hence the second type).
+    """
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"actorrt.kill takes an ActorHandle, got {type(handle)!r}.")
     current("actorrt.kill()").kill(handle)
