@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 from actorrt._version import __version__ as __version__  # re-exported
 
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
-    from actorrt.actor_class import ActorClass, ActorHandle, ActorMethod, actor
+    from actorrt.actor_class import (
+        ActorClass,
+        ActorHandle,
+        ActorMethod,
+        TypedActor,
+        actor,
+        method,
+    )
     from actorrt.api import (
         actors,
         dump_cluster,
@@ -65,7 +72,9 @@ _EXPORTS = {
     "ActorClass": "actorrt.actor_class",
     "ActorHandle": "actorrt.actor_class",
     "ActorMethod": "actorrt.actor_class",
+    "TypedActor": "actorrt.actor_class",
     "actor": "actorrt.actor_class",
+    "method": "actorrt.actor_class",
     "actors": "actorrt.api",
     "dump_cluster": "actorrt.api",
     "get_actor": "actorrt.api",
@@ -107,6 +116,7 @@ __all__ = [
     "NotInitializedError",
     "ObjectRef",
     "PlacementError",
+    "TypedActor",
     "actor",
     "actors",
     "dump_cluster",
@@ -115,6 +125,7 @@ __all__ = [
     "get_actor",
     "is_initialized",
     "kill",
+    "method",
     "nodes",
     "plan",
     "shutdown",

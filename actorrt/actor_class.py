@@ -4,6 +4,12 @@ Nothing here touches the network: decoration validates options; the method table
 and signatures) is read from the class on first use; ``.remote()`` checks that the
 arguments bind, as a local call would, and hands over to the process's
 :class:`~actorrt.runtime.runtime.Runtime`.
+
+Static typing (opt-in, for mypy and pyright, no plugin): a class deriving from
+:class:`TypedActor` gets handles that a type checker sees as instances of the class, and
+its methods marked :func:`method` get a ``.remote`` checked against their parameters and
+returning ``ObjectRef[R]``. All of it is for the type checker only: at run time handles,
+methods and calls are the same as for any other class.
 """
 
 from __future__ import annotations
@@ -12,8 +18,19 @@ import functools
 import hashlib
 import inspect
 import sys
-from collections.abc import Callable
-from typing import Any, Generic, NoReturn, TypeVar, overload
+from collections.abc import Callable, Coroutine
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    NoReturn,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import cloudpickle
 
@@ -23,9 +40,34 @@ from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import ActorRecord
 from actorrt.runtime.runtime import current
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "actor", "handle_of"]
+__all__ = [
+    "ActorClass",
+    "ActorHandle",
+    "ActorMethod",
+    "BoundRemoteMethod",
+    "RemoteMethod",
+    "TypedActor",
+    "actor",
+    "handle_of",
+    "method",
+]
 
 T = TypeVar("T")
+R = TypeVar("R")
+S = TypeVar("S")
+Q = ParamSpec("Q")
+S_contra = TypeVar("S_contra", contravariant=True)
+L_co = TypeVar("L_co", covariant=True)
+R_co = TypeVar("R_co", covariant=True)
+
+if TYPE_CHECKING:
+    import typing_extensions
+
+    # The parameters of a class's constructor. The default (PEP 696) keeps a one-argument
+    # `ActorClass[X]` meaning ActorClass[X, ...], as before the parameter existed.
+    P = typing_extensions.ParamSpec("P", default=...)
+else:  # typing.ParamSpec takes no default before 3.13; run time does not need it
+    P = ParamSpec("P")
 
 _P = inspect.Parameter
 _KINDS = (
@@ -219,18 +261,145 @@ def _method_table(specs: str) -> MethodTable:
 _CLASS_DUNDERS = frozenset({"__name__", "__qualname__", "__mro__"})
 
 
-class ActorClass(Generic[T]):
+class TypedActor:
+    """Base class of an actor class whose handles and calls a type checker checks.
+
+    Derive from it and mark the methods called remotely with :func:`method`::
+
+        @actorrt.actor
+        class Counter(actorrt.TypedActor):
+            def __init__(self, start: int) -> None:
+                self.n = start
+
+            @actorrt.method
+            def add(self, k: int = 1) -> int:
+                self.n += k
+                return self.n
+
+        c = Counter.remote(0)         # checked against __init__; a type checker sees a Counter
+        ref = c.add.remote(2)         # checked against add; an ObjectRef[int]
+        n = actorrt.get(ref)          # an int
+
+    It is static only: at run time the class has no extra attribute or behaviour
+    (it has empty ``__slots__``), and ``Counter.remote(0)`` returns an
+    :class:`ActorHandle` as for any actor class. A type checker is told otherwise in
+    three ways, which are the price of typing without a plugin:
+
+    * A handle's static type is the class itself (``Counter``), though at run time it is
+      an :class:`ActorHandle` (``isinstance(c, ActorHandle)`` is true, ``isinstance(c,
+      Counter)`` false). Calling ``c.add(2)`` without ``.remote`` type-checks but raises
+      ``TypeError``; ``c.actor_id`` and friends are not known statically (narrow with
+      ``isinstance(c, actorrt.ActorHandle)`` to read them).
+    * Methods not marked :func:`method` have no ``.remote`` for the type checker (at run
+      time they are called remotely as always).
+    * For a type checker, ``@actorrt.actor`` leaves such a class as it is (so that
+      ``Counter`` still names the type of its handles; mypy does not apply class
+      decorators at all), and ``remote`` and ``options`` are declared here as class
+      methods. At run time the name is bound to the :class:`ActorClass` that
+      ``@actorrt.actor`` returns, which has them; ``Counter.cls`` and the other
+      attributes of ActorClass are not known statically.
+
+    Works with mypy and pyright, without a plugin. Decorate the class (``@actorrt.actor``)
+    rather than call ``actorrt.actor(Cls)``: through the call form mypy loses the
+    constructor's parameters (``remote`` would then reject every argument).
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @classmethod
+        def remote(cls: Callable[Q, _A], *args: Q.args, **kwargs: Q.kwargs) -> _A:
+            """Creates the actor (see :meth:`ActorClass.remote`); its handle, typed as ``cls``."""
+            ...
+
+        @classmethod
+        def options(cls: Callable[Q, _A], **options: Any) -> _BoundActorClass[_A, Q]:
+            """The class with some options replaced (see :meth:`ActorClass.options`)."""
+            ...
+
+
+_A = TypeVar("_A", bound=TypedActor)
+
+
+class BoundRemoteMethod(Protocol[Q, L_co, R_co]):
+    """What a type checker sees for ``handle.method`` (and ``self.method``) of a :func:`method`.
+
+    ``Q`` is the method's parameters without ``self``, ``L_co`` what a local call returns,
+    ``R_co`` the result of a remote call (the awaited value for an ``async def``).
+    """
+
+    def __call__(self, *args: Q.args, **kwargs: Q.kwargs) -> L_co:
+        """A local call (inside the actor); on a handle it raises ``TypeError``."""
+        ...
+
+    def remote(self, *args: Q.args, **kwargs: Q.kwargs) -> ObjectRef[R_co]:
+        """Calls the method on the actor; the ref of its result."""
+        ...
+
+
+class RemoteMethod(Protocol[S_contra, Q, L_co, R_co]):
+    """What a type checker sees for a method marked :func:`method` on a class of ``S_contra``.
+
+    Read on an instance (a handle, or ``self``) it is a :class:`BoundRemoteMethod`; read
+    on the class, the plain function.
+    """
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[Any], /
+    ) -> Callable[Concatenate[S_contra, Q], L_co]: ...
+    @overload
+    def __get__(
+        self, instance: S_contra, owner: type[Any], /
+    ) -> BoundRemoteMethod[Q, L_co, R_co]: ...
+
+
+@overload
+def method(
+    fn: Callable[Concatenate[S, Q], Coroutine[Any, Any, R]], /
+) -> RemoteMethod[S, Q, Coroutine[Any, Any, R], R]: ...
+@overload
+def method(fn: Callable[Concatenate[S, Q], R], /) -> RemoteMethod[S, Q, R, R]: ...
+
+
+def method(fn: Any, /) -> Any:
+    """Marks a method of a :class:`TypedActor` for typed remote calls; static only.
+
+    For a type checker, ``handle.m.remote(...)`` of a marked ``m`` is checked against
+    ``m``'s parameters and is an ``ObjectRef[R]``, ``R`` being ``m``'s return type (for
+    an ``async def``, the awaited type). At run time it returns ``fn`` itself: the
+    method, its remote calls and local calls are exactly as without it.
+
+    Args:
+        fn: The method (a plain or ``async`` function taking ``self`` first).
+
+    Returns:
+        ``fn``, unchanged.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+    """
+    if not callable(fn):
+        raise TypeError(f"@actorrt.method decorates methods, not {type(fn).__name__} {fn!r}.")
+    return fn
+
+
+class ActorClass(Generic[T, P]):
     """A class turned into a remote class by :func:`actor`.
 
     Attributes of the original class (class attributes, static and class methods,
     ``mro()``...) read through it, except where ActorClass has its own (``remote``,
     ``options``, ``cls``, ``default_options``, ``shipment``).
+
+    For type checkers it is generic in the class ``T`` and its constructor's parameters
+    ``P``, so that ``.remote(...)`` is checked against ``__init__``.
     """
 
-    def __init__(self, cls: type[T], options: ActorOptions) -> None:
+    def __init__(self, cls: Callable[P, T], options: ActorOptions) -> None:
         if not inspect.isclass(cls):
             raise TypeError(f"@actorrt.actor decorates classes, not {type(cls).__name__} {cls!r}.")
-        self._cls = cls
+        self._cls = cast("type[T]", cls)  # a class (checked above) making T
         self._options = options
         self._blob: bytes | None = None
         self._key: str | None = None
@@ -264,12 +433,25 @@ class ActorClass(Generic[T]):
         """The options given to ``@actorrt.actor``; ``.options(...)`` overrides them per call."""
         return self._options
 
-    def options(self, **options: Any) -> _BoundActorClass[T]:
+    def options(self, **options: Any) -> _BoundActorClass[T, P]:
         """Returns the class with some options replaced, e.g. ``Cls.options(num_gpus=1)``."""
         return _BoundActorClass(self, ActorOptions.from_kwargs(options, self._options))
 
-    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+    # A TypedActor's handle is typed as the class (static only, see TypedActor). The two
+    # overloads overlap for a type checker, which takes the first that fits.
+    @overload
+    def remote(  # type: ignore[overload-overlap]
+        self: ActorClass[_A, Q], *args: Q.args, **kwargs: Q.kwargs
+    ) -> _A: ...
+    @overload
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> ActorHandle: ...
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
         """Creates the actor on a process the scheduler picks; returns its handle at once.
+
+        Returns:
+            The actor's :class:`ActorHandle` (for a type checker, an instance of the
+            class when it derives from :class:`TypedActor`).
 
         Raises:
             TypeError: The arguments do not bind to the class's ``__init__``.
@@ -324,7 +506,7 @@ class ActorClass(Generic[T]):
         own = set(super().__dir__())
         return sorted(own | {n for n in dir(self._cls) if not n.startswith("__")})
 
-    def __reduce__(self) -> tuple[type[ActorClass[T]], tuple[type[T], ActorOptions]]:
+    def __reduce__(self) -> tuple[type[ActorClass[T, P]], tuple[type[T], ActorOptions]]:
         # ship the class and options, not the cached blob or table
         return (ActorClass, (self._cls, self._options))
 
@@ -332,17 +514,24 @@ class ActorClass(Generic[T]):
         return f"ActorClass({self._cls.__module__}.{self._cls.__qualname__})"
 
 
-class _BoundActorClass(Generic[T]):
+class _BoundActorClass(Generic[T, P]):
     """``Cls.options(...)``: the same class with other options, ready for ``.remote()``."""
 
-    def __init__(self, actor_class: ActorClass[T], options: ActorOptions) -> None:
+    def __init__(self, actor_class: ActorClass[T, P], options: ActorOptions) -> None:
         self._actor_class = actor_class
         self._options = options
 
-    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle:
+    @overload
+    def remote(  # type: ignore[overload-overlap]
+        self: _BoundActorClass[_A, Q], *args: Q.args, **kwargs: Q.kwargs
+    ) -> _A: ...
+    @overload
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> ActorHandle: ...
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
         return self._actor_class._create(self._options, args, kwargs)
 
-    def options(self, **options: Any) -> _BoundActorClass[T]:
+    def options(self, **options: Any) -> _BoundActorClass[T, P]:
         return _BoundActorClass(self._actor_class, ActorOptions.from_kwargs(options, self._options))
 
 
@@ -451,7 +640,7 @@ class ActorMethod:
         self._handle = handle
         self._name = name
 
-    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef:
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
         """Sends the call; returns an :class:`ObjectRef` for its result at once.
 
         Raises:
@@ -474,8 +663,23 @@ class ActorMethod:
         )
 
 
+class _Decorator(Protocol):
+    """What ``@actorrt.actor(option=...)`` returns, for a type checker."""
+
+    @overload
+    def __call__(self, cls: type[_A], /) -> type[_A]: ...  # type: ignore[overload-overlap]
+    @overload
+    def __call__(self, cls: Callable[P, T], /) -> ActorClass[T, P]: ...
+
+
+# For a type checker, a TypedActor class stays itself (TypedActor declares its `remote`
+# and `options`), so that its name still names the type of its handles; mypy never
+# applies class decorators anyway, pyright does. Other classes become ActorClass[T, P]:
+# Callable[P, T] rather than type[T], so that `.remote` is checked against __init__.
 @overload
-def actor(cls: type[T], /) -> ActorClass[T]: ...
+def actor(cls: type[_A], /) -> type[_A]: ...  # type: ignore[overload-overlap]
+@overload
+def actor(cls: Callable[P, T], /) -> ActorClass[T, P]: ...
 @overload
 def actor(
     *,
@@ -485,10 +689,10 @@ def actor(
     name: str | None = None,
     max_concurrency: int | None = None,
     get_if_exists: bool = False,
-) -> Callable[[type[T]], ActorClass[T]]: ...
+) -> _Decorator: ...
 
 
-def actor(cls: type[T] | None = None, /, **options: Any) -> Any:
+def actor(cls: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Turns a class into a remote class, bare (``@actor``) or with options.
 
     Args:
@@ -498,7 +702,8 @@ def actor(cls: type[T] | None = None, /, **options: Any) -> Any:
             fail here.
 
     Returns:
-        An :class:`ActorClass` (or a decorator making one).
+        An :class:`ActorClass` (or a decorator making one). For typed calls, see
+        :class:`TypedActor`.
 
     Example::
 
@@ -512,7 +717,7 @@ def actor(cls: type[T] | None = None, /, **options: Any) -> Any:
         return ActorClass(cls, ActorOptions())
     parsed = ActorOptions.from_kwargs(options)
 
-    def decorate(c: type[T]) -> ActorClass[T]:
+    def decorate(c: Callable[P, T]) -> ActorClass[T, P]:
         return ActorClass(c, parsed)
 
     return decorate

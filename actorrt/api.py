@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actorrt.actor_class import ActorHandle, handle_of
+from actorrt.actor_class import ActorHandle, TypedActor, handle_of
 from actorrt.cluster.driver import Driver
 from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_method
 from actorrt.errors import PlacementError
@@ -285,8 +285,13 @@ def get_actor(name: str) -> ActorHandle:
     return handle_of(current("actorrt.get_actor()").get_actor(name))
 
 
-def kill(handle: ActorHandle) -> None:
-    """Kills an actor now: its queued, running and later calls fail with ActorDiedError."""
+def kill(handle: ActorHandle | TypedActor) -> None:
+    """Kills an actor now: its queued, running and later calls fail with ActorDiedError.
+
+    Args:
+        handle: The actor's handle (a :class:`~actorrt.actor_class.TypedActor`'s handle
+            is typed as its class, hence the second type).
+    """
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"actorrt.kill takes an ActorHandle, got {type(handle)!r}.")
     current("actorrt.kill()").kill(handle)

@@ -17,7 +17,7 @@ import numbers
 import threading
 import time
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from actorrt.errors import ActorError, GetTimeoutError
 from actorrt.runtime.payload import unpack
@@ -34,6 +34,16 @@ if TYPE_CHECKING:
 __all__ = ["ObjectRef", "get", "resolved", "send_call", "wait"]
 
 T = TypeVar("T")
+
+if TYPE_CHECKING:
+    import typing_extensions
+
+    # The value type of a ref. Covariant: a ref of an int is a ref of an object, so that
+    # get([ref_of_int, ref_of_str]) is a list[object]. Its default (PEP 696) makes a bare
+    # `ObjectRef` mean ObjectRef[Any], as before refs had a type parameter.
+    R_co = typing_extensions.TypeVar("R_co", covariant=True, default=Any)
+else:  # at run time the default is not needed (nor does typing.TypeVar take it before 3.13)
+    R_co = TypeVar("R_co", covariant=True)
 
 # Guards making a ref's concurrent.futures.Future against the call being sent at the
 # same moment (only refs passed as arguments are visible to others before their send).
@@ -52,11 +62,16 @@ class _RefFuture(cf.Future[Any]):
         return False
 
 
-class ObjectRef:
+class ObjectRef(Generic[R_co]):
     """The future result of ``handle.method.remote(...)``.
 
     Pass it to :func:`actorrt.get` / :func:`actorrt.wait`, ``await`` it, or pass it as a
     top-level argument of another remote call (it is resolved before that call runs).
+
+    For type checkers it is generic in the value: ``ObjectRef[int]`` is the ref of an
+    ``int``, which ``get`` returns (see :class:`~actorrt.actor_class.TypedActor`); a bare
+    ``ObjectRef`` is ``ObjectRef[Any]``. The parameter is static only: at run time a ref
+    does not know its value's type.
     """
 
     __slots__ = ("_what", "_actor_id", "_worker", "_sent", "_cf", "_keep", "__weakref__")
@@ -139,7 +154,7 @@ class ObjectRef:
             return self._sent.done()
         return self._cf is not None and self._cf.done()
 
-    def future(self) -> cf.Future[Any]:
+    def future(self) -> cf.Future[R_co]:
         """A :class:`concurrent.futures.Future` of the result, for callbacks and ``cf.wait``.
 
         The same future every time. Its ``result()`` is the value, or raises what
@@ -167,7 +182,7 @@ class ObjectRef:
             sent.add_done_callback(self._complete)  # runs at once if the reply is here
         return fut
 
-    def __await__(self) -> Generator[Any, None, Any]:
+    def __await__(self) -> Generator[Any, None, R_co]:
         """``await ref`` gives the value in a coroutine (raises what :func:`get` would raise).
 
         Cancelling the awaiting task (e.g. ``asyncio.wait_for`` timing out) cancels the
@@ -213,7 +228,7 @@ def _check_timeout(timeout: object) -> float | None:
     return None if math.isinf(timeout) else float(timeout)
 
 
-def _check_ref(ref: object) -> ObjectRef:
+def _check_ref(ref: object) -> ObjectRef[Any]:
     if not isinstance(ref, ObjectRef):
         raise TypeError(
             f"expected an ObjectRef (what handle.method.remote(...) returns), got {type(ref)!r}."
@@ -222,12 +237,12 @@ def _check_ref(ref: object) -> ObjectRef:
 
 
 @overload
-def get(refs: ObjectRef, *, timeout: float | None = None) -> Any: ...
+def get(refs: ObjectRef[T], *, timeout: float | None = None) -> T: ...
 @overload
-def get(refs: Sequence[ObjectRef], *, timeout: float | None = None) -> list[Any]: ...
+def get(refs: Sequence[ObjectRef[T]], *, timeout: float | None = None) -> list[T]: ...
 
 
-def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) -> Any:
+def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | None = None) -> Any:
     """Waits for one result, or for every result of a list, and returns it.
 
     Args:
@@ -235,7 +250,8 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
         timeout: Seconds to wait in all; ``None`` waits as long as it takes.
 
     Returns:
-        The value, or a list of values in the order of ``refs``.
+        The value, or a list of values in the order of ``refs``. For a type checker,
+        ``get(ObjectRef[T])`` is a ``T`` and ``get(list[ObjectRef[T]])`` a ``list[T]``.
 
     Raises:
         GetTimeoutError: The results did not all arrive within ``timeout``.
@@ -257,7 +273,7 @@ def get(refs: ObjectRef | Sequence[ObjectRef], *, timeout: float | None = None) 
     return out
 
 
-def _result(ref: ObjectRef, timeout: float | None, total: float | None = None) -> Any:
+def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = None) -> Any:
     sent = _check_ref(ref)._sent
     if sent is not None and (timeout is None or sent.done()):
         try:
@@ -275,8 +291,8 @@ def _result(ref: ObjectRef, timeout: float | None, total: float | None = None) -
 
 
 def wait(
-    refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: float | None = None
-) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    refs: Sequence[ObjectRef[T]], *, num_returns: int = 1, timeout: float | None = None
+) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]:
     """Waits until ``num_returns`` of ``refs`` are ready, or ``timeout`` passes.
 
     Args:
@@ -311,8 +327,8 @@ def wait(
         if left is not None and left <= 0:
             break
         _, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
-    ready: list[ObjectRef] = []
-    not_ready: list[ObjectRef] = []
+    ready: list[ObjectRef[T]] = []
+    not_ready: list[ObjectRef[T]] = []
     for r in refs:
         (ready if r.done() and len(ready) < num_returns else not_ready).append(r)
     return ready, not_ready
