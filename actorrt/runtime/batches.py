@@ -17,11 +17,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.runtime import context
+from actorrt.runtime.host import post_call
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
 from actorrt.runtime.payload import Wire
@@ -29,9 +31,16 @@ from actorrt.runtime.protocol import Target
 
 __all__ = ["CallBatches", "ReplyBatches", "rpc_call_batch", "rpc_replies"]
 
-QueuedCall = tuple[Target, int, str, Wire, torch.futures.Future[Wire]]
-"""A call waiting in the caller's outbox: handle, seq, method, packed arguments, and the
-future its reply completes."""
+
+class QueuedCall(NamedTuple):
+    """A call waiting in the caller's outbox."""
+
+    handle: Target  # kept until the reply: the actor outlives its calls
+    seq: int
+    method: str
+    wire: Wire  # the packed arguments
+    future: torch.futures.Future[Wire]  # what the reply completes
+
 
 BatchedCall = tuple[str, int, str, Wire]
 """A call inside an ``rpc_call_batch``: actor id, seq, method, packed arguments."""
@@ -39,8 +48,14 @@ BatchedCall = tuple[str, int, str, Wire]
 Reply = tuple[str, int, Wire]
 """A reply inside ``rpc_replies``: actor id, seq, packed reply."""
 
-QueuedReply = tuple[str, int, Wire, Callable[[], None]]
-"""A reply waiting in the callee's outbox, with the acknowledgement to run once sent."""
+
+class QueuedReply(NamedTuple):
+    """A reply waiting in the callee's outbox."""
+
+    actor_id: str
+    seq: int
+    wire: Wire  # the packed reply
+    acked: Callable[[], None]  # runs once the reply is sent
 
 
 class CallBatches:
@@ -65,7 +80,7 @@ class CallBatches:
     ) -> torch.futures.Future[Wire] | None:
         """Queues a packed call; returns the future its reply will complete (None: closed)."""
         future: torch.futures.Future[Wire] = torch.futures.Future()
-        item: QueuedCall = (handle, seq, method, wire, future)
+        item = QueuedCall(handle, seq, method, wire, future)
         return future if self.outbox.put(handle.worker, item) else None
 
     def _send(self, worker: str, items: list[QueuedCall]) -> torch.futures.Future[None] | None:
@@ -75,7 +90,7 @@ class CallBatches:
             return None
         keys = [(worker, handle.actor_id, seq) for handle, seq, _, _, _ in items]
         for key, item in zip(keys, items, strict=True):
-            self._awaiting[key] = item[4]
+            self._awaiting[key] = item.future
         calls: list[BatchedCall] = [(h.actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
         try:
             sent: torch.futures.Future[None] = rpc.rpc_async(
@@ -84,22 +99,18 @@ class CallBatches:
         except Exception as exc:  # the agent could not queue it: the worker is gone
             for key, item in zip(keys, items, strict=True):
                 self._awaiting.pop(key, None)
-                _fail(item[4], exc)
+                _fail(item.future, exc)
             return None
         # The handles live until the batch is done, so actors outlive their calls; the
         # arguments do not (the caller may have dropped them).
-        handles = [item[0] for item in items]
+        handles = [item.handle for item in items]
         sent.add_done_callback(partial(self._batch_done, keys, handles))
         return sent
 
     def _send_alone(self, worker: str, item: QueuedCall) -> None:
         handle, seq, method, wire, future = item
-        from actorrt.runtime.host import rpc_call
-
         try:
-            alone = rpc.rpc_async(
-                worker, rpc_call, args=(handle.actor_id, self.name, seq, method, wire), timeout=0
-            )
+            alone = post_call(worker, handle.actor_id, self.name, seq, method, wire)
         except Exception as exc:
             _fail(future, exc)
             return
@@ -139,7 +150,7 @@ class CallBatches:
         """Fails calls never sent and calls still unanswered (the runtime is stopping)."""
         error = RuntimeError(reason)
         for _, item in self.outbox.close():
-            _fail(item[4], error)
+            _fail(item.future, error)
         for key in list(self._awaiting):
             future = self._awaiting.pop(key, None)
             if future is not None and not future.done():
@@ -187,7 +198,7 @@ class ReplyBatches:
         answered: torch.futures.Future[Wire],
     ) -> None:
         # Runs where the call was answered (the actor's thread, usually).
-        item: QueuedReply = (actor_id, seq, answered.value(), acked)
+        item = QueuedReply(actor_id, seq, answered.value(), acked)
         if self.outbox.busy(caller):
             if self.outbox.put(caller, item):
                 return
@@ -206,7 +217,7 @@ class ReplyBatches:
     def _send(self, caller: str, items: list[QueuedReply]) -> torch.futures.Future[None] | None:
         # Replies were packed by the mailbox, so this send cannot fail on pickling.
         replies: list[Reply] = [(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
-        acks = [item[3] for item in items]
+        acks = [item.acked for item in items]
         try:
             sent: torch.futures.Future[None] = rpc.rpc_async(
                 caller, rpc_replies, args=(self.name, replies), timeout=0

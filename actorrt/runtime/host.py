@@ -167,11 +167,6 @@ class ActorHost:
             boxes = list(self._mailboxes.items())
         return {actor_id: box.calls_in_flight() for actor_id, box in boxes}
 
-    def has_actor(self, actor_id: str) -> bool:
-        """Whether the actor lives in this process now."""
-        with self._lock:
-            return actor_id in self._mailboxes
-
 
 # -- RPC entry points (module level so every process can resolve them by name) ---------
 
@@ -197,13 +192,25 @@ def rpc_call(
     return future
 
 
+def post_call(
+    worker: str, actor_id: str, caller: str, seq: int, method: str | None, wire: Wire | None
+) -> torch.futures.Future[Wire]:
+    """Sends one call to ``worker`` (``method`` None: seq ``seq`` is given up); its reply's future.
+
+    The one place a call leaves alone (the batches send theirs with ``rpc_call_batch``).
+    No timeout: actor methods may run for long, and ``get(timeout=)`` bounds the waits.
+    """
+    future: torch.futures.Future[Wire] = rpc.rpc_async(
+        worker, rpc_call, args=(actor_id, caller, seq, method, wire), timeout=0
+    )
+    return future
+
+
 def rpc_kill(actor_id: str, reason: str) -> bool:
+    """Ends the actor now with ``reason``; False when it does not live here."""
     return _host().kill(actor_id, reason)
 
 
-def rpc_has_actor(actor_id: str) -> bool:
-    return _host().has_actor(actor_id)
-
-
 def rpc_ping(value: Any = None) -> Any:
+    """Returns ``value``: a plain round trip to a process (liveness; raw RPC in benchmarks)."""
     return value

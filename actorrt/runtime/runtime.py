@@ -285,12 +285,7 @@ class Runtime:
                 slot.attach(queued, worker, None)
                 return
         try:
-            fut = rpc.rpc_async(
-                worker,
-                host_mod.rpc_call,
-                args=(target.actor_id, self.name, seq, method, wire),
-                timeout=0,  # actor methods may run for long; `get(timeout=)` bounds waits
-            )
+            fut = host_mod.post_call(worker, target.actor_id, self.name, seq, method, wire)
         except Exception as exc:  # the agent could not even queue the call
             slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
@@ -304,12 +299,7 @@ class Runtime:
         """Gives up call ``seq`` to ``target``: its mailbox moves past the number."""
         # Without this every later call from this process would wait for it forever.
         try:
-            rpc.rpc_async(
-                target.worker,
-                host_mod.rpc_call,
-                args=(target.actor_id, self.name, seq, None, None),
-                timeout=0,
-            )
+            host_mod.post_call(target.worker, target.actor_id, self.name, seq, None, None)
         except Exception:  # the worker is gone: nothing waits for the seq any more
             pass
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import actorrt
-from actorrt.runtime import host as host_mod
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -437,9 +436,12 @@ def test_nested_containers_of_tensors(cluster):
 
 
 def _alive(worker, actor_id):
+    """Whether the actor still lives in its process (the status query lists them)."""
     import torch.distributed.rpc as rpc
 
-    return rpc.rpc_sync(worker, host_mod.rpc_has_actor, args=(actor_id,))
+    from actorrt.runtime.status import rpc_process_stats
+
+    return actor_id in rpc.rpc_sync(worker, rpc_process_stats)["calls"]
 
 
 def test_unnamed_actor_is_released_when_last_handle_goes(cluster):
