@@ -14,8 +14,6 @@ import ipaddress
 import os
 import socket
 
-import psutil
-
 __all__ = [
     "apply_socket_ifname",
     "default_socket_ifname",
@@ -74,6 +72,10 @@ def interface_with_address(address: str) -> str | None:
             address = socket.gethostbyname(address)
         except OSError:
             return None
+    # Imported here: with psutil imported in every process, actor creation measured
+    # 2.5x slower (docs/performance.md); a local cluster never gets here (it says "lo").
+    import psutil
+
     for name, addrs in psutil.net_if_addrs().items():
         for a in addrs:
             if a.family in (socket.AF_INET, socket.AF_INET6) and _same_address(a.address, address):
