@@ -20,7 +20,7 @@ from actorrt.errors import PlacementError
 from actorrt.logs import configure as _configure_logging
 from actorrt.logs import level_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
-from actorrt.placement.dicompat import parse_local_cuda_devices
+from actorrt.placement.device_flags import parse_local_cuda_devices
 from actorrt.placement.layout import Layout, parse_layout
 from actorrt.placement.plan import TRANSPORT_MODES
 from actorrt.runtime.context import ensure_not_started, is_initialized

@@ -74,10 +74,10 @@ class ObjectRef(Generic[R_co]):
     does not know its value's type.
     """
 
-    __slots__ = ("_what", "_actor_id", "_worker", "_sent", "_cf", "_keep", "__weakref__")
+    __slots__ = ("_call", "_actor_id", "_worker", "_sent", "_cf", "_keep", "__weakref__")
 
-    def __init__(self, what: str, actor_id: str | None = None) -> None:
-        self._what = what
+    def __init__(self, call: str, actor_id: str | None = None) -> None:
+        self._call = call  # "Class.method", named in errors
         self._actor_id = actor_id
         self._worker = ""
         # torch future of the raw reply, once the call is sent
@@ -139,11 +139,11 @@ class ObjectRef(Generic[R_co]):
         except LocalFailure as failure:
             raise failure.error from None
         except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
-            raise rpc_failure(self._what, self._worker, exc, self._actor_id) from None
+            raise rpc_failure(self._call, self._worker, exc, self._actor_id) from None
         try:
             reply = unpack(wire)
         except Exception as exc:
-            error = unreadable(f"the reply of {self._what}", exc)
+            error = unreadable(f"the reply of {self._call}", exc)
             raise ActorError(str(error), error, "", self._actor_id) from None
         return decode_reply(reply, self._actor_id)
 
@@ -201,7 +201,7 @@ class ObjectRef(Generic[R_co]):
         return asyncio.wrap_future(self.future()).__await__()
 
     def __repr__(self) -> str:
-        return f"ObjectRef({self._what}, {'done' if self.done() else 'pending'})"
+        return f"ObjectRef({self._call}, {'done' if self.done() else 'pending'})"
 
     def __reduce__(self) -> NoReturn:
         raise TypeError(

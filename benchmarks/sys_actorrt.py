@@ -42,7 +42,7 @@ def run(suite: str, cfg: dict) -> dict:
     if suite == "first_call":
         return first_call(cfg)
     if suite == "tcp":
-        # planning.py's override: TensorPipe over TCP only (uv transport, basic channel).
+        # process_setup.py's override: TensorPipe over TCP only (uv transport, basic channel).
         import os
 
         os.environ["ACTORRT_TP_TRANSPORTS"] = "uv"

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch.distributed.rpc as rpc
 
-from actorrt.cluster import planning, rendezvous
+from actorrt.cluster import process_setup, rendezvous
 from actorrt.cluster.join import join
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.cluster.local import LocalCluster
@@ -115,7 +115,7 @@ class Driver:
         set_fork_safety(os.environ)
         local = local_workers > 0
         socket_ifname = "lo" if local else None
-        own = planning.describe_process((), gpus, cuda_device_map, hosts_actors=False)
+        own = process_setup.describe_process((), gpus, cuda_device_map, hosts_actors=False)
         per_worker: list[tuple[int, ...]] = []
         if local:
             per_worker = _local_gpus(own, layout, local_workers, gpus, transport)
@@ -158,7 +158,7 @@ class Driver:
             descriptions = [own, *others]
             # Multi-node: every process keeps its own TP_SOCKET_IFNAME (interface names
             # differ between machines), so the plan sets none.
-            spec = planning.cluster_spec(
+            spec = process_setup.cluster_spec(
                 descriptions,
                 layout,
                 transport=transport,
@@ -232,7 +232,7 @@ class Driver:
                 for rank in cluster.dead_ranks():
                     if rank not in reported:
                         reported.add(rank)
-                        name = planning.process_name(rank)
+                        name = process_setup.process_name(rank)
                         rt.mark_worker_dead(name)
                         if rt.stopped.is_set():
                             return  # exits during shutdown are the expected ones
@@ -295,7 +295,7 @@ def _local_gpus(
     per_worker = [visible] * local_workers
     worker = {k: v for k, v in own.items() if k != "cuda_device_map"}
     predicted = [own, *({**worker, "hosts_actors": True} for _ in per_worker)]
-    planning.cluster_spec(predicted, layout, transport=transport, socket_ifname="lo").plan()
+    process_setup.cluster_spec(predicted, layout, transport=transport, socket_ifname="lo").plan()
     return per_worker
 
 

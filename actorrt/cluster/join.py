@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actorrt.cluster import planning, rendezvous
+from actorrt.cluster import process_setup, rendezvous
 from actorrt.cluster.netif import apply_socket_ifname
 from actorrt.runtime import context
 from actorrt.runtime import runtime as rt_mod
@@ -57,7 +57,7 @@ def join(
     Raises:
         Exception: Whatever ``init_rpc`` raised; the runtime is uninstalled first.
     """
-    setup = planning.ProcessSetup(published, rank)
+    setup = process_setup.ProcessSetup(published, rank)
     setup.apply_env()
     # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME;
     # their fallbacks (the host name's address, 127.0.0.1) are often unreachable from

@@ -28,7 +28,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 from actorrt.errors import PlacementError
-from actorrt.placement.dicompat import parse_cuda_device_map
+from actorrt.placement.device_flags import parse_cuda_device_map
 from actorrt.placement.transports import FORK_SAFE_ENV
 
 __all__ = [

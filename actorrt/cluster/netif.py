@@ -72,8 +72,8 @@ def interface_with_address(address: str) -> str | None:
             address = socket.gethostbyname(address)
         except OSError:
             return None
-    # Imported here: with psutil imported in every process, actor creation measured
-    # 2.5x slower (docs/performance.md); a local cluster never gets here (it says "lo").
+    # Imported here, not at the top: imported in every process, psutil slowed actor
+    # creation (docs/performance.md); a local cluster never gets here (it says "lo").
     import psutil
 
     for name, addrs in psutil.net_if_addrs().items():

@@ -64,14 +64,14 @@ def run_worker(cfg: WorkerConfig) -> int:
 
     configure(cfg.log_level, what="--log-level")
     log = get_logger("worker")
-    from actorrt.cluster import planning, rendezvous
+    from actorrt.cluster import process_setup, rendezvous
     from actorrt.cluster.join import join
     from actorrt.runtime import context, output
     from actorrt.runtime import runtime as rt_mod
 
     log.info("rank %d: joining the driver's rendezvous at %s:%d", cfg.rank, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
-    description = planning.describe_process(cfg.labels, cfg.gpus, cfg.cuda_device_map)
+    description = process_setup.describe_process(cfg.labels, cfg.gpus, cfg.cuda_device_map)
     if cfg.transport is not None:
         description["transport"] = cfg.transport  # rank 0 refuses a mismatch
     plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)

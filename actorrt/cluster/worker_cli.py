@@ -29,7 +29,7 @@ from actorrt.cluster.launch_env import (
 )
 from actorrt.errors import PlacementError
 from actorrt.logs import ENV_VAR, parse_level
-from actorrt.placement.dicompat import parse_local_cuda_devices
+from actorrt.placement.device_flags import parse_local_cuda_devices
 from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.plan import TRANSPORT_MODES
 

@@ -36,7 +36,7 @@ def _preload() -> None:
     # What every worker imports before it can answer: torch, its RPC package, and ours.
     import torch.distributed.rpc  # noqa: F401
 
-    import actorrt.cluster.planning  # noqa: F401
+    import actorrt.cluster.process_setup  # noqa: F401
     import actorrt.cluster.rendezvous  # noqa: F401
     import actorrt.runtime.runtime  # noqa: F401
 

@@ -13,7 +13,7 @@ from actorrt.placement.clusterfile import (
     node_table,
     parse_cluster,
 )
-from actorrt.placement.dicompat import (
+from actorrt.placement.device_flags import (
     device_map_override_from_di,
     di_device_map_for,
     format_cuda_device_map,

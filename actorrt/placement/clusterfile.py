@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from actorrt.errors import PlacementError
-from actorrt.placement.dicompat import device_map_override_from_di
+from actorrt.placement.device_flags import device_map_override_from_di
 from actorrt.placement.layout import LabelSpec, Layout, layout_from_tables, load_toml
 from actorrt.placement.node import (
     ContainerIdentity,

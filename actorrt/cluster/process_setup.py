@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from actorrt.placement.clusterfile import ClusterSpec
-from actorrt.placement.dicompat import device_map_override_from_di
+from actorrt.placement.device_flags import device_map_override_from_di
 from actorrt.placement.discovery import describe_node
 from actorrt.placement.layout import Layout
 from actorrt.placement.node import NodeDescription, ProcessInfo
