@@ -60,6 +60,7 @@ def start(
     local_cuda_devices: str | Sequence[int] | None = None,
     timeout: float = 60.0,
     shutdown_timeout: float = 10.0,
+    heartbeat_timeout: float = 10.0,
     rpc_timeout: float = 60.0,
     num_worker_threads: int = 16,
     log_level: str | int | None = None,
@@ -101,6 +102,11 @@ def start(
         local_cuda_devices: GPUs this process (and each local worker) may use, e.g. ``"0,1"``.
         timeout: Seconds to wait for every process to join.
         shutdown_timeout: Bound on :func:`shutdown`.
+        heartbeat_timeout: The driver pings every worker (every second, or a quarter of
+            this when shorter); a worker that answers none for this many seconds is marked
+            dead: no new actor goes there and calls to its actors fail with
+            ``ActorDiedError``. A local worker marked so is also killed (it is hung),
+            which fails the calls it holds.
         rpc_timeout: Default timeout of control messages (actor calls never time out).
         num_worker_threads: TensorPipe's RPC thread pool size per process.
         log_level: Level of the ``actorrt`` logger (``"debug"``, ``"info"``, ``"warning"``,
@@ -132,7 +138,12 @@ def start(
             f"rank={rank}: the process calling actorrt.start() is the driver, rank 0. Start "
             "the other ranks with `actorrt worker --init-method ... --rank N --world-size W`."
         )
-    for name, value in (("timeout", timeout), ("shutdown_timeout", shutdown_timeout)):
+    bounds = (
+        ("timeout", timeout),
+        ("shutdown_timeout", shutdown_timeout),
+        ("heartbeat_timeout", heartbeat_timeout),
+    )
+    for name, value in bounds:
         if not value > 0:
             raise ValueError(f"{name}={value!r} must be a number of seconds > 0.")
     gpus = _parse_gpus(local_cuda_devices)
@@ -182,6 +193,7 @@ def start(
             num_worker_threads=num_worker_threads,
             log_level=level_name(level),
             log_to_driver=log_to_driver,
+            heartbeat_timeout=heartbeat_timeout,
         )
     atexit.register(shutdown)
     return rt

@@ -19,9 +19,10 @@ import time
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
-from actorrt.errors import ActorError, GetTimeoutError
+from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError
 from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure, unreadable
+from actorrt.runtime.runtime import current_or_none
 
 if TYPE_CHECKING:
     import torch
@@ -139,7 +140,11 @@ class ObjectRef(Generic[R_co]):
         except LocalFailure as failure:
             raise failure.error from None
         except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
-            raise rpc_failure(self._call, self._worker, exc, self._actor_id) from None
+            error = rpc_failure(self._call, self._worker, exc, self._actor_id)
+            rt = current_or_none()
+            if isinstance(error, ActorDiedError) and rt is not None:
+                rt.worker_unreachable(self._worker)  # marked dead before the caller hears
+            raise error from None
         try:
             reply = unpack(wire)
         except Exception as exc:

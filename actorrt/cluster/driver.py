@@ -32,6 +32,7 @@ from actorrt.logs import get_logger
 from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.layout import Layout
 from actorrt.runtime.directory import ClusterDirectory
+from actorrt.runtime.host import rpc_ping
 from actorrt.runtime.output import rpc_flush_output
 from actorrt.runtime.runtime import Runtime, rpc_stop, shutdown_rpc
 
@@ -58,6 +59,8 @@ class Driver:
         server: The rendezvous store's server.
         cluster: The local cluster's workers, or None for a multi-node cluster.
         shutdown_timeout: Bound on :meth:`stop`.
+        heartbeat_timeout: A worker that answers no ping for this long is marked dead
+            (a local one is also killed: it is hung).
         graceful: Whether torch's graceful RPC shutdown can meet the workers (see
             :func:`actorrt.cluster.rendezvous.graceful_shutdown_possible`).
         log_to_driver: Whether workers send their output here (flushed at shutdown).
@@ -71,10 +74,12 @@ class Driver:
         shutdown_timeout: float,
         graceful: bool,
         log_to_driver: bool,
+        heartbeat_timeout: float = 10.0,
     ) -> None:
         self.server = server
         self.cluster = cluster
         self.shutdown_timeout = shutdown_timeout
+        self.heartbeat_timeout = heartbeat_timeout
         self.graceful = graceful
         self.log_to_driver = log_to_driver
         self.workers: list[str] = []  # RPC names of ranks 1.., once RPC is up
@@ -99,6 +104,7 @@ class Driver:
         num_worker_threads: int,
         log_level: str,
         log_to_driver: bool,
+        heartbeat_timeout: float = 10.0,
     ) -> Runtime:
         """Forms the cluster with this process as rank 0; returns its installed runtime.
 
@@ -182,6 +188,7 @@ class Driver:
             shutdown_timeout=shutdown_timeout,
             graceful=rendezvous.graceful_shutdown_possible(),
             log_to_driver=log_to_driver,
+            heartbeat_timeout=heartbeat_timeout,
         )
         published = the_plan.to_dict()
         published["graceful_shutdown"] = driver.graceful  # workers read it
@@ -218,6 +225,7 @@ class Driver:
         if cluster is not None:
             rt.local_worker_pids = cluster.pids
             driver._watch_local_workers(rt, cluster)
+        driver._start_heartbeat(rt)
         log.info(
             "cluster up in %.2f s: %d process(es) on %d host(s)",
             time.monotonic() - started, world_size,
@@ -226,54 +234,128 @@ class Driver:
         return rt
 
     def _watch_local_workers(self, rt: Runtime, cluster: LocalCluster) -> None:
-        def watch() -> None:
-            reported: set[int] = set()
-            while not rt.stopped.wait(0.1):
-                for rank in cluster.dead_ranks():
-                    if rank not in reported:
-                        reported.add(rank)
-                        name = process_setup.process_name(rank)
-                        rt.mark_worker_dead(name)
-                        if rt.stopped.is_set():
-                            return  # exits during shutdown are the expected ones
-                        pid, code = cluster.exit_of(rank)
-                        log.warning(
-                            "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
-                            "ActorDiedError and no new actor is placed there",
-                            name, rank, pid, _exit_text(code),
-                        )  # fmt: skip
+        """Marks a local worker dead as soon as the zygote reports its exit."""
 
-        threading.Thread(target=watch, name="actorrt-worker-watch", daemon=True).start()
+        def exited(rank: int) -> None:
+            if rt.stopped.is_set():
+                return  # exits during shutdown are the expected ones
+            name = process_setup.process_name(rank)
+            rt.mark_worker_dead(name)
+            pid, code = cluster.exit_of(rank)
+            log.warning(
+                "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
+                "ActorDiedError and no new actor is placed there",
+                name, rank, pid, _exit_text(code),
+            )  # fmt: skip
+
+        def confirm_dead(worker: str) -> bool:
+            # A call failed because its connection closed: the process is exiting or gone.
+            # The kernel closes its sockets a moment before it turns into a zombie, so
+            # look a few times before believing it is alive.
+            rank = _rank_of(rt, worker)
+            if rank is None:
+                return False
+            for _ in range(10):
+                if cluster.is_gone(rank):
+                    return True
+                time.sleep(0.02)
+            return False
+
+        cluster.on_exit = exited
+        rt.confirm_dead = confirm_dead
+        for rank in cluster.dead_ranks():  # exits reported before the callback was set
+            exited(rank)
+
+    def _start_heartbeat(self, rt: Runtime) -> None:
+        """Pings every worker; one silent for ``heartbeat_timeout`` is marked dead.
+
+        A dead process fails its calls by itself (its connections close); a hung one
+        (stopped, deadlocked in C code, its host partitioned away) does not, and would go
+        on receiving actors. Marked dead, it gets no new actor and calls to it fail at
+        once; a local one is also killed, which fails the calls it holds.
+        """
+        timeout = self.heartbeat_timeout
+        interval = min(1.0, timeout / 4)
+        last_heard: dict[str, float] = {}
+        pending: dict[str, Any] = {}
+
+        def beat() -> None:
+            while not rt.stopped.wait(interval):
+                now = time.monotonic()
+                for name in self.workers:
+                    if name in rt.dead_workers:
+                        continue
+                    fut = pending.get(name)
+                    if fut is not None and fut.done():
+                        try:
+                            fut.wait()
+                            last_heard[name] = now
+                        except Exception:  # unreachable now; the silence decides
+                            pass
+                        fut = None
+                    if fut is None:
+                        try:
+                            pending[name] = rpc.rpc_async(name, rpc_ping, timeout=timeout)
+                        except Exception:
+                            pending.pop(name, None)
+                    silent = now - last_heard.setdefault(name, now)
+                    if silent >= timeout and not rt.stopped.is_set():
+                        self._declare_dead(rt, name, silent)
+
+        threading.Thread(target=beat, name="actorrt-heartbeat", daemon=True).start()
+
+    def _declare_dead(self, rt: Runtime, name: str, silent: float) -> None:
+        rt.mark_worker_dead(name)
+        log.warning(
+            "%s answered no heartbeat for %.1f s (heartbeat_timeout): marked dead; calls to "
+            "its actors fail with ActorDiedError and no new actor is placed there",
+            name, silent,
+        )  # fmt: skip
+        rank = _rank_of(rt, name)
+        if self.cluster is not None and rank is not None:
+            self.cluster.kill_rank(rank)  # hung: killing it fails the calls it holds
 
     def stop(self) -> None:
-        """Stops the workers and ends RPC, within ``shutdown_timeout`` (the runtime's shutdown)."""
+        """Stops the workers and ends RPC within ``shutdown_timeout`` (the runtime's shutdown).
+
+        Each step gets what is left of the bound, less a reserve for ending the local
+        workers. A worker that does not acknowledge the stop (dead, or hung) makes the
+        RPC shutdown local: a graceful one would wait for it.
+        """
         rt = self.rt
         timeout = self.shutdown_timeout
         started = time.monotonic()
-        dead = rt.dead_workers if rt is not None else set()
+        deadline = started + timeout
+        reserve = min(2.0, timeout * 0.25) if self.cluster is not None else 0.0
+
+        def budget(most: float) -> float:
+            return max(0.1, min(most, deadline - time.monotonic() - reserve))
+
+        dead = rt.dead_workers if rt is not None else frozenset()
         live = [name for name in self.workers if name not in dead]
         # What actors printed before shutdown reaches this terminal before shutdown returns.
         if self.log_to_driver:
             log.info("shutdown: collecting the output of %d worker(s)", len(live))
-            _call_all(live, rpc_flush_output, (2.0,), timeout=min(timeout, 5.0))
+            _call_all(live, rpc_flush_output, (2.0,), timeout=budget(2.0))
         log.info("shutdown: telling %d worker(s) to stop", len(live))
-        _call_all(live, rpc_stop, (), timeout=min(timeout, 5.0))
-        graceful = self.graceful and not dead
+        answered = _call_all(live, rpc_stop, (), timeout=budget(2.0))
+        silent = [name for name in live if name not in answered]
+        graceful = self.graceful and not dead and not silent
         if graceful:
             log.info("shutdown: graceful RPC shutdown (waits for every worker)")
         else:
-            why = "a worker died" if dead else "not this process's first cluster"
+            why = (
+                "a worker died" if dead
+                else f"no answer from {', '.join(silent)}" if silent
+                else "not this process's first cluster"
+            )  # fmt: skip
             log.info("shutdown: ending RPC locally (%s)", why)
-        went = shutdown_rpc(timeout, graceful=graceful)
+        went = shutdown_rpc(budget(timeout), graceful=graceful)
         if graceful and not went:
-            log.warning(
-                "shutdown: the graceful RPC shutdown did not finish within %g s; RPC was "
-                "ended locally",
-                timeout,
-            )
+            log.warning("shutdown: the graceful RPC shutdown did not finish; RPC was ended locally")
         if self.cluster is not None:
             log.info("shutdown: stopping the local workers")
-            self.cluster.stop(timeout=timeout)
+            self.cluster.stop(timeout=max(0.0, deadline - time.monotonic()))
         self.server.close()
         log.info("shutdown: done in %.2f s", time.monotonic() - started)
 
@@ -299,6 +381,11 @@ def _local_gpus(
     return per_worker
 
 
+def _rank_of(rt: Runtime, name: str) -> int | None:
+    ranks = {p.name: p.rank for p in rt.plan.processes} if rt.plan is not None else {}
+    return ranks.get(name)
+
+
 def _mark_started() -> None:
     global _started_before
     _started_before = True
@@ -317,16 +404,19 @@ def _exit_text(code: int | None) -> str:
 
 def _call_all(
     names: list[str], fn: Callable[..., Any], args: tuple[Any, ...], timeout: float
-) -> None:
-    """Calls ``fn`` on every process in ``names`` at once; waits for all (within ``timeout``)."""
-    futures = []
+) -> set[str]:
+    """Calls ``fn`` on every process in ``names`` at once; the names that answered in time."""
+    futures = {}
     for name in names:
         try:
-            futures.append(rpc.rpc_async(name, fn, args=args, timeout=timeout))
+            futures[name] = rpc.rpc_async(name, fn, args=args, timeout=timeout)
         except Exception:
             pass
-    for fut in futures:
+    answered = set()
+    for name, fut in futures.items():
         try:
             fut.wait()
-        except Exception:  # a dead worker cannot be told; it is killed later
+            answered.add(name)
+        except Exception:  # dead or hung: it cannot be told; it is killed later
             pass
+    return answered

@@ -18,6 +18,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
@@ -56,6 +58,8 @@ class LocalCluster:
         num_worker_threads: int,
         log_level: str | None = None,
     ) -> None:
+        # Called with a worker's rank when the zygote reports its exit (on the reader thread).
+        self.on_exit: Callable[[int], None] | None = None
         env = dict(os.environ)
         if log_level is not None:
             env["ACTORRT_LOG_LEVEL"] = log_level
@@ -119,9 +123,40 @@ class LocalCluster:
                 with self._cond:
                     (self._pids if kind == "pid" else self._exits)[int(rank)] = int(value)
                     self._cond.notify_all()
+                    on_exit = self.on_exit
+                if kind == "exit" and on_exit is not None:
+                    on_exit(int(rank))
         with self._cond:
             self._zygote_done = True
             self._cond.notify_all()
+
+    def is_gone(self, rank: int) -> bool:
+        """Whether worker ``rank`` has ended, asked of the system now (not the reports).
+
+        A worker the zygote has not reaped yet is a zombie: gone too.
+        """
+        with self._cond:
+            if rank in self._exits:
+                return True
+            pid = self._pids.get(rank)
+        if pid is None:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        return state in ("Z", "X")
+
+    def kill_rank(self, rank: int) -> None:
+        """SIGKILLs worker ``rank`` (a hung one: its calls then fail, and it is reaped)."""
+        with self._cond:
+            pid = self._pids.get(rank) if rank not in self._exits else None
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     @property
     def pids(self) -> list[int]:
@@ -161,9 +196,18 @@ class LocalCluster:
             return self._pids.get(rank), self._exits.get(rank)
 
     def stop(self, timeout: float) -> None:
-        """Waits up to ``timeout`` s for the workers to exit, then kills them by pid."""
+        """Ends every worker and the zygote within ``timeout`` s (at least about 1 s).
+
+        The workers get most of ``timeout`` to exit by themselves, then SIGTERM, then
+        SIGKILL (which also ends a stopped or hung one); the zygote goes last.
+        """
+        deadline = time.monotonic() + max(timeout, 1.0)
+
+        def left(reserve: float = 0.0) -> float:
+            return max(0.0, deadline - time.monotonic() - reserve)
+
         with self._cond:
-            self._cond.wait_for(self._all_exited, timeout=timeout)
+            self._cond.wait_for(self._all_exited, timeout=left(reserve=min(1.0, timeout / 2)))
         for sig in (signal.SIGTERM, signal.SIGKILL):
             with self._cond:
                 alive = [pid for rank, pid in self._pids.items() if rank not in self._exits]
@@ -175,17 +219,17 @@ class LocalCluster:
                 except ProcessLookupError:
                     pass
             with self._cond:
-                self._cond.wait_for(self._all_exited, timeout=2.0)
+                self._cond.wait_for(self._all_exited, timeout=min(0.5, left()))
         if self._zygote.stdin is not None:
             try:
                 self._zygote.stdin.close()  # the zygote ends once its workers have
             except OSError:
                 pass
         try:
-            self._zygote.wait(5.0)
+            self._zygote.wait(max(0.2, left()))
         except subprocess.TimeoutExpired:
             self._zygote.kill()
-            self._zygote.wait(5.0)
+            self._zygote.wait(5.0)  # SIGKILL: reaped at once
 
     def _all_exited(self) -> bool:
         return self._zygote_done or all(r in self._exits for r in self._pids)

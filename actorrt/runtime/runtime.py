@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
@@ -122,6 +123,9 @@ class Runtime:
         self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
         self.descriptions: list[dict[str, Any]] = []  # node descriptions by rank (driver)
         self._on_shutdown = on_shutdown
+        # Driver only: whether a worker a call could not reach is gone (see
+        # worker_unreachable); set by the launch, which knows how to tell.
+        self.confirm_dead: Callable[[str], bool] | None = None
         self.stopped = threading.Event()  # set once this runtime is shutting down
         self.stop_requested = threading.Event()  # a worker's cue (from the driver) to stop
 
@@ -327,8 +331,13 @@ class Runtime:
             )
         return self._roads[key]
 
-    def kill(self, handle: Target, timeout: float = 10.0) -> None:
-        """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``."""
+    def kill(self, handle: Target, timeout: float = 2.0) -> None:
+        """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``.
+
+        Waits at most ``timeout`` for the actor's process to confirm: a hung process
+        (which the heartbeat will mark dead) does not hold the caller. The actor's place
+        is given back either way.
+        """
         reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
         if handle.worker not in self._dead_workers:
             try:
@@ -393,6 +402,19 @@ class Runtime:
         if self.directory is not None:
             self.directory.mark_dead(worker)
 
+    def worker_unreachable(self, worker: str) -> None:
+        """A call to ``worker`` failed at the RPC layer: let the driver judge it now.
+
+        On the driver, :attr:`confirm_dead` (set by the launch) checks whether the process
+        is gone and, if so, marks it dead before the caller sees its ``ActorDiedError``,
+        so an actor created right after that error is not placed on the dead process.
+        """
+        confirm = self.confirm_dead
+        if confirm is None or worker in self._dead_workers or self.stopped.is_set():
+            return
+        if confirm(worker):
+            self.mark_worker_dead(worker)
+
     @property
     def dead_workers(self) -> frozenset[str]:
         """Names of the processes known to have died."""
@@ -447,11 +469,12 @@ def shutdown_rpc(timeout: float, graceful: bool = True) -> bool:
     thread with a bound, and a local (non-graceful) shutdown follows when it fails. Pass
     ``graceful=False`` when a peer is known dead, to skip the wait.
     """
-    if graceful and _run_bounded(
-        lambda: rpc.shutdown(graceful=True, timeout=timeout), timeout + 2.0
-    ):
-        return True
-    _run_bounded(lambda: rpc.shutdown(graceful=False), 5.0)
+    deadline = time.monotonic() + timeout
+    if graceful:
+        wait = max(0.1, timeout - min(2.0, timeout * 0.3))  # the rest for the local end
+        if _run_bounded(lambda: rpc.shutdown(graceful=True, timeout=wait), wait + 0.5):
+            return True
+    _run_bounded(lambda: rpc.shutdown(graceful=False), max(0.5, deadline - time.monotonic()))
     return False
 
 

@@ -159,6 +159,32 @@ def scenario_output(rt, cfg):
     return {"talker": where, "status": actorrt.status()}
 
 
+def scenario_dead_worker(rt, cfg):
+    """A worker is killed (SIGKILL): how long until the driver marks it dead, and after."""
+    probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
+    where = actorrt.get([p.where.remote() for p in probes], timeout=60)
+    victim = probes[0]
+    os.kill(where[0]["pid"], signal.SIGKILL)
+    killed = time.monotonic()
+    marked_after = None
+    while time.monotonic() - killed < 30:
+        if not next(n.alive for n in actorrt.nodes() if n.process == victim.worker):
+            marked_after = time.monotonic() - killed
+            break
+        time.sleep(0.1)
+    fresh = [Probe.remote() for _ in range(2)]  # none may land on the dead worker
+    fresh_where = actorrt.get([p.where.remote() for p in fresh], timeout=60)
+    started = time.monotonic()
+    actorrt.shutdown()
+    return {
+        "victim": victim.worker,
+        "marked_after": marked_after,
+        "fresh": [p.worker for p in fresh],
+        "fresh_ok": [w["pid"] > 0 for w in fresh_where],
+        "shutdown_s": time.monotonic() - started,
+    }
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     try:
@@ -171,6 +197,8 @@ def main():
             transport=cfg.get("transport", "auto"),
             timeout=cfg.get("timeout", 60),
             log_level=cfg.get("log_level"),
+            heartbeat_timeout=cfg.get("heartbeat_timeout", 10.0),
+            shutdown_timeout=cfg.get("shutdown_timeout", 10.0),
         )
     except Exception as exc:
         print(f"START-FAILED {type(exc).__name__}: {exc}", flush=True)
@@ -192,7 +220,7 @@ def main():
     out["plan_env"] = {name(p.name): p.env for p in rt.plan.processes}
     out["descriptions"] = rt.descriptions
     print("RESULT " + json.dumps(out), flush=True)
-    actorrt.shutdown()
+    actorrt.shutdown()  # a second call (after a scenario's own) does nothing
     print("SHUTDOWN-DONE", flush=True)
 
 

@@ -197,6 +197,29 @@ def test_workers_exit_when_the_driver_is_killed(procs):
         assert "lost the connection to the driver" in procs.log(f"worker{rank}")
 
 
+def test_a_killed_worker_is_marked_dead_by_the_heartbeat(procs):
+    """Was: never marked dead (new actors kept going to it) and shutdown took 11.4 s."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    cfg = {
+        "init": init,
+        "world": 3,
+        "scenario": "dead_worker",
+        "heartbeat_timeout": 2.0,
+        "shutdown_timeout": 4.0,
+    }
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    res = procs.result("driver", 90)
+    assert res["marked_after"] is not None, procs.logs()
+    assert res["marked_after"] < 2.0 + 3.0, res
+    assert res["victim"] not in res["fresh"] and all(res["fresh_ok"]), res
+    assert res["shutdown_s"] < 4.0 + 1.5, res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
 def test_torchrun_launches_the_workers(procs):
     """``torchrun --nproc-per-node 2 -m actorrt worker``: RANK r -> rank r+1, MASTER_PORT+1."""
     port = free_port(pair=True)

@@ -1,0 +1,148 @@
+"""Faults of worker processes: bounds that hold when a worker dies or hangs (issue 12).
+
+Each test runs its driver as a script of its own (see scripts.run_script); every worker
+pid it reports must be gone shortly after the script ends. A hung worker is one stopped
+with SIGSTOP: it keeps its connections open and answers nothing.
+"""
+
+import pytest
+from scripts import run_script
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+HEADER = """
+import os, signal, time
+import actorrt
+
+@actorrt.actor
+class Sleeper:
+    def pid(self):
+        return os.getpid()
+
+    def sleep(self, s):
+        time.sleep(s)
+        return s
+"""
+
+
+def test_an_actor_made_right_after_the_death_error_avoids_the_dead_worker(tmp_path):
+    """The error is raised only once the driver has marked the process dead, so the
+    replacement made on the next line is placed on a live worker (was: the dead one)."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5, heartbeat_timeout=60)
+        pids = list(rt.local_worker_pids)
+        # Spread: one actor on one worker, two on the other; the first worker dies, so
+        # it is where the directory would put the next actor if it were not marked dead.
+        a, other, third = Sleeper.remote(), Sleeper.remote(), Sleeper.remote()
+        if a.worker == third.worker:
+            a, other = other, a
+        assert a.worker != other.worker == third.worker
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        actorrt.get([other.pid.remote(), third.pid.remote()], timeout=30)
+        pending = a.sleep.remote(60)
+        time.sleep(0.2)
+        os.kill(victim, signal.SIGKILL)
+        try:
+            actorrt.get(pending, timeout=30)
+            error = "none"
+        except actorrt.ActorDiedError:
+            error = "ActorDiedError"
+        b = Sleeper.remote()  # at once: no sleep, no polling
+        value = actorrt.get(b.sleep.remote(0), timeout=30)
+        report(pids=pids, error=error, a=a.worker, b=b.worker, value=value,
+               dead=sorted(rt.dead_workers))
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["error"] == "ActorDiedError"
+    assert rep["dead"] == [rep["a"]]
+    assert rep["b"] != rep["a"] and rep["value"] == 0
+
+
+def test_shutdown_right_after_a_worker_is_killed_keeps_its_bound(tmp_path):
+    """Was 12 s against a 10 s bound: the graceful shutdown waited for the dead worker."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=4, heartbeat_timeout=60)
+        pids = list(rt.local_worker_pids)
+        a = Sleeper.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        os.kill(victim, signal.SIGKILL)
+        started = time.monotonic()
+        actorrt.shutdown()
+        report(pids=pids, shutdown_s=time.monotonic() - started)
+        """,
+        grace=3,
+    )
+    assert rep["shutdown_s"] < 4 + 1.5, rep["shutdown_s"]
+
+
+def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
+    """SIGSTOP: the heartbeat finds it silent, the directory stops placing there, the
+    driver kills it (local), and the call it held fails instead of hanging."""
+    first, second = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=4, heartbeat_timeout=2)
+        pids = list(rt.local_worker_pids)
+        a = Sleeper.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        pending = a.sleep.remote(60)
+        time.sleep(0.2)
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            actorrt.get(pending)  # no timeout: the heartbeat must end the wait
+            error = "none"
+        except actorrt.ActorDiedError:
+            error = "ActorDiedError"
+        failed_after = time.monotonic() - stopped
+        b = Sleeper.remote()
+        value = actorrt.get(b.sleep.remote(0), timeout=30)
+        started = time.monotonic()
+        actorrt.kill(a)
+        kill_s = time.monotonic() - started
+        report(pids=pids, error=error, failed_after=failed_after, a=a.worker, b=b.worker,
+               value=value, dead=sorted(rt.dead_workers), kill_s=kill_s)
+        started = time.monotonic()
+        actorrt.shutdown()
+        report(shutdown_s=time.monotonic() - started)
+        """,
+    )
+    rep = {**first, **second}
+    assert rep["error"] == "ActorDiedError"
+    assert 1.5 < rep["failed_after"] < 2 + 5, rep["failed_after"]  # heartbeat_timeout=2
+    assert rep["dead"] == [rep["a"]]
+    assert rep["b"] != rep["a"] and rep["value"] == 0
+    assert rep["kill_s"] < 1.0  # a process known dead is not waited for
+    assert rep["shutdown_s"] < 4 + 1.5
+
+
+def test_kill_and_shutdown_keep_their_bounds_with_a_hung_worker_not_yet_detected(tmp_path):
+    """Was: kill() blocked 10 s, shutdown(shutdown_timeout=10) took 29 s."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=4, heartbeat_timeout=120)
+        pids = list(rt.local_worker_pids)
+        a = Sleeper.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        os.kill(victim, signal.SIGSTOP)
+        started = time.monotonic()
+        actorrt.kill(a)
+        kill_s = time.monotonic() - started
+        started = time.monotonic()
+        actorrt.shutdown()
+        report(pids=pids, kill_s=kill_s, shutdown_s=time.monotonic() - started)
+        """,
+        grace=3,
+    )
+    assert rep["kill_s"] < 2 + 1.0, rep["kill_s"]
+    assert rep["shutdown_s"] < 4 + 1.5, rep["shutdown_s"]
