@@ -22,6 +22,13 @@ class Sleeper:
     def sleep(self, s):
         time.sleep(s)
         return s
+
+
+def start_with_victim(**options):
+    # A local cluster of two workers and an actor on one: (rt, pids, the actor, its pid).
+    rt = actorrt.start(num_workers=2, timeout=90, **options)
+    a = Sleeper.remote()
+    return rt, list(rt.local_worker_pids), a, actorrt.get(a.pid.remote(), timeout=30)
 """
 
 
@@ -68,10 +75,7 @@ def test_shutdown_right_after_a_worker_is_killed_keeps_its_bound(tmp_path):
         tmp_path,
         HEADER,
         """
-        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=4, heartbeat_timeout=60)
-        pids = list(rt.local_worker_pids)
-        a = Sleeper.remote()
-        victim = actorrt.get(a.pid.remote(), timeout=30)
+        rt, pids, a, victim = start_with_victim(shutdown_timeout=4, heartbeat_timeout=60)
         os.kill(victim, signal.SIGKILL)
         started = time.monotonic()
         actorrt.shutdown()
@@ -89,10 +93,7 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
         tmp_path,
         HEADER,
         """
-        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=4, heartbeat_timeout=2)
-        pids = list(rt.local_worker_pids)
-        a = Sleeper.remote()
-        victim = actorrt.get(a.pid.remote(), timeout=30)
+        rt, pids, a, victim = start_with_victim(shutdown_timeout=4, heartbeat_timeout=2)
         pending = a.sleep.remote(60)
         time.sleep(0.2)
         os.kill(victim, signal.SIGSTOP)
@@ -130,10 +131,7 @@ def test_kill_and_shutdown_keep_their_bounds_with_a_hung_worker_not_yet_detected
         tmp_path,
         HEADER,
         """
-        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=4, heartbeat_timeout=120)
-        pids = list(rt.local_worker_pids)
-        a = Sleeper.remote()
-        victim = actorrt.get(a.pid.remote(), timeout=30)
+        rt, pids, a, victim = start_with_victim(shutdown_timeout=4, heartbeat_timeout=120)
         os.kill(victim, signal.SIGSTOP)
         started = time.monotonic()
         actorrt.kill(a)
