@@ -42,11 +42,21 @@ class QueuedCall(NamedTuple):
     future: torch.futures.Future[Wire]  # what the reply completes
 
 
-BatchedCall = tuple[str, int, str, Wire]
-"""A call inside an ``rpc_call_batch``: actor id, seq, method, packed arguments."""
+class BatchedCall(NamedTuple):
+    """A call inside an ``rpc_call_batch`` (on the wire)."""
 
-Reply = tuple[str, int, Wire]
-"""A reply inside ``rpc_replies``: actor id, seq, packed reply."""
+    actor_id: str
+    seq: int
+    method: str
+    wire: Wire  # the packed arguments
+
+
+class Reply(NamedTuple):
+    """A reply inside ``rpc_replies`` (on the wire)."""
+
+    actor_id: str
+    seq: int
+    wire: Wire  # the packed reply
 
 
 class QueuedReply(NamedTuple):
@@ -91,7 +101,7 @@ class CallBatches:
         keys = [(worker, handle.actor_id, seq) for handle, seq, _, _, _ in items]
         for key, item in zip(keys, items, strict=True):
             self._awaiting[key] = item.future
-        calls: list[BatchedCall] = [(h.actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
+        calls = [BatchedCall(h.actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
         try:
             sent: torch.futures.Future[None] = rpc.rpc_async(
                 worker, rpc_call_batch, args=(self.name, calls), timeout=0
@@ -216,7 +226,7 @@ class ReplyBatches:
 
     def _send(self, caller: str, items: list[QueuedReply]) -> torch.futures.Future[None] | None:
         # Replies were packed by the mailbox, so this send cannot fail on pickling.
-        replies: list[Reply] = [(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
+        replies = [Reply(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
         acks = [item.acked for item in items]
         try:
             sent: torch.futures.Future[None] = rpc.rpc_async(
