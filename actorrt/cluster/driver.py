@@ -193,6 +193,7 @@ class Driver:
         published = the_plan.to_dict()
         published["graceful_shutdown"] = driver.graceful  # workers read it
         published["log_to_driver"] = log_to_driver  # workers send their output here, or not
+        published["heartbeat_timeout"] = heartbeat_timeout  # workers exit when pings stop
         rendezvous.publish_plan(server.store, published)
 
         def before_rpc(rt: Runtime) -> None:

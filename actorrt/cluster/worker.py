@@ -19,6 +19,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,8 @@ def run_worker(cfg: WorkerConfig) -> int:
 
     def before_rpc(rt: Runtime) -> None:
         nonlocal forwarder
-        _watch_driver(cfg, rt)  # a driver dying during start-up ends us too
+        # A driver dying during start-up ends us too; one that stops pinging, later.
+        _watch_driver(cfg, rt, float(plan.get("heartbeat_timeout", 0.0)))
         if plan.get("log_to_driver", True):
             # Installed before init_rpc, started after: the driver may call our actors as
             # soon as its own init_rpc returns, before ours does; their lines wait meanwhile.
@@ -125,8 +127,21 @@ def _sender(driver: str) -> Callable[[Header, list[Line]], None]:
     return send
 
 
-def _watch_driver(cfg: WorkerConfig, rt: Runtime) -> None:
-    """Ends this process when the driver is gone, so no worker outlives its cluster."""
+#: A worker the driver has not pinged for this many heartbeat timeouts exits: the driver
+#: marked it dead long before (after one), and it must not linger cut off on its node.
+#: More than one, so a driver whose heartbeat thread waited on the GIL a while does not
+#: lose its workers.
+HEARTBEAT_EXIT_FACTOR = 3.0
+
+
+def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0) -> None:
+    """Ends this process when the driver is gone, so no worker outlives its cluster.
+
+    Args:
+        cfg: The worker's configuration (the driver's address).
+        rt: This worker's runtime (a stop it requested is not a loss).
+        heartbeat_timeout: The driver's (from the plan); 0: pings are not watched.
+    """
 
     def exit_now(why: str) -> None:
         if rt.stop_requested.is_set():
@@ -165,6 +180,20 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime) -> None:
             pass
         exit_now("lost the connection to the driver")
 
+    def watch_pings() -> None:
+        # The store connection notices a dead driver host only after TCP keepalive gives
+        # up, and a cut link may never; the driver's pings stopping says it sooner.
+        from actorrt.runtime.host import last_ping
+
+        bound = heartbeat_timeout * HEARTBEAT_EXIT_FACTOR
+        since = time.monotonic()
+        while not rt.stop_requested.wait(min(1.0, heartbeat_timeout / 4)):
+            silent = time.monotonic() - max(since, last_ping())
+            if silent > bound:
+                exit_now(f"no heartbeat from the driver for {silent:.0f} s (cut off?)")
+
+    if heartbeat_timeout > 0:
+        threading.Thread(target=watch_pings, name="actorrt-ping-watch", daemon=True).start()
     if cfg.watch_stdin:
         threading.Thread(target=watch_stdin, name="actorrt-parent-watch", daemon=True).start()
     threading.Thread(target=watch_store, name="actorrt-driver-watch", daemon=True).start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -211,6 +212,15 @@ def rpc_kill(actor_id: str, reason: str) -> bool:
     return _host().kill(actor_id, reason)
 
 
+_heard = [time.monotonic()]  # when the last ping arrived (the driver's heartbeat)
+
+
 def rpc_ping(value: Any = None) -> Any:
-    """Returns ``value``: a plain round trip to a process (liveness; raw RPC in benchmarks)."""
+    """Returns ``value``: a plain round trip (the driver's heartbeat; raw RPC in benchmarks)."""
+    _heard[0] = time.monotonic()
     return value
+
+
+def last_ping() -> float:
+    """``time.monotonic()`` of the last ping this process answered (or of its import)."""
+    return _heard[0]

@@ -185,6 +185,34 @@ def scenario_dead_worker(rt, cfg):
     }
 
 
+def scenario_partition(rt, cfg):
+    """The test cuts the worker's link after READY: when is it marked dead, and after."""
+    probe = Probe.remote()
+    where = actorrt.get(probe.where.remote(), timeout=60)
+    print("READY " + json.dumps(where["pid"]), flush=True)
+    ready = time.monotonic()
+    marked_after = None
+    while time.monotonic() - ready < 60:
+        if not next(n.alive for n in actorrt.nodes() if n.process == probe.worker):
+            marked_after = time.monotonic() - ready
+            break
+        time.sleep(0.1)
+    try:
+        actorrt.get(probe.where.remote(), timeout=10)
+        late_call = "answered"
+    except actorrt.ActorDiedError:
+        late_call = "ActorDiedError"
+    except actorrt.GetTimeoutError:
+        late_call = "timed out"
+    started = time.monotonic()
+    actorrt.shutdown()
+    return {
+        "marked_after": marked_after,
+        "late_call": late_call,
+        "shutdown_s": time.monotonic() - started,
+    }
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     try:

@@ -104,6 +104,10 @@ class Hosts:
         """The network namespace of host ``i`` as /proc/<pid>/ns/net names it."""
         return self._inodes[i]
 
+    def cut(self, i: int) -> None:
+        """Cuts host ``i`` off the bridge (its port down): a partition, nothing closes."""
+        _ip("-n", self.switch, "link", "set", f"p{i}", "down")
+
     def exec_prefix(self, i: int) -> list[str]:
         return ["ip", "netns", "exec", self.names[i]]
 

@@ -274,3 +274,38 @@ def test_two_hosts_actor_output_reaches_the_driver(procs):
     assert f"rank 1 joined from host {remote}" in driver_log, driver_log
     status_rows = [r for r in res["status"].splitlines() if r.startswith("worker1")]
     assert status_rows and remote in status_rows[0] and "1: Talker" in status_rows[0], res["status"]
+
+
+def test_a_worker_cut_off_by_a_link_down_is_marked_dead_and_exits_on_its_own(procs):
+    """Was: calls to it never failed, shutdown took 17 s, and the worker still ran 120 s
+    later. Now the heartbeat marks it dead, later calls fail at once, shutdown keeps its
+    bound, and the worker, no longer pinged, exits on its own."""
+    hosts = _hosts(2)
+    cfg = {
+        "init": f"tcp://{hosts.addrs[0]}:{PORT}",
+        "world": 2,
+        "scenario": "partition",
+        "heartbeat_timeout": 2.0,
+        "shutdown_timeout": 4.0,
+    }
+    env = {"ACTORRT_TOKEN": TOKEN}
+    try:
+        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
+        procs.start(
+            "worker1",
+            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
+            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
+        )
+        procs.wait_for_line("driver", "READY ", 90)
+        hosts.cut(1)
+        res = procs.result("driver", 60)
+        assert procs.wait("driver", 30) == 0, procs.logs()
+        # No ping for 3 heartbeat timeouts (6 s here): the worker ends itself.
+        assert procs.wait("worker1", 6 + 10) == 1, procs.logs()
+        assert "no heartbeat from the driver" in procs.log("worker1")
+    finally:
+        procs.close()
+        hosts.close()
+    assert res["marked_after"] is not None and res["marked_after"] < 2.0 + 3.0, res
+    assert res["late_call"] == "ActorDiedError", res
+    assert res["shutdown_s"] < 4.0 + 1.5, res
