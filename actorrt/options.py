@@ -34,6 +34,11 @@ class ActorOptions:
             made; 1000 for an async actor (a class with an ``async def`` method), as in Ray.
         get_if_exists: With ``name``: return the live actor of that name (of the same
             class) instead of creating one; only when there is none is it created.
+        max_restarts: How many times the actor is recreated (its constructor run again
+            with the same arguments, on a live process) when its process dies; -1: without
+            limit. Calls in flight when it died fail with ``ActorDiedError``; later calls
+            through any of its handles go to the new instance. An actor with restarts is
+            kept until it is killed (as a named one is).
     """
 
     label: str | None = None
@@ -42,6 +47,7 @@ class ActorOptions:
     name: str | None = None
     max_concurrency: int | None = None
     get_if_exists: bool = False
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         if self.label is not None and (
@@ -59,6 +65,11 @@ class ActorOptions:
             raise ValueError(
                 f"max_concurrency={mc!r} must be an int >= 1 (or None for the default), "
                 "e.g. max_concurrency=4."
+            )
+        mr = self.max_restarts
+        if isinstance(mr, bool) or not isinstance(mr, int) or mr < -1:
+            raise ValueError(
+                f"max_restarts={mr!r} must be an int >= 0, or -1 for no limit, e.g. max_restarts=3."
             )
         if not isinstance(self.get_if_exists, bool):
             raise ValueError(f"get_if_exists={self.get_if_exists!r} must be True or False.")

@@ -366,7 +366,7 @@ def send_call(
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
     """
-    seq = rt.next_seq(target.actor_id)
+    seq = rt.next_seq(target)
     ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]

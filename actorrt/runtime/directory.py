@@ -10,7 +10,7 @@ processes use to reach it are at the bottom of this module.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from actorrt.errors import PlacementError
@@ -58,7 +58,9 @@ class ActorInfo:
         host: That process's host name.
         gpus: Local CUDA indices it was given (empty: none).
         slot: ``"label/index"`` of the layout slot it occupies, or None.
-        state: ``ALIVE``, or ``DEAD`` once its process died.
+        state: ``ALIVE``; ``RESTARTING`` while an actor with ``max_restarts`` is recreated
+            after its process died; ``DEAD`` once its process died (for good).
+        restarts: How many times it was recreated.
     """
 
     actor_id: str
@@ -71,6 +73,7 @@ class ActorInfo:
     gpus: tuple[int, ...]
     slot: str | None
     state: str
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class ClusterDirectory:
             uses.sort(key=lambda u: u.slot.index)
         self._records: dict[str, _Record] = {}
         self._names: dict[str, tuple[ActorRecord, str | None]] = {}  # name -> (actor, class)
+        # Called with an actor's id once it ended (the restarts forget its recipe).
+        self.on_release: Callable[[str], None] | None = None
 
     @property
     def plan(self) -> Plan:
@@ -223,16 +228,53 @@ class ClusterDirectory:
             rec = self._records.pop(actor_id, None)
             if rec is None:
                 return
-            if rec.use is not None:
-                rec.use.cpu_units -= rec.resources.cpu_units
-                rec.use.gpu_units -= rec.resources.gpu_units
-                rec.use.actors -= 1
-                self._placer.load[rec.index] = max(0, self._placer.load[rec.index] - 1)
-            else:
-                self._placer.give_back(rec.index, rec.resources, rec.gpus)
+            self._free(rec)
             for name, (record, _) in list(self._names.items()):
                 if record.actor_id == actor_id:
                     del self._names[name]
+        if self.on_release is not None:
+            self.on_release(actor_id)
+
+    def replace(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+        """Places an actor again, after its process died (a restart); keeps its name.
+
+        Raises:
+            KeyError: The actor ended (was killed or released): it is not restarted.
+            PlacementError: No live process can host it now.
+        """
+        with self._lock:
+            rec = self._records.pop(actor_id)
+            self._free(rec)
+        try:
+            placement = self.place(actor_id, options, class_name)
+        except BaseException:
+            with self._lock:  # back as it was, dead, so actors() still shows it
+                self._records[actor_id] = rec
+            raise
+        with self._lock:
+            new = self._records[actor_id]
+            new.info = replace(new.info, restarts=rec.info.restarts + 1)
+            for name, (record, path) in list(self._names.items()):
+                if record.actor_id == actor_id:
+                    self._names[name] = (record._replace(worker=placement.worker), path)
+        return placement
+
+    def set_state(self, actor_id: str, state: str) -> None:
+        """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``)."""
+        with self._lock:
+            rec = self._records.get(actor_id)
+            if rec is not None:
+                rec.info = replace(rec.info, state=state)
+
+    def _free(self, rec: _Record) -> None:
+        """Gives back what the actor took (slot share or the process's resources)."""
+        if rec.use is not None:
+            rec.use.cpu_units -= rec.resources.cpu_units
+            rec.use.gpu_units -= rec.resources.gpu_units
+            rec.use.actors -= 1
+            self._placer.load[rec.index] = max(0, self._placer.load[rec.index] - 1)
+        else:
+            self._placer.give_back(rec.index, rec.resources, rec.gpus)
 
     def mark_dead(self, worker: str) -> None:
         """No actor is placed on ``worker`` any more; its actors show as DEAD."""

@@ -67,10 +67,8 @@ class Target(Protocol):
         """The actor's id."""
         ...
 
-    @property
-    def worker(self) -> str:
-        """RPC name of the process hosting it."""
-        ...
+    worker: str
+    """RPC name of the process hosting it (rewritten when the actor is recreated)."""
 
     @property
     def class_name(self) -> str:

@@ -54,6 +54,7 @@ from actorrt.runtime.protocol import (
     rpc_failure,
     unsendable_argument,
 )
+from actorrt.runtime.restarts import Restarts, rpc_keep_recipe, rpc_locate
 from actorrt.runtime.roads import Road, tensor_road
 
 __all__ = ["Runtime", "current", "current_or_none", "is_initialized"]
@@ -114,8 +115,11 @@ class Runtime:
         # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
         self.calls = CallBatches(name)
         self.replies = ReplyBatches(name, self.host.deliver)
+        # Rank 0 keeps the recipes of actors with max_restarts and recreates them.
+        self.restarts = Restarts(directory, self.pack) if directory is not None else None
+        self._suspects: set[str] = set()  # workers a call could not reach (not rank 0)
         self._coalesce = coalescing_enabled()
-        self._seqs: dict[str, itertools.count[int]] = {}
+        self._seqs: dict[tuple[str, str], itertools.count[int]] = {}  # (actor, process)
         self._dead_workers: set[str] = set()
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
@@ -145,6 +149,8 @@ class Runtime:
         parts: list[object] = [self.host, self.calls, self.replies]
         if self.directory is not None:
             parts.append(self.directory)
+        if self.restarts is not None:
+            parts.append(self.restarts)
         context.install(self, parts)
 
     def close(self) -> None:
@@ -202,24 +208,34 @@ class Runtime:
                     self._directory_call(rpc_released, actor_id)
                     return found, None
             key, blob = ship()
+            restartable = options.max_restarts != 0
             meta = {
                 "class_name": class_name,
                 "max_concurrency": options.max_concurrency,
                 "gpu_ids": placement.gpu_ids,
-                "pinned": options.name is not None,
+                # Named actors and actors with restarts live until killed.
+                "pinned": options.name is not None or restartable,
             }
             try:
                 wire = self.pack(placement.worker, (args, kwargs))
             except Exception as exc:
                 raise unsendable_argument(class_name, exc) from exc
+            if restartable:
+                # Before the actor exists, so a death right after its creation is covered.
+                recipe_wire = (
+                    pack((args, kwargs))  # rank 0 keeps it itself
+                    if self.directory is not None
+                    else self.pack(self.driver_name, (args, kwargs))
+                )
+                self._directory_call(rpc_keep_recipe, record, key, blob, recipe_wire, options, meta)
             rref = rpc.remote(
                 placement.worker, host_mod.rpc_create, args=(actor_id, key, blob, wire, meta)
             )
         except BaseException:
             self._directory_call(rpc_released, actor_id)
             raise
-        # The RRef keeps an unnamed actor alive (Ray's semantics); a named one is pinned.
-        return record, (rref if options.name is None else None)
+        # The RRef keeps an unnamed actor alive (Ray's semantics); a pinned one lives on.
+        return record, (None if meta["pinned"] else rref)
 
     def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
         return self._directory_call(rpc_place, actor_id, options, class_name)
@@ -230,16 +246,18 @@ class Runtime:
         result: R = rpc.rpc_sync(self.driver_name, fn, args=args)
         return result
 
-    def next_seq(self, actor_id: str) -> int:
-        """Takes the next sequence number of this process's calls to ``actor_id``.
+    def next_seq(self, target: Target) -> int:
+        """Takes the next sequence number of this process's calls to ``target``.
 
         The actor runs a caller's calls in this order; a number taken must be sent
-        (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it.
+        (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it. Numbers
+        are per instance: an actor recreated elsewhere (``max_restarts``) starts again.
         """
+        key = (target.actor_id, target.worker)
         try:
-            return next(self._seqs[actor_id])
+            return next(self._seqs[key])
         except KeyError:
-            return next(self._seqs.setdefault(actor_id, itertools.count()))
+            return next(self._seqs.setdefault(key, itertools.count()))
 
     def send(
         self,
@@ -265,15 +283,21 @@ class Runtime:
                 now) instead of putting it in ``slot`` (a call sent once its refs came).
         """
         worker = target.worker
-        if worker in self._dead_workers:
-            slot.fail(
-                ActorDiedError(
-                    f"{target.class_name}.{method}: the actor's process {worker!r} has died; "
-                    "create a new actor.",
-                    target.actor_id,
-                ),
-            )
-            return
+        if worker in self._dead_workers or worker in self._suspects:
+            record, why = self._directory_call(rpc_locate, target.actor_id)
+            if record is None or record.worker in self._dead_workers:
+                slot.fail(
+                    ActorDiedError(
+                        f"{target.class_name}.{method}: the actor is gone: "
+                        f"{why or 'its process died'}; create a new actor.",
+                        target.actor_id,
+                    ),
+                )
+                return
+            self._suspects.discard(worker)
+            if record.worker != worker:  # recreated: its own sequence numbers
+                target.worker = worker = record.worker
+                seq = self.next_seq(target)
         try:
             wire = self.pack(worker, (args, kwargs))
         except Exception as exc:  # only this call fails; the seq it took is skipped
@@ -401,6 +425,22 @@ class Runtime:
         self._dead_workers.add(worker)
         if self.directory is not None:
             self.directory.mark_dead(worker)
+            self._tell_workers(worker)
+        if self.restarts is not None:
+            self.restarts.worker_died(worker)
+
+    def _tell_workers(self, dead: str) -> None:
+        # Rank 0 tells every other live process, so that their calls to actors that were
+        # on ``dead`` fail at once, or find the recreated actor (max_restarts), instead of
+        # first failing against the dead process.
+        if self.plan is None or self.stopped.is_set():
+            return
+        for p in self.plan.processes:
+            if p.name not in (self.name, dead) and p.name not in self._dead_workers:
+                try:
+                    rpc.rpc_async(p.name, rpc_worker_died, args=(dead,), timeout=5)
+                except Exception:  # that one is gone too, or RPC is ending
+                    pass
 
     def worker_unreachable(self, worker: str) -> None:
         """A call to ``worker`` failed at the RPC layer: let the driver judge it now.
@@ -410,10 +450,16 @@ class Runtime:
         so an actor created right after that error is not placed on the dead process.
         """
         confirm = self.confirm_dead
-        if confirm is None or worker in self._dead_workers or self.stopped.is_set():
+        if worker in self._dead_workers or self.stopped.is_set():
             return
-        if confirm(worker):
+        if confirm is None:
+            self._suspects.add(worker)  # the next call asks rank 0 where the actor is
+        elif confirm(worker):
             self.mark_worker_dead(worker)
+
+    def note_dead(self, worker: str) -> None:
+        """Rank 0 says ``worker`` died: calls to it go through rank 0's restarts from now on."""
+        self._dead_workers.add(worker)
 
     @property
     def dead_workers(self) -> frozenset[str]:
@@ -428,6 +474,13 @@ class Runtime:
         self.replies.close()
         if self._on_shutdown is not None:
             self._on_shutdown()
+
+
+def rpc_worker_died(worker: str) -> None:
+    """Sent by rank 0 to every process when it marks ``worker`` dead."""
+    rt = current_or_none()
+    if rt is not None:
+        rt.note_dead(worker)
 
 
 def rpc_stop() -> None:

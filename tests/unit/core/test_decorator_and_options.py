@@ -44,6 +44,9 @@ def test_bare_and_parametrised_decorator():
         ({"label": "bad label!"}, "not a valid label"),
         ({"name": ""}, "non-empty string"),
         ({"num_gpus": 1.5}, "fractions are only allowed below 1"),
+        ({"max_restarts": -2}, "max_restarts=-2 must be an int >= 0, or -1 for no limit"),
+        ({"max_restarts": 1.0}, "max_restarts=1.0 must be an int"),
+        ({"max_restarts": True}, "max_restarts=True must be an int"),
     ],
 )
 def test_bad_options_fail_at_decoration(kwargs, match):

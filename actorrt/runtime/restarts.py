@@ -1,0 +1,179 @@
+"""Actor restarts (``max_restarts``): rank 0 recreates an actor whose process died.
+
+When an actor with ``max_restarts`` is created, its creator leaves a recipe here, on rank
+0: the class (as shipped) and the constructor's arguments. When the driver marks the
+actor's process dead, it places the actor again on a live process (the same label and
+resources) and runs its constructor there under the same actor id. Callers find the new
+instance through :func:`rpc_locate` the first time a call meets the dead process (see
+``Runtime.send``); their sequence numbers start again with the new instance.
+
+Calls in flight when the process died are not retried (at most once): they fail with
+``ActorDiedError``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch.distributed.rpc as rpc
+
+from actorrt.errors import PlacementError
+from actorrt.logs import get_logger
+from actorrt.options import ActorOptions
+from actorrt.runtime import context
+from actorrt.runtime.directory import ClusterDirectory
+from actorrt.runtime.host import rpc_create
+from actorrt.runtime.payload import Wire, unpack
+from actorrt.runtime.protocol import ActorRecord
+
+__all__ = ["Recipe", "Restarts", "rpc_keep_recipe", "rpc_locate"]
+
+log = get_logger("restarts")
+
+#: How long a caller waits, at most, for an actor being recreated to be placed.
+LOCATE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Recipe:
+    """How to recreate one actor, and where it lives now."""
+
+    record: ActorRecord
+    class_key: str
+    class_blob: bytes
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: ActorOptions
+    meta: dict[str, Any]
+    left: int  # restarts left; -1: no limit
+    why_dead: str | None = None  # set once it will not come back
+    leases: list[Any] = field(default_factory=list)  # RRefs of the recreated instances
+
+
+class Restarts:
+    """Rank 0's recipes, and the restarts they drive.
+
+    Args:
+        directory: The cluster directory (placement, the actor table).
+        pack: The payload pipeline: packs a value for a peer.
+    """
+
+    def __init__(self, directory: ClusterDirectory, pack: Callable[[str, Any], Wire]) -> None:
+        self._directory = directory
+        self._pack = pack
+        self._cond = threading.Condition()
+        self._recipes: dict[str, Recipe] = {}
+        self._restarting: set[str] = set()
+        directory.on_release = self.forget
+
+    def keep(self, recipe: Recipe) -> None:
+        """Keeps the recipe of an actor just created."""
+        with self._cond:
+            self._recipes[recipe.record.actor_id] = recipe
+
+    def forget(self, actor_id: str) -> None:
+        """The actor ended (killed, exited, released): it is not restarted."""
+        with self._cond:
+            self._recipes.pop(actor_id, None)
+            self._cond.notify_all()
+
+    def worker_died(self, worker: str) -> None:
+        """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
+        with self._cond:
+            hit = [r for r in self._recipes.values() if r.record.worker == worker]
+            for recipe in hit:
+                if recipe.left == 0:
+                    recipe.why_dead = (
+                        f"its process {worker!r} died and it has no restarts left "
+                        f"(max_restarts={recipe.options.max_restarts})"
+                    )
+                else:
+                    self._restarting.add(recipe.record.actor_id)
+            self._cond.notify_all()
+        for recipe in hit:
+            if recipe.why_dead is None:
+                self._directory.set_state(recipe.record.actor_id, "RESTARTING")
+                threading.Thread(
+                    target=self._restart, args=(recipe,), name="actorrt-restart", daemon=True
+                ).start()
+
+    def _restart(self, recipe: Recipe) -> None:
+        actor_id = recipe.record.actor_id
+        why: str | None = None
+        try:
+            placement = self._directory.replace(actor_id, recipe.options, recipe.record.class_name)
+            wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
+            meta = {**recipe.meta, "gpu_ids": placement.gpu_ids}
+            lease = rpc.remote(
+                placement.worker,
+                rpc_create,
+                args=(actor_id, recipe.class_key, recipe.class_blob, wire, meta),
+            )
+        except KeyError:
+            why = "it was killed"
+        except PlacementError as exc:
+            why = f"its process died and no live process can host it again ({exc})"
+        except Exception as exc:
+            why = f"recreating it failed ({type(exc).__name__}: {exc})"
+        with self._cond:
+            self._restarting.discard(actor_id)
+            if why is None:
+                recipe.record = recipe.record._replace(worker=placement.worker)
+                recipe.leases = [lease]  # the instance on the dead process is gone
+                if recipe.left > 0:
+                    recipe.left -= 1
+            else:
+                recipe.why_dead = why
+            self._cond.notify_all()
+        if why is None:
+            log.warning(
+                "%s actor %s restarted on %s (%s restart(s) left)",
+                recipe.record.class_name, actor_id, placement.worker,
+                "unlimited" if recipe.left < 0 else recipe.left,
+            )  # fmt: skip
+        else:
+            self._directory.set_state(actor_id, "DEAD")
+            name = recipe.record.class_name
+            log.warning("%s actor %s is not restarted: %s", name, actor_id, why)
+
+    def locate(
+        self, actor_id: str, timeout: float = LOCATE_TIMEOUT_S
+    ) -> tuple[ActorRecord | None, str]:
+        """Where the actor lives now (waiting while it is recreated), or None and why not."""
+        with self._cond:
+            self._cond.wait_for(lambda: actor_id not in self._restarting, timeout=timeout)
+            recipe = self._recipes.get(actor_id)
+            if recipe is None:
+                return None, "its process died (it has no max_restarts)"
+            if recipe.why_dead is not None:
+                return None, recipe.why_dead
+            if actor_id in self._restarting:
+                return None, f"it is still being recreated after {timeout:g} s"
+            return recipe.record, ""
+
+
+# -- RPC entry points (rank 0) --------------------------------------------------------
+
+
+def rpc_keep_recipe(
+    record: ActorRecord,
+    class_key: str,
+    class_blob: bytes,
+    wire: Wire,
+    options: ActorOptions,
+    meta: dict[str, Any],
+) -> None:
+    """Runs on rank 0: keeps how to recreate an actor just created with ``max_restarts``."""
+    args, kwargs = unpack(wire)
+    recipe = Recipe(
+        record, class_key, class_blob, args, kwargs, options, meta, left=options.max_restarts
+    )
+    context.part(Restarts, "actor restarts (rank 0 only)").keep(recipe)
+
+
+def rpc_locate(actor_id: str) -> tuple[ActorRecord | None, str]:
+    """Runs on rank 0: where the actor lives now, or None and why it does not."""
+    return context.part(Restarts, "actor restarts (rank 0 only)").locate(actor_id)

@@ -1,0 +1,124 @@
+"""Actor restarts (``max_restarts``, Ray's contract): an actor whose process died is
+recreated on a live process, and its handles keep working (issue 12).
+
+Each test runs its driver as a script of its own (see scripts.run_script): it kills
+worker processes, and every worker pid it reports must be gone after it ends.
+"""
+
+import pytest
+from scripts import run_script
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+
+HEADER = """
+import os, signal, time
+import actorrt
+
+@actorrt.actor(max_restarts=1)
+class Counter:
+    def __init__(self, start):
+        self.value = start
+
+    def add(self, k):
+        self.value += k
+        return self.value
+
+    def pid(self):
+        return os.getpid()
+
+    def sleep(self, s):
+        time.sleep(s)
+        return s
+
+
+@actorrt.actor
+class Caller:  # holds a Counter handle on a worker: that process must find the new one
+    def __init__(self, counter):
+        self.counter = counter
+
+    def add(self, k):
+        try:
+            return actorrt.get(self.counter.add.remote(k), timeout=60)
+        except actorrt.ActorDiedError as exc:
+            return "ActorDiedError: " + str(exc)
+
+
+def start():
+    rt = actorrt.start(num_workers=3, timeout=90, shutdown_timeout=5)
+    return rt, list(rt.local_worker_pids)
+
+
+def died(ref):
+    try:
+        actorrt.get(ref, timeout=60)
+    except actorrt.ActorDiedError as exc:
+        return str(exc)
+    return None
+"""
+
+
+def test_a_restarted_actor_runs_its_constructor_again_and_its_handles_keep_working(tmp_path):
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids = start()
+        c = Counter.remote(100)
+        first_pid = actorrt.get(c.pid.remote(), timeout=30)
+        assert actorrt.get(c.add.remote(5), timeout=30) == 105
+        caller = Caller.remote(c)  # another process's handle
+        while caller.worker == c.worker:  # the caller must not die with the counter
+            caller = Caller.remote(c)
+        assert actorrt.get(caller.add.remote(1), timeout=30) == 106
+        pending = c.sleep.remote(60)
+        time.sleep(0.2)
+        os.kill(first_pid, signal.SIGKILL)
+        in_flight = died(pending)  # at most once: the call in flight is not retried
+        after = actorrt.get(c.add.remote(1), timeout=60)  # the new instance: 100 + 1
+        second_pid = actorrt.get(c.pid.remote(), timeout=30)
+        from_caller = actorrt.get(caller.add.remote(10), timeout=60)
+        (info,) = [a for a in actorrt.actors() if a.actor_id == c.actor_id]
+        # Its one restart is used: the next death is final, and the error says so.
+        os.kill(second_pid, signal.SIGKILL)
+        final = died(c.add.remote(1))
+        again = died(c.add.remote(1))
+        report(pids=pids, in_flight=in_flight, after=after, first_pid=first_pid,
+               second_pid=second_pid, from_caller=from_caller, state=info.state,
+               restarts=info.restarts, final=final, again=again)
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["in_flight"] is not None
+    assert rep["after"] == 101
+    assert rep["second_pid"] != rep["first_pid"] and rep["second_pid"] in rep["pids"]
+    assert rep["from_caller"] == 111, rep["from_caller"]
+    assert rep["state"] == "ALIVE" and rep["restarts"] == 1
+    assert rep["final"] is not None
+    assert "no restarts left (max_restarts=1)" in rep["again"], rep["again"]
+
+
+def test_a_named_actor_keeps_its_name_and_a_killed_one_is_not_restarted(tmp_path):
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids = start()
+        named = Counter.options(name="counter", max_restarts=-1).remote(0)
+        victim = actorrt.get(named.pid.remote(), timeout=30)
+        os.kill(victim, signal.SIGKILL)
+        died(named.sleep.remote(0)) or time.sleep(0.5)
+        by_name = actorrt.get_actor("counter")
+        value = actorrt.get(by_name.add.remote(7), timeout=60)
+        moved = actorrt.get(by_name.pid.remote(), timeout=30) != victim
+        killed = Counter.remote(0)
+        killed_pid = actorrt.get(killed.pid.remote(), timeout=30)
+        actorrt.kill(killed)
+        after_kill = died(killed.add.remote(1))
+        states = {a.actor_id: a.state for a in actorrt.actors()}
+        report(pids=pids, value=value, moved=moved, after_kill=after_kill,
+               killed_state=states.get(killed.actor_id, "gone"))
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["value"] == 7 and rep["moved"]
+    assert rep["after_kill"] is not None and rep["killed_state"] == "gone"
