@@ -83,7 +83,11 @@ class Restarts:
     def worker_died(self, worker: str) -> None:
         """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
         with self._cond:
-            hit = [r for r in self._recipes.values() if r.record.worker == worker]
+            hit = [
+                r
+                for r in self._recipes.values()
+                if r.record.worker == worker and r.record.actor_id not in self._restarting
+            ]
             for recipe in hit:
                 if recipe.left == 0:
                     recipe.why_dead = (

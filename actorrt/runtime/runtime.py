@@ -118,6 +118,7 @@ class Runtime:
         # Rank 0 keeps the recipes of actors with max_restarts and recreates them.
         self.restarts = Restarts(directory, self.pack) if directory is not None else None
         self._suspects: set[str] = set()  # workers a call could not reach (not rank 0)
+        self._dead_lock = threading.Lock()
         self._coalesce = coalescing_enabled()
         self._seqs: dict[tuple[str, str], itertools.count[int]] = {}  # (actor, process)
         self._dead_workers: set[str] = set()
@@ -421,13 +422,21 @@ class Runtime:
             pass
 
     def mark_worker_dead(self, worker: str) -> None:
-        """Calls to actors on ``worker`` fail at once from now on."""
-        self._dead_workers.add(worker)
+        """Calls to actors on ``worker`` fail at once from now on (once per worker)."""
+        # Under the lock: the exit report and a failed call may both tell us, and neither
+        # may return before the worker is marked (the failed call's caller goes on).
+        with self._dead_lock:
+            if worker in self._dead_workers:
+                return
+            # In this order: no placement on it, its actors' restarts under way, and only
+            # then dead here, so a call that sees it dead finds the restart at rank 0.
+            if self.directory is not None:
+                self.directory.mark_dead(worker)
+            if self.restarts is not None:
+                self.restarts.worker_died(worker)
+            self._dead_workers.add(worker)
         if self.directory is not None:
-            self.directory.mark_dead(worker)
             self._tell_workers(worker)
-        if self.restarts is not None:
-            self.restarts.worker_died(worker)
 
     def _tell_workers(self, dead: str) -> None:
         # Rank 0 tells every other live process, so that their calls to actors that were
