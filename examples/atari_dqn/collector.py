@@ -12,6 +12,7 @@ Three layers, so the same loop runs with and without actorrt:
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Protocol
 
@@ -343,6 +344,7 @@ class Collector:
         core = self.core
         return {
             "collector_id": core.collector_id,
+            "pid": os.getpid(),
             "frames": core.frames,
             "episodes": core.episodes,
             "weight_refreshes": core.weight_refreshes,

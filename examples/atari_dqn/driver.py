@@ -136,6 +136,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="GPUs per collector (default: 1 with --transport cuda, else 0; fractions share a GPU)",
     )
     p.add_argument(
+        "--collector-restarts",
+        type=int,
+        default=3,
+        help="times a collector is recreated when its process dies (the actor's "
+        "max_restarts; -1: no limit; 0: a dead collector ends the run)",
+    )
+    p.add_argument(
         "--learner-threads",
         type=int,
         default=None,
@@ -338,6 +345,7 @@ def launch_actors(
     collector_gpus: float | None = None,
     learner_threads: int | None = None,
     frame_offset: int = 0,
+    collector_restarts: int = 0,
 ) -> tuple[Any, list[Any]]:
     """Creates the learner actor and ``num_collectors`` collector actors.
 
@@ -354,6 +362,7 @@ def launch_actors(
         learner_threads: torch threads of a CPU learner (None: the cores the collectors
             leave, at least 1; oversubscribed torch threads are many times slower).
         frame_offset: Global frames already done (resume), for the epsilon schedule.
+        collector_restarts: The collectors' ``max_restarts``.
 
     Returns:
         ``(learner_handle, [collector_handles])``, ready (constructors have finished).
@@ -362,7 +371,9 @@ def launch_actors(
     if learner_threads is None and not learner_gpus:
         learner_threads = max(1, (os.cpu_count() or 1) - num_collectors)
     learner_cls = actorrt.actor(label="learner", num_gpus=learner_gpus, max_concurrency=1)(Learner)
-    collector_cls = actorrt.actor(label="collector", num_gpus=collector_gpus)(Collector)
+    collector_cls = actorrt.actor(
+        label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts
+    )(Collector)
     cfg_dict = cfg.to_dict()
     learner = learner_cls.remote(cfg_dict, transport=transport, num_threads=learner_threads)
     collectors = [
@@ -437,8 +448,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             collector_gpus=args.collector_gpus,
             learner_threads=args.learner_threads,
             frame_offset=frame_offset,
+            collector_restarts=args.collector_restarts,
         )
         print(_actors_line(actorrt.actors()), flush=True)
+        _write_collector_pids(logdir / "collectors.json", collectors)
         if resume_state is not None:
             actorrt.get(
                 learner.load_checkpoint_state.remote(resume_state["learner"]),
@@ -448,8 +461,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         per_collector = math.ceil(remaining / args.collectors)
         runs = [c.run.remote(per_collector) for c in collectors] if remaining else []
         results = _watch(
-            args, cfg, learner, runs, logger, evaluator, ckpt_path, frame_offset, t_start
-        )
+            args, cfg, learner, runs, logger, evaluator, ckpt_path, frame_offset, t_start,
+            collectors,
+        )  # fmt: skip
         state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
         stats = actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
         frames = frame_offset + sum(r["frames"] for r in results)
@@ -495,8 +509,13 @@ def _watch(
     ckpt_path: Path,
     frame_offset: int,
     t_start: float,
+    collectors: list[Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Polls the learner until every collector's run finished; logs, evaluates, saves."""
+    """Polls the learner until every collector's run finished; logs, evaluates, saves.
+
+    A collector whose process died (it is recreated: ``--collector-restarts``) gets a new
+    run, over its share of the frames still to collect.
+    """
     from tqdm import tqdm
 
     recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
@@ -520,8 +539,12 @@ def _watch(
     pending = list(runs)
     try:
         while pending:
-            _, pending = actorrt.wait(pending, num_returns=len(pending), timeout=_POLL_S)
+            ready, pending = actorrt.wait(pending, num_returns=len(pending), timeout=_POLL_S)
             stats = actorrt.get(learner.stats.remote(seen_episodes), timeout=_CALL_TIMEOUT_S)
+            for ref in ready:
+                rerun = _rerun_if_died(args, cfg, ref, runs, collectors, stats["frames"])
+                if rerun is not None:
+                    pending.append(rerun)
             for frame, ret, length in stats["episodes"]:
                 recent.append(ret)
                 logger.log_episode(frame, ret, length)
@@ -566,6 +589,41 @@ def _watch(
         return actorrt.get(list(runs), timeout=_CALL_TIMEOUT_S)
     finally:
         bar.close()
+
+
+def _rerun_if_died(
+    args: argparse.Namespace,
+    cfg: DQNConfig,
+    ref: Any,
+    runs: list[Any],
+    collectors: list[Any] | None,
+    frames: int,
+) -> Any | None:
+    """A new run for the collector whose run ``ref`` failed because its process died.
+
+    The collector was recreated (``max_restarts``) with a fresh environment; it collects
+    its share of the frames still missing. Returns the new run's ref (``runs`` holds it),
+    or None when the run did not die (or restarts are off: the error ends the run).
+    """
+    if not collectors or args.collector_restarts == 0:
+        return None
+    try:
+        actorrt.get(ref, timeout=0)
+        return None
+    except actorrt.ActorDiedError as exc:
+        error = exc
+    i = runs.index(ref)
+    left = max(1, math.ceil((cfg.total_frames - frames) / len(collectors)))
+    print(f"collector {i} died ({error}); restarted: it collects {left:,} more frames", flush=True)
+    runs[i] = collectors[i].run.remote(left)
+    return runs[i]
+
+
+def _write_collector_pids(path: Path, collectors: list[Any]) -> None:
+    """Where the collectors run (``collectors.json``: processes and pids), for operators."""
+    stats = actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
+    where = [{"process": c.worker, "pid": s["pid"]} for c, s in zip(collectors, stats, strict=True)]
+    path.write_text(json.dumps(where, indent=2))
 
 
 def progress_fields(row: dict[str, Any], last_loss: float, have_returns: bool) -> dict[str, str]:

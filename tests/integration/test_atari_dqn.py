@@ -185,3 +185,44 @@ def test_driver_plan_flag_prints_the_plan_and_exits(tmp_path):
     assert [(s["label"], s["count"]) for s in plan["specs"]] == [("learner", 1), ("collector", 3)]
     assert [p["labels"] for p in plan["processes"][1:]] == [["learner"]] + [["collector"]] * 3
     assert not logdir.exists(), "--plan trained or wrote outputs"
+
+
+def test_a_collector_killed_mid_run_is_restarted_and_the_run_finishes(tmp_path):
+    """Kill -9 a collector's process while it collects: the collector is recreated
+    (``--collector-restarts``, the actor's max_restarts), gets a new run, and the training
+    run ends with all its outputs."""
+    import os
+    import signal
+    import time
+
+    logdir = tmp_path / "run"
+    argv = [
+        sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
+        "--logdir", str(logdir), "--no-progress", "--eval-episodes", "2",
+        "--learning-starts", "200", "--learner-gpus", "0", "--collectors", "2",
+        "--num-workers", "3", "--total-frames", "30000", "--collector-restarts", "2",
+    ]  # fmt: skip
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen(argv, cwd=_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + _T
+        where = logdir / "collectors.json"
+        while not where.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert where.exists(), out_path.read_text()[-3000:]
+        time.sleep(2.0)  # in the middle of collecting
+        victim = json.loads(where.read_text())[0]
+        os.kill(victim["pid"], signal.SIGKILL)
+        rc = proc.wait(timeout=3 * _T)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group, by its pid
+            proc.wait(timeout=30)
+    text = out_path.read_text()
+    assert rc == 0, text[-4000:]
+    assert "collector 0 died" in text and "restarted" in text, text[-4000:]
+    assert "final evaluation: env=CartPole-v1 episodes=2" in text
+    for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "plan.json"):
+        assert (logdir / name).stat().st_size > 0, name
