@@ -604,6 +604,9 @@ def _rerun_if_died(
     The collector was recreated (``max_restarts``) with a fresh environment; it collects
     its share of the frames still missing. Returns the new run's ref (``runs`` holds it),
     or None when the run did not die (or restarts are off: the error ends the run).
+
+    Raises:
+        ActorDiedError: The collector died and was not recreated.
     """
     if not collectors or args.collector_restarts == 0:
         return None
@@ -613,6 +616,9 @@ def _rerun_if_died(
     except actorrt.ActorDiedError as exc:
         error = exc
     i = runs.index(ref)
+    state = {a.actor_id: a.state for a in actorrt.actors()}.get(collectors[i].actor_id)
+    if state not in ("ALIVE", "RESTARTING"):
+        raise error  # not recreated (restarts used up, or no process can host it)
     left = max(1, math.ceil((cfg.total_frames - frames) / len(collectors)))
     print(f"collector {i} died ({error}); restarted: it collects {left:,} more frames", flush=True)
     runs[i] = collectors[i].run.remote(left)
