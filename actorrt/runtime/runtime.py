@@ -364,6 +364,11 @@ class Runtime:
         is given back either way.
         """
         reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
+        if handle.worker in self._dead_workers or handle.worker in self._suspects:
+            # A recreated actor (max_restarts) lives elsewhere now: kill it there.
+            record, _ = self._directory_call(rpc_locate, handle.actor_id)
+            if record is not None and record.worker not in self._dead_workers:
+                handle.worker = record.worker
         if handle.worker not in self._dead_workers:
             try:
                 rpc.rpc_sync(

@@ -115,10 +115,27 @@ def test_a_named_actor_keeps_its_name_and_a_killed_one_is_not_restarted(tmp_path
         actorrt.kill(killed)
         after_kill = died(killed.add.remote(1))
         states = {a.actor_id: a.state for a in actorrt.actors()}
+        # A recreated actor is killed where it lives now (its handle still names the
+        # first, dead process): nothing of it is left running.
+        k = Counter.remote(0)  # one worker died already: two are left
+        k_pid = actorrt.get(k.pid.remote(), timeout=30)
+        import pickle
+        k_old = pickle.loads(pickle.dumps(k))  # a copy that names the first process
+        os.kill(k_pid, signal.SIGKILL)
+        died(k.sleep.remote(0))
+        k_new_pid = actorrt.get(k.pid.remote(), timeout=60)
+        stale = Caller.remote(k)  # a copy of the handle made after the restart
+        actorrt.kill(k_old)
+        time.sleep(0.5)
+        k_calls = [a for a in actorrt.actors() if a.actor_id == k.actor_id]
+        k_after = actorrt.get(stale.add.remote(1), timeout=60)
         report(pids=pids, value=value, moved=moved, after_kill=after_kill,
-               killed_state=states.get(killed.actor_id, "gone"))
+               killed_state=states.get(killed.actor_id, "gone"),
+               k_moved=k_new_pid != k_pid, k_left=len(k_calls), k_after=k_after)
         actorrt.shutdown()
         """,
     )
     assert rep["value"] == 7 and rep["moved"]
     assert rep["after_kill"] is not None and rep["killed_state"] == "gone"
+    assert rep["k_moved"] and rep["k_left"] == 0, rep
+    assert rep["k_after"].startswith("ActorDiedError") and "killed" in rep["k_after"], rep
