@@ -188,7 +188,7 @@ class Runtime:
 
         Returns:
             The actor's record, and the RRef that keeps an unnamed actor alive (None for a
-            named one, which lives until killed).
+            named actor or one with ``max_restarts``, which live until killed).
         """
         actor_id = uuid.uuid4().hex
         if options.get_if_exists:
