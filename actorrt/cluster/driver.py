@@ -220,6 +220,7 @@ class Driver:
             abandon()
             raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
         _mark_started()
+        rendezvous.withdraw_plan(server.store)  # every rank read it before its init_rpc
         driver.rt = rt
         driver.workers = [p.name for p in the_plan.processes if p.rank != 0]
         rendezvous.refuse_late_claims(server, rt.stopped)

@@ -48,6 +48,7 @@ __all__ = [
     "refuse_late_claims",
     "store_init_method",
     "wait_plan",
+    "withdraw_plan",
 ]
 
 _POLL_S = 0.02
@@ -240,6 +241,9 @@ class _Judge:
                 continue  # counted, not yet written: look again next round
             self._pending.discard(index)
             payload = json.loads(store.get(key))
+            # Read once, and gone: the store is readable without the token, and a claim
+            # holds a description and a proof (docs/fault-tolerance.md, security).
+            store.delete_key(key)
             verdict = (self._bad_token(payload) or closed) if closed else self._verdict(payload)
             store.set(f"{_PREFIX}verdict/{index}", verdict)
             if verdict == "ok":
@@ -396,6 +400,11 @@ def refuse_late_claims(server: StoreServer, stop: threading.Event, period: float
 def publish_plan(store: dist.TCPStore, plan: dict[str, Any]) -> None:
     """On rank 0: publishes the plan (its JSON form) that every waiting worker reads."""
     store.set(_PREFIX + "plan", json.dumps(plan))
+
+
+def withdraw_plan(store: dist.TCPStore) -> None:
+    """On rank 0, once every rank runs RPC (so has read it): the plan leaves the store."""
+    store.delete_key(_PREFIX + "plan")
 
 
 def publish_abort(store: dist.TCPStore, reason: str) -> None:

@@ -105,11 +105,25 @@ def scenario_container(rt, cfg):
     }
 
 
+def _store_keys_anyone_reads(cfg):
+    """Which rendezvous keys a client without the token reads once the cluster runs."""
+    from datetime import timedelta
+    from urllib.parse import urlparse
+
+    import torch.distributed as dist
+
+    url = urlparse(cfg["init"])
+    store = dist.TCPStore(url.hostname, url.port, is_master=False, timeout=timedelta(seconds=10))
+    keys = ["actorrt/session", "actorrt/plan"] + [f"actorrt/claim/{i}" for i in range(1, 5)]
+    return [k for k in keys if store.check([k])]
+
+
 def scenario_simple(rt, cfg):
     """One actor per worker; a call and a 1 MB tensor to each."""
     probes = [Probe.options(label=cfg.get("label")).remote() for _ in range(cfg["world"] - 1)]
     t = torch.randn(1 << 18)
     return {
+        "store_keys": _store_keys_anyone_reads(cfg),
         "where": actorrt.get([p.where.remote() for p in probes], timeout=60),
         "echo_ok": all(
             torch.equal(x, t) for x in actorrt.get([p.echo.remote(t) for p in probes], timeout=60)

@@ -68,6 +68,9 @@ def test_wrong_token_is_refused_and_the_cluster_goes_on(procs):
     assert info["rank"] == 1 and info["env"]["SLURM_PROCID"] == "0"
     assert info["ifname"] == info["env"]["GLOO_SOCKET_IFNAME"] == "lo"  # found, not told
     assert res["echo_ok"]
+    # Claims (descriptions, proofs) and the plan left the store once read: a client
+    # without the token finds only the session id there.
+    assert res["store_keys"] == ["actorrt/session"], res["store_keys"]
     # One host: shared memory, or CUDA IPC where the plan (auto) put GPUs on both.
     same_host = "cuda_ipc" if torch.cuda.is_available() else "shm"
     assert res["plan_pairs"] == [["driver", "worker1", same_host]]
