@@ -285,7 +285,10 @@ class Runtime:
         """
         worker = target.worker
         if worker in self._dead_workers or worker in self._suspects:
-            record, why = self._directory_call(rpc_locate, target.actor_id)
+            try:
+                record, why = self._directory_call(rpc_locate, target.actor_id)
+            except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
+                record, why = None, f"rank 0 could not say where it is ({exc})"
             if record is None or record.worker in self._dead_workers:
                 slot.fail(
                     ActorDiedError(
