@@ -1,4 +1,4 @@
-"""map_tensors: the walk over nested values that the gdr guard (guard_tiny_cuda_tensors) uses."""
+"""map_tensors: the walk over nested values that plain payloads take (runtime/payload.py)."""
 
 from collections import OrderedDict, namedtuple
 
