@@ -25,7 +25,7 @@ import torch.distributed.rpc as rpc
 
 from actorrt.cluster import process_setup, rendezvous
 from actorrt.cluster.join import join
-from actorrt.cluster.launch_env import set_fork_safety
+from actorrt.cluster.launch_env import heartbeat_interval, set_fork_safety
 from actorrt.cluster.local import LocalCluster
 from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import get_logger
@@ -277,7 +277,7 @@ class Driver:
         once; a local one is also killed, which fails the calls it holds.
         """
         timeout = self.heartbeat_timeout
-        interval = min(1.0, timeout / 4)
+        interval = heartbeat_interval(timeout)
         last_heard: dict[str, float] = {}
         pending: dict[str, Any] = {}
 

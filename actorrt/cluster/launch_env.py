@@ -36,6 +36,7 @@ __all__ = [
     "LaunchEnv",
     "check_cuda_device_map",
     "from_environ",
+    "heartbeat_interval",
     "init_method_from_environ",
     "parse_tcp_init_method",
     "set_fork_safety",
@@ -222,3 +223,8 @@ def set_fork_safety(env: MutableMapping[str, str]) -> None:
     """
     for name, value in FORK_SAFE_ENV.items():
         env.setdefault(name, value)
+
+
+def heartbeat_interval(heartbeat_timeout: float) -> float:
+    """How often the driver pings its workers, and a worker checks that it was pinged."""
+    return min(1.0, heartbeat_timeout / 4)

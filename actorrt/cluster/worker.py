@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actorrt.cluster.launch_env import set_fork_safety
+from actorrt.cluster.launch_env import heartbeat_interval, set_fork_safety
 
 if TYPE_CHECKING:
     from actorrt.runtime.output import Header, Line
@@ -187,7 +187,7 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0
 
         bound = heartbeat_timeout * HEARTBEAT_EXIT_FACTOR
         since = time.monotonic()
-        while not rt.stop_requested.wait(min(1.0, heartbeat_timeout / 4)):
+        while not rt.stop_requested.wait(heartbeat_interval(heartbeat_timeout)):
             silent = time.monotonic() - max(since, last_ping())
             if silent > bound:
                 exit_now(f"no heartbeat from the driver for {silent:.0f} s (cut off?)")

@@ -285,22 +285,18 @@ class Runtime:
         """
         worker = target.worker
         if worker in self._dead_workers or worker in self._suspects:
-            try:
-                record, why = self._directory_call(rpc_locate, target.actor_id)
-            except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
-                record, why = None, f"rank 0 could not say where it is ({exc})"
-            if record is None or record.worker in self._dead_workers:
+            why = self._relocate(target)
+            if why is not None:
                 slot.fail(
                     ActorDiedError(
-                        f"{target.class_name}.{method}: the actor is gone: "
-                        f"{why or 'its process died'}; create a new actor.",
+                        f"{target.class_name}.{method}: the actor is gone: {why}; "
+                        "create a new actor.",
                         target.actor_id,
                     ),
                 )
                 return
-            self._suspects.discard(worker)
-            if record.worker != worker:  # recreated: its own sequence numbers
-                target.worker = worker = record.worker
+            if target.worker != worker:  # recreated: its own sequence numbers
+                worker = target.worker
                 seq = self.next_seq(target)
         try:
             wire = self.pack(worker, (args, kwargs))
@@ -326,6 +322,22 @@ class Runtime:
         keep = KeepAlive(fut, keep=target)
         slot.attach(fut, worker, keep)
         self.calls.outbox.sent(worker, keep)
+
+    def _relocate(self, target: Target) -> str | None:
+        """Asks rank 0 where an actor whose process is dead (or suspect) lives now.
+
+        Points ``target`` at that process (an actor with ``max_restarts`` may have been
+        recreated elsewhere) and returns None; or returns why the actor is gone.
+        """
+        try:
+            record, why = self._directory_call(rpc_locate, target.actor_id)
+        except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
+            return f"rank 0 could not say where it is ({exc})"
+        if record is None or record.worker in self._dead_workers:
+            return why or "its process died"
+        self._suspects.discard(target.worker)
+        target.worker = record.worker
+        return None
 
     def skip(self, target: Target, seq: int) -> None:
         """Gives up call ``seq`` to ``target``: its mailbox moves past the number."""
@@ -368,10 +380,7 @@ class Runtime:
         """
         reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
         if handle.worker in self._dead_workers or handle.worker in self._suspects:
-            # A recreated actor (max_restarts) lives elsewhere now: kill it there.
-            record, _ = self._directory_call(rpc_locate, handle.actor_id)
-            if record is not None and record.worker not in self._dead_workers:
-                handle.worker = record.worker
+            self._relocate(handle)  # a recreated actor (max_restarts) is killed where it is
         if handle.worker not in self._dead_workers:
             try:
                 rpc.rpc_sync(
