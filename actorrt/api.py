@@ -61,6 +61,7 @@ def start(
     timeout: float = 60.0,
     shutdown_timeout: float = 10.0,
     heartbeat_timeout: float = 10.0,
+    max_worker_restarts: int = 0,
     rpc_timeout: float = 60.0,
     num_worker_threads: int = 16,
     log_level: str | int | None = None,
@@ -107,6 +108,11 @@ def start(
             dead: no new actor goes there and calls to its actors fail with
             ``ActorDiedError``. A local worker marked so is also killed (it is hung),
             which fails the calls it holds.
+        max_worker_restarts: A local cluster replaces a worker process that died (forked
+            again from the zygote; it joins the running RPC group under the dead one's
+            name and plan slot) at most this many times per worker; 0: never. Actors
+            with ``max_restarts`` are recreated at once on a live process; new actors
+            may go to the replacement once it is up. Multi-node workers are not replaced.
         rpc_timeout: Default timeout of control messages (actor calls never time out).
         num_worker_threads: TensorPipe's RPC thread pool size per process.
         log_level: Level of the ``actorrt`` logger (``"debug"``, ``"info"``, ``"warning"``,
@@ -146,6 +152,15 @@ def start(
     for name, value in bounds:
         if not value > 0:
             raise ValueError(f"{name}={value!r} must be a number of seconds > 0.")
+    if (
+        isinstance(max_worker_restarts, bool)
+        or not isinstance(max_worker_restarts, int)
+        or max_worker_restarts < 0
+    ):
+        raise ValueError(
+            f"max_worker_restarts={max_worker_restarts!r} must be an int >= 0 (0: a dead "
+            "local worker is not replaced)."
+        )
     gpus = _parse_gpus(local_cuda_devices)
     if init_method is None:
         if world_size is not None:
@@ -194,6 +209,7 @@ def start(
             log_level=level_name(level),
             log_to_driver=log_to_driver,
             heartbeat_timeout=heartbeat_timeout,
+            max_worker_restarts=max_worker_restarts,
         )
     atexit.register(shutdown)
     return rt

@@ -31,10 +31,11 @@ from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import get_logger
 from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.layout import Layout
+from actorrt.runtime import group
 from actorrt.runtime.directory import ClusterDirectory
 from actorrt.runtime.host import rpc_ping
 from actorrt.runtime.output import rpc_flush_output
-from actorrt.runtime.runtime import Runtime, rpc_stop, shutdown_rpc
+from actorrt.runtime.runtime import Runtime, rpc_stop
 
 __all__ = ["Driver"]
 
@@ -61,9 +62,9 @@ class Driver:
         shutdown_timeout: Bound on :meth:`stop`.
         heartbeat_timeout: A worker that answers no ping for this long is marked dead
             (a local one is also killed: it is hung).
-        graceful: Whether torch's graceful RPC shutdown can meet the workers (see
-            :func:`actorrt.cluster.rendezvous.graceful_shutdown_possible`).
         log_to_driver: Whether workers send their output here (flushed at shutdown).
+        max_worker_restarts: How many times a local worker process that died is
+            replaced, per rank.
     """
 
     def __init__(
@@ -72,18 +73,24 @@ class Driver:
         cluster: LocalCluster | None,
         *,
         shutdown_timeout: float,
-        graceful: bool,
         log_to_driver: bool,
         heartbeat_timeout: float = 10.0,
+        max_worker_restarts: int = 0,
+        published: dict[str, Any] | None = None,
     ) -> None:
         self.server = server
         self.cluster = cluster
         self.shutdown_timeout = shutdown_timeout
         self.heartbeat_timeout = heartbeat_timeout
-        self.graceful = graceful
         self.log_to_driver = log_to_driver
+        self.max_worker_restarts = max_worker_restarts
+        self.published = published or {}
         self.workers: list[str] = []  # RPC names of ranks 1.., once RPC is up
         self.rt: Runtime | None = None
+        self._last_heard: dict[str, float] = {}  # worker -> when it last answered a ping
+        self._restarts: dict[int, int] = {}  # rank -> replacements so far
+        self._joining: set[str] = set()  # replacements forked, not yet admitted
+        self._next_rpc_id = 0  # set at launch: the first id after the plan's ranks
 
     @classmethod
     def launch(
@@ -105,6 +112,7 @@ class Driver:
         log_level: str,
         log_to_driver: bool,
         heartbeat_timeout: float = 10.0,
+        max_worker_restarts: int = 0,
     ) -> Runtime:
         """Forms the cluster with this process as rank 0; returns its installed runtime.
 
@@ -182,19 +190,20 @@ class Driver:
             finally:
                 abandon()
             raise
+        published = the_plan.to_dict()
+        published["log_to_driver"] = log_to_driver  # workers send their output here, or not
+        published["heartbeat_timeout"] = heartbeat_timeout  # workers exit when pings stop
+        rendezvous.publish_plan(server.store, published)
         driver = cls(
             server,
             cluster,
             shutdown_timeout=shutdown_timeout,
-            graceful=rendezvous.graceful_shutdown_possible(),
             log_to_driver=log_to_driver,
             heartbeat_timeout=heartbeat_timeout,
+            max_worker_restarts=max_worker_restarts if local else 0,
+            published=published,
         )
-        published = the_plan.to_dict()
-        published["graceful_shutdown"] = driver.graceful  # workers read it
-        published["log_to_driver"] = log_to_driver  # workers send their output here, or not
-        published["heartbeat_timeout"] = heartbeat_timeout  # workers exit when pings stop
-        rendezvous.publish_plan(server.store, published)
+        driver._next_rpc_id = world_size
 
         def before_rpc(rt: Runtime) -> None:
             rt.spec = spec
@@ -212,16 +221,18 @@ class Driver:
                 own_address=True,
                 num_worker_threads=num_worker_threads,
                 rpc_timeout=rpc_timeout,
+                timeout=timeout,
                 directory=ClusterDirectory(the_plan, spec.processes),
                 on_shutdown=driver.stop,
                 before_rpc=before_rpc,
             )
         except BaseException as exc:
             abandon()
-            raise ClusterError(f"init_rpc failed on the driver: {exc}") from exc
+            raise ClusterError(f"RPC failed to start on the driver: {exc}") from exc
         _mark_started()
-        rendezvous.withdraw_plan(server.store)  # every rank read it before its init_rpc
+        rendezvous.withdraw_plan(server.store)  # every rank read it before it started RPC
         driver.rt = rt
+        group.set_admitter(driver._admit)
         driver.workers = [p.name for p in the_plan.processes if p.rank != 0]
         rendezvous.refuse_late_claims(server, rt.stopped)
         if cluster is not None:
@@ -249,6 +260,11 @@ class Driver:
                 "ActorDiedError and no new actor is placed there",
                 name, rank, pid, _exit_text(code),
             )  # fmt: skip
+            if self._restarts.get(rank, 0) < self.max_worker_restarts:
+                threading.Thread(
+                    target=self._replace, args=(rt, cluster, rank), name="actorrt-replace",
+                    daemon=True,
+                ).start()  # fmt: skip
 
         def confirm_dead(worker: str) -> bool:
             # A call failed because its connection closed: the process is exiting or gone.
@@ -268,6 +284,40 @@ class Driver:
         for rank in cluster.dead_ranks():  # exits reported before the callback was set
             exited(rank)
 
+    def _replace(self, rt: Runtime, cluster: LocalCluster, rank: int) -> None:
+        """Forks a new worker for the dead ``rank``; it joins the running RPC group.
+
+        It takes the dead one's name and plan slot and a fresh RPC id (TensorPipe keeps a
+        broken connection per id); :meth:`_admit` lets it in.
+        """
+        name = process_setup.process_name(rank)
+        self._restarts[rank] = self._restarts.get(rank, 0) + 1
+        rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
+        try:
+            group.evict(self.server.store, name)
+            self._joining.add(name)
+            cluster.respawn(rank, plan=self.published, rpc_id=rpc_id)
+        except Exception as exc:  # stopping, or the store is gone: it stays dead
+            if not rt.stopped.is_set():
+                log.warning("could not replace %s: %s", name, exc)
+            return
+        log.warning(
+            "replacing %s (rank %d) with a new process (%d of max_worker_restarts=%d)",
+            name, rank, self._restarts[rank], self.max_worker_restarts,
+        )  # fmt: skip
+
+    def _admit(self, name: str, rpc_id: int) -> None:
+        """Rank 0's side of a process joining the running group (it replaces ``name``)."""
+        rt = self.rt
+        if rt is None or rt.stopped.is_set():
+            raise ClusterError("the cluster is shutting down")
+        self._last_heard[name] = time.monotonic()  # the heartbeat starts afresh
+        rt.admit(name, rpc_id)
+        self._joining.discard(name)
+        if self.cluster is not None:
+            rt.local_worker_pids = self.cluster.pids
+        log.warning("%s is back (RPC id %d): actors may be placed on it again", name, rpc_id)
+
     def _start_heartbeat(self, rt: Runtime) -> None:
         """Pings every worker; one silent for ``heartbeat_timeout`` is marked dead.
 
@@ -278,7 +328,7 @@ class Driver:
         """
         timeout = self.heartbeat_timeout
         interval = heartbeat_interval(timeout)
-        last_heard: dict[str, float] = {}
+        last_heard = self._last_heard
         pending: dict[str, Any] = {}
 
         def beat() -> None:
@@ -321,8 +371,10 @@ class Driver:
         """Stops the workers and ends RPC within ``shutdown_timeout`` (the runtime's shutdown).
 
         Each step gets what is left of the bound, less a reserve for ending the local
-        workers. A worker that does not acknowledge the stop (dead, or hung) makes the
-        RPC shutdown local: a graceful one would wait for it.
+        workers: every worker stops its actors and quiesces its agent (``rpc_stop``); then
+        the driver quiesces its own, tells the workers to end (``rpc_end``) and ends. A
+        quiesced agent takes a peer's closing as expected, so nobody prints a warning; a
+        worker that does not answer (dead, or hung) is not waited for.
         """
         rt = self.rt
         timeout = self.shutdown_timeout
@@ -333,6 +385,12 @@ class Driver:
         def budget(most: float) -> float:
             return max(0.1, min(most, deadline - time.monotonic() - reserve))
 
+        group.set_admitter(None)
+        if self.cluster is not None:
+            for name in list(self._joining):  # half-joined: ending RPC under it can abort
+                rank = _rank_of(rt, name) if rt is not None else None
+                if rank is not None:
+                    self.cluster.kill_rank(rank)
         dead = rt.dead_workers if rt is not None else frozenset()
         live = [name for name in self.workers if name not in dead]
         # What actors printed before shutdown reaches this terminal before shutdown returns.
@@ -342,19 +400,18 @@ class Driver:
         log.info("shutdown: telling %d worker(s) to stop", len(live))
         answered = _call_all(live, rpc_stop, (), timeout=budget(2.0))
         silent = [name for name in live if name not in answered]
-        graceful = self.graceful and not dead and not silent
-        if graceful:
-            log.info("shutdown: graceful RPC shutdown (waits for every worker)")
-        else:
-            why = (
-                "a worker died" if dead
-                else f"no answer from {', '.join(silent)}" if silent
-                else "not this process's first cluster"
-            )  # fmt: skip
-            log.info("shutdown: ending RPC locally (%s)", why)
-        went = shutdown_rpc(budget(timeout), graceful=graceful)
-        if graceful and not went:
-            log.warning("shutdown: the graceful RPC shutdown did not finish; RPC was ended locally")
+        if silent:
+            log.info("shutdown: no answer from %s; not waiting for them", ", ".join(silent))
+        # All at once: a process's quiesce waits for the others to let go of its RRefs.
+        let_go = not dead and not self._restarts and not silent
+        mine = threading.Thread(target=group.quiesce, args=(budget(3.0), let_go), daemon=True)
+        mine.start()
+        quiesced = group.wait_quiesced(len(answered) + 1, budget(3.0))
+        mine.join(budget(1.0))
+        log.debug("shutdown: %d of %d process(es) quiesced", quiesced, len(answered) + 1)
+        group.announce_end()
+        log.info("shutdown: ending RPC")
+        group.end_local(budget(timeout))
         if self.cluster is not None:
             log.info("shutdown: stopping the local workers")
             self.cluster.stop(timeout=max(0.0, deadline - time.monotonic()))

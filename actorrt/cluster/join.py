@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actorrt.cluster import process_setup, rendezvous
+from actorrt.cluster import process_setup
 from actorrt.cluster.netif import apply_socket_ifname
-from actorrt.runtime import context
+from actorrt.runtime import context, group
 from actorrt.runtime import runtime as rt_mod
 from actorrt.runtime.directory import ClusterDirectory
 
@@ -29,6 +29,8 @@ def join(
     own_address: bool,
     num_worker_threads: int,
     rpc_timeout: float,
+    timeout: float,
+    rpc_id: int | None = None,
     directory: ClusterDirectory | None = None,
     on_shutdown: Callable[[], None] | None = None,
     before_rpc: Callable[[rt_mod.Runtime], None] | None = None,
@@ -39,27 +41,31 @@ def join(
         published: The plan as the driver published it (``Plan.to_dict()`` and the
             driver's notes, e.g. ``graceful_shutdown``).
         rank: This process's rank.
-        store: The rendezvous store (``init_rpc`` forms its group over it).
+        store: The rendezvous store (the RPC group forms over it).
         rendezvous_address: Host and port of the rendezvous: TensorPipe listens on the
             interface that holds it (the driver) or that reaches it (a worker), unless
             ``TP_SOCKET_IFNAME`` says otherwise.
         own_address: True on the driver, whose own address the rendezvous host is.
         num_worker_threads: TensorPipe's RPC thread pool size.
         rpc_timeout: Default timeout of control messages.
+        timeout: How long to wait for the other processes of a starting cluster.
+        rpc_id: A fresh RPC id for a process that replaces ``rank``'s dead one, which
+            joins the running group (rank 0 admits it); None (the rank) at start-up.
         directory: The cluster directory (the driver only).
         on_shutdown: Called by ``Runtime.shutdown`` once RPC is down (the driver's steps).
-        before_rpc: Runs with the installed runtime just before ``init_rpc`` (what must
+        before_rpc: Runs with the installed runtime just before RPC starts (what must
             be in place before the first message can arrive).
 
     Returns:
         The installed runtime, with RPC up.
 
     Raises:
-        Exception: Whatever ``init_rpc`` raised; the runtime is uninstalled first.
+        Exception: Whatever starting the agent raised; the runtime is uninstalled first.
     """
     setup = process_setup.ProcessSetup(published, rank)
     setup.apply_env()
-    # TensorPipe and init_rpc's Gloo group listen on TP_SOCKET_IFNAME / GLOO_SOCKET_IFNAME;
+    # TensorPipe listens on TP_SOCKET_IFNAME (and Gloo, where a user's own group uses it,
+    # on GLOO_SOCKET_IFNAME);
     # their fallbacks (the host name's address, 127.0.0.1) are often unreachable from
     # other machines, so unless given they are set to the rendezvous's interface.
     apply_socket_ifname(*rendezvous_address, own_address=own_address)
@@ -77,16 +83,26 @@ def join(
     try:
         if before_rpc is not None:
             before_rpc(rt)
-        rt_mod.init_rpc(
+        group.start_agent(
             setup.name,
-            rank,
-            len(setup.plan.processes),
-            rendezvous.store_init_method(store),
+            rank if rpc_id is None else rpc_id,
+            store,
             setup.backend_kwargs,
+            {p.name: p.device_maps for p in setup.plan.processes},
             num_worker_threads=num_worker_threads,
             rpc_timeout=rpc_timeout,
+            on_member=rt.note_alive,
+            admit_by=None if rpc_id is None else rt.driver_name,
         )
+        if rpc_id is None:
+            group.wait_for_world(
+                store,
+                [(p.name, p.rank) for p in setup.plan.processes],
+                timeout,
+                rank0=None if rank == 0 else rt.driver_name,
+            )
     except BaseException:
+        group.end_local(2.0)  # if the agent started; a no-op otherwise
         context.install(None)
         raise
     return rt

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
@@ -90,31 +91,61 @@ class LocalCluster:
             for i in range(num_workers)
         ]
         self.num_workers = num_workers
+        self._configs = {c["rank"]: c for c in configs}
         self._cond = threading.Condition()
         self._pids: dict[int, int] = {}  # rank -> pid
         self._exits: dict[int, int] = {}  # rank -> exit code
         self._zygote_done = False
         report_r, report_w = os.pipe()
+        config_r, config_w = os.pipe()
         try:
             self._zygote = subprocess.Popen(
-                [sys.executable, "-m", "actorrt.cluster.zygote", "--report-fd", str(report_w)],
+                [
+                    sys.executable,
+                    "-m",
+                    "actorrt.cluster.zygote",
+                    "--report-fd",
+                    str(report_w),
+                    "--config-fd",
+                    str(config_r),
+                ],  # fmt: skip
                 stdin=subprocess.PIPE,  # our end closing (we died) tells everyone to go
-                pass_fds=(report_w,),
+                pass_fds=(report_w, config_r),
                 env=env,
                 cwd=os.getcwd(),
             )
         finally:
             os.close(report_w)
+            os.close(config_r)
+        self._config_pipe: BinaryIO | None = os.fdopen(config_w, "wb")
         log.info(
             "local cluster: forking %d worker(s) from a zygote (pid %d)",
             num_workers, self._zygote.pid,
         )  # fmt: skip
-        assert self._zygote.stdin is not None
-        self._zygote.stdin.write(json.dumps(configs).encode() + b"\n")
-        self._zygote.stdin.flush()
+        self._send_configs(configs)
         threading.Thread(
             target=self._read_reports, args=(report_r,), name="actorrt-zygote-reports", daemon=True
         ).start()
+
+    def _send_configs(self, configs: list[dict[str, Any]]) -> None:
+        with self._cond:
+            if self._config_pipe is None:
+                raise ClusterError("the local cluster is stopping; no worker is started")
+            self._config_pipe.write(json.dumps(configs).encode() + b"\n")
+            self._config_pipe.flush()
+
+    def respawn(self, rank: int, **extra: Any) -> None:
+        """Forks a new worker for ``rank``, whose process has exited, with ``extra`` config.
+
+        Raises:
+            ClusterError: The cluster is stopping, or ``rank``'s worker has not exited.
+        """
+        with self._cond:
+            if rank not in self._exits:
+                raise ClusterError(f"local worker rank {rank} is still running")
+            del self._exits[rank]
+            self._pids.pop(rank, None)
+        self._send_configs([{**self._configs[rank], **extra}])
 
     def _read_reports(self, fd: int) -> None:
         with os.fdopen(fd) as reports:
@@ -220,11 +251,15 @@ class LocalCluster:
                     pass
             with self._cond:
                 self._cond.wait_for(self._all_exited, timeout=min(0.5, left()))
-        if self._zygote.stdin is not None:
-            try:
-                self._zygote.stdin.close()  # the zygote ends once its workers have
-            except OSError:
-                pass
+        with self._cond:
+            pipes = [self._config_pipe, self._zygote.stdin]
+            self._config_pipe = None
+        for pipe in pipes:
+            if pipe is not None:
+                try:
+                    pipe.close()  # the zygote ends once its workers have
+                except OSError:
+                    pass
         try:
             self._zygote.wait(max(0.2, left()))
         except subprocess.TimeoutExpired:

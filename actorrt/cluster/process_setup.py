@@ -31,7 +31,8 @@ def process_name(rank: int, session: str = "") -> str:
     starts a second cluster under the same names would wait forever at start-up.
     """
     if rank == 0:
-        return f"driver-{session[:8]}" if session else "driver"
+        # No "-": torch's dynamic groups list members as "name-id" and split on it.
+        return f"driver_{session[:8]}" if session else "driver"
     return f"worker{rank}"
 
 

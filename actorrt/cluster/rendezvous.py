@@ -28,9 +28,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import parse_qsl, urlparse
 
 import torch.distributed as dist
 
@@ -46,7 +45,6 @@ __all__ = [
     "publish_abort",
     "publish_plan",
     "refuse_late_claims",
-    "store_init_method",
     "wait_plan",
     "withdraw_plan",
 ]
@@ -444,75 +442,3 @@ def _wait_key(store: dist.TCPStore, key: str, timeout: float) -> str:
                 "driver still starting, or did it fail? See its output."
             )
         time.sleep(_POLL_S)
-
-
-# -- init_rpc on our own store --------------------------------------------------------
-
-_stores: dict[str, dist.Store] = {}  # init_method key -> the store init_rpc is to use
-_rpc_inits = 0  # init_rpc calls of this process (through store_init_method)
-
-
-def graceful_shutdown_possible() -> bool:
-    """Whether a cluster this process starts now can end with a graceful RPC shutdown.
-
-    A graceful ``rpc.shutdown`` meets every peer at store barriers numbered by a counter
-    private to torch's C++ code (``syncCallCount``'s ``static barrierId``), which counts
-    on from one cluster to the next and cannot be reset. A driver on its second cluster
-    would wait at barrier 3 while its fresh workers wait at barrier 1, forever. So only
-    the first cluster of a process shuts down gracefully; later ones stop every worker
-    through actorrt's own ``rpc_stop`` handshake and end RPC locally (``graceful=False``),
-    which the plan tells the workers (``plan["graceful_shutdown"]``).
-    """
-    return _rpc_inits == 0
-
-
-_registered = False
-_register_lock = threading.Lock()
-
-
-def _handler(url: str, **kwargs: Any) -> Iterator[tuple[dist.Store, int, int]]:
-    parsed = urlparse(url)
-    query = dict(parse_qsl(parsed.query))
-    store = _stores.pop(parsed.netloc)
-    yield store, int(query["rank"]), int(query["world_size"])
-
-
-def store_init_method(store: dist.Store) -> str:
-    """An ``init_method`` URL that makes ``init_rpc`` use ``store`` (no second rendezvous).
-
-    Also resets torch RPC's per-process counters (see :func:`_reset_rpc_counters`), as
-    it is called right before ``init_rpc``.
-    """
-    global _registered, _rpc_inits
-    _reset_rpc_counters()
-    _rpc_inits += 1
-    with _register_lock:
-        if not _registered:
-            dist.register_rendezvous_handler("actorrt", _handler)
-            _registered = True
-        key = uuid.uuid4().hex
-        _stores[key] = store
-    return f"actorrt://{key}"
-
-
-def _reset_rpc_counters() -> None:
-    """Makes a process that already ran a cluster count like a fresh one.
-
-    torch RPC keeps two counts per process that every member of a group must agree on:
-    ``init_rpc`` wraps the store in ``PrefixStore(f"rpc_prefix_{n}")``, ``n`` being the
-    number of earlier ``init_rpc`` calls, and ``_all_gather`` (used by ``init_rpc`` and
-    graceful shutdown) numbers its rounds per set of worker names. A driver starting a
-    second cluster would use prefix 1 and round 2 while its fresh workers use 0 and 0,
-    and they would wait for each other forever (Gloo first). Every cluster has a store of
-    its own and the previous agent is shut down, so both start again from zero.
-    """
-    import torch.distributed.rpc as rpc
-    import torch.distributed.rpc.api as rpc_api
-
-    if hasattr(rpc, "_init_counter"):  # private torch state (checked on torch 2.4-2.13)
-        with rpc._init_counter_lock:
-            rpc._init_counter = 0
-    if hasattr(rpc_api, "_all_gather_sequence_id"):
-        with rpc_api._all_gather_dict_lock:
-            rpc_api._all_gather_sequence_id.clear()
-            rpc_api._all_gather_sequence_id_to_states.clear()

@@ -51,6 +51,10 @@ class WorkerConfig:
     transport: str | None = None  # None: whatever the driver uses
     cuda_device_map: str | None = None
     log_level: str | None = None  # None: ACTORRT_LOG_LEVEL, else warnings only
+    # A local worker that replaces a dead one: the plan from the driver (no rendezvous)
+    # and a fresh RPC id, to join the running group.
+    plan: dict[str, Any] | None = None
+    rpc_id: int | None = None
 
 
 def run_worker(cfg: WorkerConfig) -> int:
@@ -67,16 +71,19 @@ def run_worker(cfg: WorkerConfig) -> int:
     log = get_logger("worker")
     from actorrt.cluster import process_setup, rendezvous
     from actorrt.cluster.join import join
-    from actorrt.runtime import context, output
-    from actorrt.runtime import runtime as rt_mod
+    from actorrt.runtime import context, group, output
 
     log.info("rank %d: joining the driver's rendezvous at %s:%d", cfg.rank, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
     description = process_setup.describe_process(cfg.labels, cfg.gpus, cfg.cuda_device_map)
-    if cfg.transport is not None:
-        description["transport"] = cfg.transport  # rank 0 refuses a mismatch
-    plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
-    log.info("rank %d: accepted; starting RPC", cfg.rank)
+    if cfg.plan is not None:  # a replacement: the driver gave the plan through the zygote
+        plan = cfg.plan
+        log.info("rank %d: replacing a dead worker (RPC id %s)", cfg.rank, cfg.rpc_id)
+    else:
+        if cfg.transport is not None:
+            description["transport"] = cfg.transport  # rank 0 refuses a mismatch
+        plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
+        log.info("rank %d: accepted; starting RPC", cfg.rank)
     forwarder: output.OutputForwarder | None = None
 
     def before_rpc(rt: Runtime) -> None:
@@ -98,6 +105,8 @@ def run_worker(cfg: WorkerConfig) -> int:
             own_address=False,
             num_worker_threads=cfg.num_worker_threads,
             rpc_timeout=cfg.rpc_timeout,
+            timeout=cfg.timeout,
+            rpc_id=cfg.rpc_id,
             before_rpc=before_rpc,
         )
         if forwarder is not None:
@@ -107,12 +116,15 @@ def run_worker(cfg: WorkerConfig) -> int:
         rt.shutdown()
     finally:
         output.uninstall(timeout=2.0)  # while RPC still runs: the last lines go too
-    # The driver says whether a graceful RPC shutdown can meet it (not on its second
-    # cluster: see rendezvous.graceful_shutdown_possible); it already stopped us by rpc_stop.
-    wanted = bool(plan.get("graceful_shutdown", True))
-    graceful = rt_mod.shutdown_rpc(cfg.shutdown_timeout, graceful=wanted) or not wanted
+    # Quiesced, this agent takes a peer closing as no error; the driver says end once every
+    # worker is, so nobody warns of anybody's closing (see Driver.stop).
+    began = time.monotonic()
+    quiet = group.quiesce(cfg.shutdown_timeout / 2, let_go=not rt.ever_lost_a_peer)
+    log.debug("rank %d: quiesced (%s) in %.2f s", cfg.rank, quiet, time.monotonic() - began)
+    told = group.await_end(cfg.shutdown_timeout)
+    group.end_local(cfg.shutdown_timeout / 2)
     context.install(None)
-    return 0 if graceful else 3
+    return 0 if quiet and told else 3
 
 
 def _sender(driver: str) -> Callable[[Header, list[Line]], None]:

@@ -4,13 +4,16 @@ Importing torch is most of a worker's start-up (about 1.5 s of CPU here). Four f
 workers on two cores import it side by side; one zygote imports it once and forks four
 workers that have it already. The workers are still not forks of the user's driver: the
 zygote is a fresh ``python -m actorrt.cluster.zygote`` with its environment set at exec
-(``IBV_FORK_SAFE``, ``THP_MEM_ALLOC_ENABLE``, ``OMP_NUM_THREADS``), and it forks before it
-starts any thread or touches CUDA or ibverbs (importing torch does neither).
+(``IBV_FORK_SAFE``, ``THP_MEM_ALLOC_ENABLE``, ``OMP_NUM_THREADS``), and it never touches
+CUDA or ibverbs (importing torch does neither); its other threads only wait.
 
 Protocol with the driver (:class:`~actorrt.cluster.local.LocalCluster`):
 
-- stdin: one JSON line, the list of worker configs; then nothing. The zygote and every
-  worker read the same pipe to its end: EOF means the driver is gone.
+- ``--config-fd N``: JSON lines, each a list of worker configs to fork: the cluster's
+  workers first, later one line per worker that replaces a dead one. EOF: fork no more,
+  and exit once every worker has.
+- stdin: nothing is written to it. The zygote and every worker read it to its end: EOF
+  means the driver is gone.
 - ``--report-fd N``: lines ``pid RANK PID`` as workers are forked, ``exit RANK CODE``
   as they end (the zygote is their parent, so it reaps them and knows their status).
 """
@@ -41,8 +44,9 @@ def _preload() -> None:
     import actorrt.runtime.runtime  # noqa: F401
 
 
-def _in_child(config: dict[str, Any], report_fd: int) -> None:
+def _in_child(config: dict[str, Any], report_fd: int, config_fd: int) -> None:
     os.close(report_fd)
+    os.close(config_fd)
     # Python reseeds `random` after fork by itself; numpy's global generator it does not,
     # and fresh workers would each have drawn their own seed. (numpy.random is loaded
     # lazily and the preload does not load it today; this keeps a future preload honest.)
@@ -71,67 +75,83 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m actorrt.cluster.zygote`` (see the module's protocol)."""
     p = argparse.ArgumentParser(prog="python -m actorrt.cluster.zygote")
     p.add_argument("--report-fd", type=int, required=True)
+    p.add_argument("--config-fd", type=int, required=True)
     args = p.parse_args(argv)
     report = os.fdopen(args.report_fd, "w", buffering=1)
     _preload()
-    line = sys.stdin.buffer.readline()
-    if not line:
-        return  # the driver gave up before sending the configs
-    children: dict[int, int] = {}  # pid -> rank
-    for config in json.loads(line):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _in_child(config, args.report_fd)
-        children[pid] = config["rank"]
-        report.write(f"pid {config['rank']} {pid}\n")
-    _reap(children, report)
+    cond = threading.Condition()  # guards `children` (pid -> rank) and `report`
+    children: dict[int, int] = {}
+    threading.Thread(
+        target=_reap, args=(children, cond, report), name="actorrt-zygote-reap", daemon=True
+    ).start()
+    threading.Thread(
+        target=_watch_driver, args=(children, cond), name="actorrt-zygote-watch", daemon=True
+    ).start()
+    with os.fdopen(args.config_fd, "rb") as configs:
+        for line in configs:
+            for config in json.loads(line):
+                sys.stdout.flush()
+                sys.stderr.flush()
+                # Forked under the lock: the reaper cannot see this child's exit before
+                # it is in `children` (the child never touches the lock).
+                with cond:
+                    pid = os.fork()
+                    if pid == 0:
+                        _in_child(config, args.report_fd, args.config_fd)
+                    children[pid] = config["rank"]
+                    _report(report, f"pid {config['rank']} {pid}")
+                    cond.notify_all()
+    with cond:  # no more forks: end once every worker has (the watch kills them if need be)
+        cond.wait_for(lambda: not children)
     try:
         report.close()
         sys.stderr.flush()
     except OSError:  # the driver is gone
         pass
-    os._exit(0)  # no teardown: the driver-watch thread may still be blocked reading stdin
+    os._exit(0)  # no teardown: the watch thread may still be blocked reading stdin
 
 
-def _reap(children: dict[int, int], report: TextIO) -> None:
-    """Reports each worker's exit; if the driver goes, gives workers a grace, then kills."""
-    lock = threading.Lock()  # a pid in `children` under it is unreaped, so still that worker's
+def _report(report: TextIO, line: str) -> None:
+    try:
+        report.write(line + "\n")
+    except OSError:  # the driver is gone; nobody reads the reports
+        pass
 
-    def watch_driver() -> None:
-        # The raw fd, not sys.stdin: a daemon thread blocked inside the buffered reader
-        # holds its lock, and interpreter teardown would then abort on it.
-        while os.read(0, 1):
-            pass
-        deadline = time.monotonic() + _GRACE_AFTER_DRIVER_EXIT
-        while children and time.monotonic() < deadline:
-            time.sleep(0.1)
-        with lock:
-            for pid in children:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
-    threading.Thread(target=watch_driver, name="actorrt-zygote-watch", daemon=True).start()
-    while children:
+def _watch_driver(children: dict[int, int], cond: threading.Condition) -> None:
+    """Once the driver is gone (stdin EOF), gives the workers a grace, then kills them."""
+    # The raw fd, not sys.stdin: a daemon thread blocked inside the buffered reader
+    # holds its lock, and interpreter teardown would then abort on it.
+    while os.read(0, 1):
+        pass
+    with cond:
+        cond.wait_for(lambda: not children, timeout=_GRACE_AFTER_DRIVER_EXIT)
+        for pid in children:  # under the lock: each is unreaped, so still that worker
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _reap(children: dict[int, int], cond: threading.Condition, report: TextIO) -> None:
+    """Reaps each worker and reports its exit."""
+    while True:
+        with cond:
+            cond.wait_for(lambda: bool(children))
         try:
-            # Wait without reaping, then reap under the lock (see `lock`).
+            # Wait without reaping, then reap under the lock (see _watch_driver).
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
         except ChildProcessError:
-            break
+            time.sleep(0.01)
+            continue
         if info is None:
             continue
-        with lock:
+        with cond:
             _, status = os.waitpid(info.si_pid, 0)
             rank = children.pop(info.si_pid, None)
-        if rank is None:
-            continue
-        try:
-            report.write(f"exit {rank} {os.waitstatus_to_exitcode(status)}\n")
-        except OSError:  # the driver is gone; nobody reads the reports
-            pass
+            if rank is not None:
+                _report(report, f"exit {rank} {os.waitstatus_to_exitcode(status)}")
+            cond.notify_all()
 
 
 if __name__ == "__main__":

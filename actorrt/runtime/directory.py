@@ -33,6 +33,7 @@ __all__ = [
     "rpc_place",
     "rpc_register_name",
     "rpc_released",
+    "rpc_where",
 ]
 
 
@@ -286,6 +287,27 @@ class ClusterDirectory:
                 if rec.info.process == worker:
                     rec.info = replace(rec.info, state="DEAD")
 
+    def revive(self, worker: str) -> None:
+        """A new process replaced the dead ``worker``: it takes actors again, from empty.
+
+        The actors that died with the old process keep their DEAD rows, but give back
+        what they held (only once: a later release finds nothing to free).
+        """
+        with self._lock:
+            for i, p in enumerate(self._placer.procs):
+                if p.name == worker:
+                    self._placer.alive[i] = True
+            for rec in self._records.values():
+                if rec.info.process == worker and rec.info.state == "DEAD":
+                    self._free(rec)
+                    rec.resources, rec.use, rec.gpus = Resources(), None, ()
+
+    def where(self, actor_id: str) -> tuple[str | None, str]:
+        """The process an actor was placed on and its state, or (None, "") if it ended."""
+        with self._lock:
+            rec = self._records.get(actor_id)
+            return (rec.info.process, rec.info.state) if rec is not None else (None, "")
+
     def actors(self) -> list[ActorInfo]:
         """One record per actor placed so far, ended ones included."""
         with self._lock:
@@ -413,3 +435,8 @@ def rpc_actors() -> list[ActorInfo]:
 def rpc_nodes() -> list[NodeInfo]:
     """Runs on rank 0: :meth:`ClusterDirectory.nodes`."""
     return _directory().nodes()
+
+
+def rpc_where(actor_id: str) -> tuple[str | None, str]:
+    """Runs on rank 0: :meth:`ClusterDirectory.where`."""
+    return _directory().where(actor_id)

@@ -1,7 +1,7 @@
 """``Runtime``: the one object holding a process's actorrt state.
 
-Only this module calls ``init_rpc`` and ``rpc.shutdown``. The driver (rank 0) and every
-worker have one ``Runtime``; a call travels ``ActorMethod.remote`` -> ``Runtime.send``
+The driver (rank 0) and every worker have one ``Runtime``; :mod:`actorrt.runtime.group`
+starts and ends the RPC agent under it. A call travels ``ActorMethod.remote`` -> ``Runtime.send``
 (packed by the payload pipeline) -> ``rpc_async(worker, host.rpc_call)`` -> mailbox ->
 method -> reply -> the caller's ``ObjectRef``.
 
@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 import uuid
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -28,7 +26,7 @@ from actorrt.errors import ActorDiedError, NotInitializedError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
-from actorrt.runtime import context, shm
+from actorrt.runtime import context, group, shm
 from actorrt.runtime import host as host_mod
 from actorrt.runtime.batches import CallBatches, ReplyBatches
 from actorrt.runtime.context import is_initialized
@@ -43,6 +41,7 @@ from actorrt.runtime.directory import (
     rpc_place,
     rpc_register_name,
     rpc_released,
+    rpc_where,
 )
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
@@ -122,6 +121,10 @@ class Runtime:
         self._coalesce = coalescing_enabled()
         self._seqs: dict[tuple[str, str], itertools.count[int]] = {}  # (actor, process)
         self._dead_workers: set[str] = set()
+        # Workers whose dead process was replaced: an actor there is asked about at rank 0
+        # once (it may have lived on the dead process), then remembered here.
+        self._replaced: set[str] = set()
+        self._checked: set[str] = set()  # actor ids known to live on a replaced worker
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
         self.plan: Plan | None = None  # the cluster's placement plan (every process)
@@ -298,6 +301,18 @@ class Runtime:
             if target.worker != worker:  # recreated: its own sequence numbers
                 worker = target.worker
                 seq = self.next_seq(target)
+        elif worker in self._replaced and target.actor_id not in self._checked:
+            why = self._check_replaced(target)
+            if why is not None:
+                self.skip(target, seq)
+                slot.fail(
+                    ActorDiedError(
+                        f"{target.class_name}.{method}: the actor is gone: {why}; "
+                        "create a new actor.",
+                        target.actor_id,
+                    ),
+                )
+                return
         try:
             wire = self.pack(worker, (args, kwargs))
         except Exception as exc:  # only this call fails; the seq it took is skipped
@@ -337,6 +352,24 @@ class Runtime:
             return why or "its process died"
         self._suspects.discard(target.worker)
         target.worker = record.worker
+        return None
+
+    def _check_replaced(self, target: Target) -> str | None:
+        """Whether an actor on a worker whose process was replaced lives there now.
+
+        Its handle may predate the replacement: then the actor died with the old process
+        (or was recreated elsewhere: ``target`` then points there). None if it lives.
+        """
+        try:
+            process, state = self._directory_call(rpc_where, target.actor_id)
+        except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
+            return f"rank 0 could not say where it is ({exc})"
+        if state == "RESTARTING":
+            return self._relocate(target)  # waits for the restart
+        if process is None or state != "ALIVE":
+            return "its process died and was replaced by a new one"
+        target.worker = process
+        self._checked.add(target.actor_id)
         return None
 
     def skip(self, target: Target, seq: int) -> None:
@@ -487,6 +520,46 @@ class Runtime:
         """Rank 0 says ``worker`` died: calls to it go through rank 0's restarts from now on."""
         self._dead_workers.add(worker)
 
+    def note_alive(self, worker: str) -> None:
+        """A new process replaced the dead ``worker`` (rank 0 says): it takes calls again."""
+        with self._dead_lock:
+            self._replaced.add(worker)
+            self._checked.clear()
+            self._dead_workers.discard(worker)
+            self._suspects.discard(worker)
+
+    def admit(self, worker: str, rpc_id: int) -> None:
+        """Rank 0: lets a process that replaces the dead ``worker`` into the running group.
+
+        Every live process learns its RPC id (and that it is alive again) before it is
+        placed on, so the first actor on it can be called from anywhere.
+        """
+        group.add_members([(worker, rpc_id)])
+        others = [
+            p.name
+            for p in (self.plan.processes if self.plan is not None else ())
+            if p.name not in (self.name, worker) and p.name not in self._dead_workers
+        ]
+        futures = []
+        for name in others:
+            try:
+                futures.append(rpc.rpc_async(name, group.rpc_add_member, args=(worker, rpc_id)))
+            except Exception:  # that one is gone too: it learns nothing, it is dead
+                pass
+        for fut in futures:
+            try:
+                fut.wait()
+            except Exception:
+                pass
+        self.note_alive(worker)
+        if self.directory is not None:
+            self.directory.revive(worker)
+
+    @property
+    def ever_lost_a_peer(self) -> bool:
+        """Whether a process of the cluster died (or was replaced) while this one ran."""
+        return bool(self._dead_workers or self._replaced)
+
     @property
     def dead_workers(self) -> frozenset[str]:
         """Names of the processes known to have died."""
@@ -510,64 +583,10 @@ def rpc_worker_died(worker: str) -> None:
 
 
 def rpc_stop() -> None:
-    """Sent by the driver to each worker at shutdown."""
-    current().stop_requested.set()
+    """Sent by the driver to each worker at shutdown: stop the actors and quiesce RPC.
 
-
-# -- the only calls of init_rpc / rpc.shutdown ----------------------------------------
-
-
-def init_rpc(
-    name: str,
-    rank: int,
-    world_size: int,
-    init_method: str,
-    backend_kwargs: dict[str, Any],
-    *,
-    num_worker_threads: int = 16,
-    rpc_timeout: float = 60.0,
-) -> None:
-    """Starts this process's TensorPipe agent with the options the plan gave it."""
-    options = rpc.TensorPipeRpcBackendOptions(
-        num_worker_threads=num_worker_threads,
-        rpc_timeout=rpc_timeout,
-        init_method=init_method,
-        **backend_kwargs,
-    )
-    with warnings.catch_warnings():
-        # torch's own RPC start-up trips its deprecation warning about Gloo process groups;
-        # it is not about anything the user wrote.
-        warnings.filterwarnings("ignore", message="You are using a Backend")
-        rpc.init_rpc(name, rank=rank, world_size=world_size, rpc_backend_options=options)
-
-
-def shutdown_rpc(timeout: float, graceful: bool = True) -> bool:
-    """Ends the RPC agent within about ``timeout`` seconds; True if it went gracefully.
-
-    A graceful shutdown waits for every peer, so it hangs when one is dead; it runs in a
-    thread with a bound, and a local (non-graceful) shutdown follows when it fails. Pass
-    ``graceful=False`` when a peer is known dead, to skip the wait.
+    The worker's main thread does both, and counts itself in the store once quiesced
+    (:func:`actorrt.runtime.group.quiesce`): a quiesced process sends no more, and takes
+    a peer's closing as no error.
     """
-    deadline = time.monotonic() + timeout
-    if graceful:
-        wait = max(0.1, timeout - min(2.0, timeout * 0.3))  # the rest for the local end
-        if _run_bounded(lambda: rpc.shutdown(graceful=True, timeout=wait), wait + 0.5):
-            return True
-    _run_bounded(lambda: rpc.shutdown(graceful=False), max(0.5, deadline - time.monotonic()))
-    return False
-
-
-def _run_bounded(fn: Callable[[], None], timeout: float) -> bool:
-    outcome: list[bool] = []
-
-    def target() -> None:
-        try:
-            fn()
-            outcome.append(True)
-        except Exception:
-            outcome.append(False)
-
-    thread = threading.Thread(target=target, name="actorrt-shutdown", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(outcome and outcome[0])
+    current().stop_requested.set()

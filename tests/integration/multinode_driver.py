@@ -252,7 +252,7 @@ def main():
         time.sleep(600)
         return
     out = globals()["scenario_" + cfg["scenario"]](rt, cfg)
-    me = rt.plan.for_rank(0).name  # "driver-<session>": shown as "driver" below
+    me = rt.plan.for_rank(0).name  # "driver_<session>": shown as "driver" below
 
     def name(n):
         return "driver" if n == me else n

@@ -1,0 +1,380 @@
+"""The RPC group: starting this process's TensorPipe agent, members that join and leave.
+
+Every actorrt process runs its agent as a member of a *dynamic* torch RPC group
+(``world_size=None``), built here rather than through ``init_rpc``:
+
+* ``init_rpc``'s static group gathers every rank at rank 0 at once (``_all_gather``), and
+  from 65 processes on one host those connections overflow the listen queue of
+  TensorPipe's shared-memory transport (``connect: Resource temporarily unavailable``);
+  it also builds a Gloo group, one connection per pair. Here an agent is constructed
+  under torch's membership token, every process waits at one store counter, and then
+  learns the others from the plan: no message is sent at start-up, and a pair connects
+  when it first talks.
+* A static group cannot take a new member, so a dead worker could never be replaced.
+  Here a process that comes back joins the running group under the name of the one it
+  replaces and a fresh RPC id (TensorPipe keeps a broken pipe per id), and rank 0 tells
+  every member (:func:`rpc_add_member`).
+
+Device maps are fixed at construction, as before: every process computes its reverse
+maps and devices from the plan, which holds every process's maps (torch's own helpers).
+
+The store layout used below (``names/_ALL_WORKER_INFOS``, a ``name-id,`` list) is
+torch's for dynamic groups (``agent_utils.cpp``, checked on torch 2.13); only
+:func:`evict` writes it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+import torch.distributed.rpc as rpc
+
+__all__ = [
+    "Member",
+    "add_members",
+    "announce_end",
+    "await_end",
+    "deepen_listen_queues",
+    "end_local",
+    "evict",
+    "quiesce",
+    "rpc_add_member",
+    "rpc_admit",
+    "set_admitter",
+    "start_agent",
+    "wait_quiesced",
+    "wait_for_world",
+]
+
+#: The prefix of torch's RPC keys in the cluster's store.
+STORE_PREFIX = "rpc"
+_WORLD_COUNTER = "actorrt/members"
+_WORLD_FORMED = "actorrt/world-formed"
+_QUIESCED = "actorrt/quiesced"  # processes that quiesced their agent at shutdown
+_END = "actorrt/end"  # set by rank 0 once they have: every agent may end
+_ALL_WORKERS = "names/_ALL_WORKER_INFOS"  # torch's list of current members
+
+Member = tuple[str, int]  # (RPC name, RPC id)
+
+_lock = threading.Lock()
+_devices: list[torch.device] = []  # this agent's devices, fixed at construction
+_reverse_maps: dict[str, dict[torch.device, torch.device]] = {}
+_on_member: Callable[[str], None] | None = None
+_admitter: Callable[[str, int], None] | None = None  # rank 0's (set_admitter)
+_store: dist.Store | None = None  # the cluster's store
+
+
+def rpc_store(store: dist.Store) -> dist.Store:
+    """The view of the cluster's store that torch's agent keeps its keys in."""
+    return dist.PrefixStore(STORE_PREFIX, store)
+
+
+def start_agent(
+    name: str,
+    rpc_id: int,
+    store: dist.Store,
+    backend_kwargs: Mapping[str, Any],
+    peer_maps: Mapping[str, Mapping[str, Mapping[str, str]]],
+    *,
+    num_worker_threads: int,
+    rpc_timeout: float,
+    on_member: Callable[[str], None] | None = None,
+    admit_by: str | None = None,
+) -> None:
+    """Starts this process's agent as a member of the cluster's dynamic RPC group.
+
+    Args:
+        name: This process's RPC name.
+        rpc_id: Its RPC id: its rank, or a fresh id for a process that replaces one.
+        store: The cluster's store.
+        backend_kwargs: Its ``TensorPipeRpcBackendOptions`` arguments (from the plan).
+        peer_maps: Every process's device maps by name (the plan's, ``{peer: {"cuda:a":
+            "cuda:b"}}``), to compute the maps of replies coming back here.
+        num_worker_threads: TensorPipe's RPC thread pool size.
+        rpc_timeout: Default timeout of control messages.
+        on_member: Called with a name when rank 0 says a process (re)joined.
+        admit_by: For a process joining a running group: the name of rank 0, which
+            tells every member about it (:func:`rpc_admit`) before the token is released,
+            so no other joiner can miss it.
+    """
+    from torch._C._distributed_rpc import TensorPipeAgent
+    from torch.distributed.rpc import api
+    from torch.distributed.rpc._utils import _group_membership_management
+    from torch.distributed.rpc.backend_registry import _create_device_list
+
+    global _devices, _reverse_maps, _on_member, _store
+    options = rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, **backend_kwargs
+    )
+    reverse = {
+        peer: {torch.device(dst): torch.device(src) for src, dst in m.items()}
+        for peer, maps in peer_maps.items()
+        if peer != name and (m := maps.get(name))
+    }
+    devices = _create_device_list(list(options.devices), options.device_maps, reverse)
+    if devices and torch.cuda.is_available():
+        torch.cuda.init()  # type: ignore[no-untyped-call]  # before CUDA tensors come in
+    with _lock:
+        _devices, _reverse_maps, _on_member, _store = devices, reverse, on_member, store
+    import torch.distributed.autograd as dist_autograd
+
+    dist_autograd._init(rpc_id)  # type: ignore[attr-defined]  # as init_rpc does
+    prefixed = rpc_store(store)
+    prefixed.set_timeout(_timedelta(rpc_timeout))
+    with _group_membership_management(prefixed, name, True):
+        agent = TensorPipeAgent(prefixed, name, rpc_id, None, options, reverse, devices)
+        api._init_rpc_states(agent)
+        deepen_listen_queues()  # before any peer knows this agent's address
+        if admit_by is not None:
+            rpc.rpc_sync(admit_by, rpc_admit, args=(name, rpc_id), timeout=rpc_timeout)
+
+
+#: The listen queue asked for TensorPipe's listening sockets (the kernel caps it at
+#: ``net.core.somaxconn``).
+LISTEN_BACKLOG = 4096
+
+
+def deepen_listen_queues(backlog: int = LISTEN_BACKLOG) -> int:
+    """Deepens the listen queue of this process's listening sockets; how many it changed.
+
+    TensorPipe listens with a short queue, and a burst of peers connecting at once (64
+    or more processes on one host answering rank 0 together) overflows the queue of its
+    shared-memory transport's Unix socket: those connects fail with EAGAIN ("Resource
+    temporarily unavailable") and their calls with them. ``listen`` again on a listening
+    socket only sets its queue length (Linux), so the sockets stay TensorPipe's.
+    """
+    import os
+    import socket
+    import stat
+
+    changed = 0
+    for entry in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        try:
+            fd = int(entry)
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(fd))
+        except (OSError, ValueError):
+            continue
+        try:
+            if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                sock.listen(backlog)
+                changed += 1
+        except OSError:
+            pass
+        finally:
+            sock.close()  # the duplicate only
+    return changed
+
+
+def wait_for_world(
+    store: dist.Store, members: Iterable[Member], timeout: float, rank0: str | None = None
+) -> None:
+    """Waits until every process of the starting cluster runs its agent; then knows them all.
+
+    Args:
+        store: The cluster's store.
+        members: Every process of the plan, (name, rank).
+        timeout: Bound on the wait.
+        rank0: On a worker, rank 0's name: the worker connects to it now. TensorPipe
+            stops accepting connections for good when one fails mid-way (an agent whose
+            accept fails is not re-armed), so a worker killed while it first connects
+            to rank 0 would leave rank 0 unreachable to every worker that had not yet;
+            connecting all at start keeps that window to start-up.
+
+    Raises:
+        TimeoutError: Not every process started its agent within ``timeout``.
+    """
+    members = list(members)
+    if store.add(_WORLD_COUNTER, 1) >= len(members):
+        store.set(_WORLD_FORMED, "1")
+    store.set_timeout(_timedelta(timeout))
+    try:
+        store.wait([_WORLD_FORMED])
+    except Exception as exc:  # torch raises a bare RuntimeError (DistStoreError) on timeout
+        raise TimeoutError(f"not every process started RPC within {timeout:g} s ({exc})") from exc
+    add_members(members)
+    if rank0 is not None:
+        rpc.rpc_sync(rank0, _hello, timeout=timeout)
+
+
+def _hello() -> None:
+    """A worker's first message to rank 0 (see :func:`wait_for_world`)."""
+
+
+def add_members(members: Iterable[Member]) -> None:
+    """Makes ``members`` known to this agent (a name known under another id is replaced)."""
+    agent = _agent()
+    known = {w.name: w.id for w in agent.get_worker_infos()}
+    with _lock:
+        devices, reverse = list(_devices), dict(_reverse_maps)
+    for name, rpc_id in members:
+        old = known.get(name)
+        if old == rpc_id:
+            continue
+        if old is not None:  # a process that died, replaced under its name
+            agent._update_group_membership(rpc.WorkerInfo(name, old), devices, reverse, False)
+        # Passing this agent's own devices and maps adds nothing to them: they were fixed,
+        # for every process of the plan, at construction.
+        agent._update_group_membership(rpc.WorkerInfo(name, rpc_id), devices, reverse, True)
+
+
+def rpc_add_member(name: str, rpc_id: int) -> None:
+    """Sent by rank 0 to every member when a process (re)joins the running group."""
+    add_members([(name, rpc_id)])
+    with _lock:
+        on_member = _on_member
+    if on_member is not None:
+        on_member(name)
+
+
+def set_admitter(admit: Callable[[str, int], None] | None) -> None:
+    """Rank 0: what admits a process joining the running group (:func:`rpc_admit`)."""
+    global _admitter
+    with _lock:
+        _admitter = admit
+
+
+def rpc_admit(name: str, rpc_id: int) -> None:
+    """Sent to rank 0 by a process joining the running group, holding the membership token."""
+    with _lock:
+        admit = _admitter
+    if admit is None:
+        raise RuntimeError(f"{name} asked to join, but this process admits no members")
+    admit(name, rpc_id)
+
+
+def evict(store: dist.Store, name: str) -> int | None:
+    """Takes a dead ``name`` out of torch's member list, so a process may join under it.
+
+    Returns:
+        The RPC id it had, or None if it was not listed.
+    """
+    from torch.distributed.rpc._utils import _group_membership_management
+
+    prefixed = rpc_store(store)
+    with _group_membership_management(prefixed, f"evict-{name}", True):
+        listed = prefixed.get(_ALL_WORKERS).decode()
+        kept, evicted = [], None
+        for entry in filter(None, listed.split(",")):
+            entry_name, _, entry_id = entry.rpartition("-")
+            if entry_name == name:
+                evicted = int(entry_id)
+            else:
+                kept.append(entry)
+        prefixed.set(_ALL_WORKERS, "".join(f"{e}," for e in kept))
+    return evicted
+
+
+def quiesce(timeout: float, let_go: bool = True) -> bool:
+    """Tells this agent that the group is ending, so peers closing is no warning.
+
+    It waits for this process's outgoing calls to be answered, at most ``timeout``, and
+    first lets go of the RRefs it holds of other processes' values (actor leases), while
+    every owner still runs, as a graceful ``rpc.shutdown`` does; ``let_go=False`` skips
+    that (torch then notes the RRefs as leaked at its end).
+
+    Returns:
+        True if it finished in time.
+    """
+    from torch.distributed.rpc import api
+
+    agent = _agent()
+
+    def leave() -> None:
+        # The RRefs this process holds of others' values (actor leases) are let go now,
+        # while every owner still runs, as a graceful rpc.shutdown would.
+        # (It waits while this process serves any call: quiesce from a thread of its own.)
+        # Not once a process died: torch would try to reach it, and print its failure.
+        if let_go:
+            api._delete_all_user_and_unforked_owner_rrefs()  # type: ignore[attr-defined]
+        agent.join(shutdown=True)
+
+    done = _run_bounded(leave, timeout)
+    with _lock:
+        store = _store
+    if store is not None:
+        try:
+            store.add(_QUIESCED, 1)
+        except Exception:  # the store is gone: rank 0 is, too
+            pass
+    return done
+
+
+def announce_end() -> None:
+    """Rank 0: every process may end its agent now (see :func:`await_end`)."""
+    with _lock:
+        store = _store
+    if store is not None:
+        store.set(_END, "1")
+
+
+def await_end(timeout: float) -> bool:
+    """A worker, quiesced: waits for rank 0's word to end (through the store, not RPC).
+
+    Not an RPC: ending right after answering one would close the pipe under its answer.
+
+    Returns:
+        True if the word came within ``timeout``.
+    """
+    with _lock:
+        store = _store
+    if store is None:
+        return False
+    try:
+        store.wait([_END], _timedelta(timeout))
+        return True
+    except Exception:  # timed out, or the store is gone
+        return False
+
+
+def wait_quiesced(count: int, timeout: float) -> int:
+    """Rank 0: waits until ``count`` processes quiesced (at most ``timeout``); how many did."""
+    with _lock:
+        store = _store
+    deadline = time.monotonic() + timeout
+    done = 0
+    while store is not None:
+        done = int(store.add(_QUIESCED, 0))
+        if done >= count or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    return done
+
+
+def end_local(timeout: float) -> bool:
+    """Ends this process's agent without waiting for any peer (bounded)."""
+    return _run_bounded(lambda: rpc.shutdown(graceful=False), timeout)
+
+
+def _agent() -> Any:
+    from torch.distributed.rpc import api
+
+    return cast(Any, api._get_current_rpc_agent())  # type: ignore[attr-defined]
+
+
+def _timedelta(seconds: float) -> Any:
+    import datetime
+
+    return datetime.timedelta(seconds=seconds)
+
+
+def _run_bounded(fn: Callable[[], None], timeout: float) -> bool:
+    outcome: list[bool] = []
+
+    def target() -> None:
+        try:
+            fn()
+            outcome.append(True)
+        except Exception:
+            outcome.append(False)
+
+    thread = threading.Thread(target=target, name="actorrt-rpc-end", daemon=True)
+    thread.start()
+    thread.join(max(0.05, timeout))
+    return bool(outcome and outcome[0])
