@@ -555,16 +555,34 @@ class ActorHandle:
         class_name: Its class's name.
         methods: Its class's method table (shared by the class's handles).
         rref: The RRef keeping an unnamed actor alive; None for a named one.
+        max_task_retries: The actor's ``max_task_retries`` (every copy of the handle
+            carries it: the caller keeps a call's arguments for a retry only when it is
+            not 0).
     """
 
-    __slots__ = ("actor_id", "worker", "class_name", "_table", "_rref", "__weakref__")
+    __slots__ = (
+        "actor_id",
+        "worker",
+        "class_name",
+        "max_task_retries",
+        "_table",
+        "_rref",
+        "__weakref__",
+    )
 
     def __init__(
-        self, actor_id: str, worker: str, class_name: str, methods: MethodTable, rref: Any
+        self,
+        actor_id: str,
+        worker: str,
+        class_name: str,
+        methods: MethodTable,
+        rref: Any,
+        max_task_retries: int = 0,
     ) -> None:
         self.actor_id = actor_id
         self.worker = worker
         self.class_name = class_name
+        self.max_task_retries = max_task_retries
         self._table = methods
         self._rref = rref
 
@@ -590,7 +608,9 @@ class ActorHandle:
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.methods))
 
-    def __reduce__(self) -> tuple[Callable[..., ActorHandle], tuple[str, str, str, str, Any]]:
+    def __reduce__(
+        self,
+    ) -> tuple[Callable[..., ActorHandle], tuple[str, str, str, str, Any, int]]:
         if self._rref is not None and not packing():
             raise TypeError(
                 f"{self!r} is the handle of an unnamed actor; it can travel only inside "
@@ -604,7 +624,14 @@ class ActorHandle:
         # carry it once (pickle's memo), and the receiver looks it up in one dict access.
         return (
             _rebuild_handle,
-            (self.actor_id, self.worker, self.class_name, self._table.specs, self._rref),
+            (
+                self.actor_id,
+                self.worker,
+                self.class_name,
+                self._table.specs,
+                self._rref,
+                self.max_task_retries,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -619,16 +646,17 @@ class ActorHandle:
 
 def handle_of(record: ActorRecord, rref: Any = None) -> ActorHandle:
     """The handle of the actor ``record`` describes (``rref``: what keeps it alive, if any)."""
+    table = _method_table(record.methods)
     return ActorHandle(
-        record.actor_id, record.worker, record.class_name, _method_table(record.methods), rref
+        record.actor_id, record.worker, record.class_name, table, rref, record.retries
     )
 
 
 def _rebuild_handle(
-    actor_id: str, worker: str, class_name: str, specs: str, rref: Any
+    actor_id: str, worker: str, class_name: str, specs: str, rref: Any, retries: int = 0
 ) -> ActorHandle:
     """Rebuilds a pickled :class:`ActorHandle`."""
-    return ActorHandle(actor_id, worker, class_name, _method_table(specs), rref)
+    return ActorHandle(actor_id, worker, class_name, _method_table(specs), rref, retries)
 
 
 class ActorMethod:
@@ -689,6 +717,8 @@ def actor(
     name: str | None = None,
     max_concurrency: int | None = None,
     get_if_exists: bool = False,
+    max_restarts: int = 0,
+    max_task_retries: int = 0,
 ) -> _Decorator: ...
 
 
@@ -698,8 +728,8 @@ def actor(cls: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     Args:
         cls: The class, when used bare.
         **options: ``label``, ``num_cpus``, ``num_gpus``, ``name``, ``max_concurrency``,
-            ``get_if_exists`` (see :class:`~actorrt.options.ActorOptions`). Bad options
-            fail here.
+            ``get_if_exists``, ``max_restarts``, ``max_task_retries`` (see
+            :class:`~actorrt.options.ActorOptions`). Bad options fail here.
 
     Returns:
         An :class:`ActorClass` (or a decorator making one). For typed calls, see

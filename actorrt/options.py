@@ -36,9 +36,15 @@ class ActorOptions:
             class) instead of creating one; only when there is none is it created.
         max_restarts: How many times the actor is recreated (its constructor run again
             with the same arguments, on a live process) when its process dies; -1: without
-            limit. Calls in flight when it died fail with ``ActorDiedError``; later calls
-            through any of its handles go to the new instance. An actor with restarts is
-            kept until it is killed (as a named one is).
+            limit. Calls in flight when it died fail with ``ActorDiedError`` unless
+            ``max_task_retries`` allows a retry; later calls through any of its handles go
+            to the new instance. An actor with restarts is kept until it is killed (as a
+            named one is).
+        max_task_retries: How many times a call in flight (or queued) when the actor's
+            process died is sent again, to the recreated actor; -1: without limit (until
+            the restarts run out); 0 (the default): never, at most once. Needs
+            ``max_restarts``. A retried call may run twice: its process may have died
+            after running it and before its reply left.
     """
 
     label: str | None = None
@@ -48,6 +54,7 @@ class ActorOptions:
     max_concurrency: int | None = None
     get_if_exists: bool = False
     max_restarts: int = 0
+    max_task_retries: int = 0
 
     def __post_init__(self) -> None:
         if self.label is not None and (
@@ -70,6 +77,19 @@ class ActorOptions:
         if isinstance(mr, bool) or not isinstance(mr, int) or mr < -1:
             raise ValueError(
                 f"max_restarts={mr!r} must be an int >= 0, or -1 for no limit, e.g. max_restarts=3."
+            )
+        mtr = self.max_task_retries
+        if isinstance(mtr, bool) or not isinstance(mtr, int) or mtr < -1:
+            raise ValueError(
+                f"max_task_retries={mtr!r} must be an int >= 0, or -1 for no limit, e.g. "
+                "max_task_retries=3."
+            )
+        if mtr != 0 and mr == 0:
+            # Ray takes this and never retries (the actor is not recreated): refuse it.
+            raise ValueError(
+                f"max_task_retries={mtr} needs max_restarts: a call is retried only on a "
+                "recreated actor, and an actor without restarts is not recreated; add "
+                f"max_restarts=N (or -1), e.g. max_restarts=1, max_task_retries={mtr}."
             )
         if not isinstance(self.get_if_exists, bool):
             raise ValueError(f"get_if_exists={self.get_if_exists!r} must be True or False.")

@@ -357,7 +357,7 @@ class Driver:
         threading.Thread(target=beat, name="actorrt-heartbeat", daemon=True).start()
 
     def _declare_dead(self, rt: Runtime, name: str, silent: float) -> None:
-        rt.mark_worker_dead(name)
+        rt.mark_worker_dead(name, f"it answered no heartbeat for {silent:.1f} s")
         log.warning(
             "%s answered no heartbeat for %.1f s (heartbeat_timeout): marked dead; calls to "
             "its actors fail with ActorDiedError and no new actor is placed there",

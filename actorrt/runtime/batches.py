@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed.rpc as rpc
@@ -77,10 +77,15 @@ class CallBatches:
 
     Args:
         name: This process's RPC name (the callee sends replies here).
+        track: ``track(worker, future)`` is told of every message sent (see
+            :mod:`actorrt.runtime.inflight`: failed if the worker is marked dead).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self, name: str, track: Callable[[str, torch.futures.Future[Any]], None] | None = None
+    ) -> None:
         self.name = name
+        self._track = track or (lambda worker, future: None)
         self.outbox = Outbox("actorrt-call-batches", self._send)
         # (worker, actor id, seq) -> the torch future its ObjectRef waits on
         self._awaiting: dict[tuple[str, str, int], torch.futures.Future[Wire]] = {}
@@ -111,6 +116,7 @@ class CallBatches:
                 self._awaiting.pop(key, None)
                 _fail(item.future, exc)
             return None
+        self._track(worker, sent)
         # The handles live until the batch is done, so actors outlive their calls; the
         # arguments do not (the caller may have dropped them).
         handles = [item.handle for item in items]
@@ -124,6 +130,7 @@ class CallBatches:
         except Exception as exc:
             _fail(future, exc)
             return
+        self._track(worker, alone)
 
         def relay(f: torch.futures.Future[Wire], _keep: Target = handle) -> None:
             try:

@@ -57,6 +57,7 @@ class ActorRecord(NamedTuple):
     worker: str  # RPC name of the process hosting it
     class_name: str
     methods: str  # the class's method table, as ``actor_class.MethodTable`` specs
+    retries: int = 0  # its max_task_retries: calls sent again to a recreated instance
 
 
 class Target(Protocol):
@@ -73,6 +74,11 @@ class Target(Protocol):
     @property
     def class_name(self) -> str:
         """Its class's name (for messages)."""
+        ...
+
+    @property
+    def max_task_retries(self) -> int:
+        """How often a call is sent again after the actor's process died (-1: no limit)."""
         ...
 
 

@@ -7,8 +7,9 @@ resources) and runs its constructor there under the same actor id. Callers find 
 instance through :func:`rpc_locate` the first time a call meets the dead process (see
 ``Runtime.send``); their sequence numbers start again with the new instance.
 
-Calls in flight when the process died are not retried (at most once): they fail with
-``ActorDiedError``.
+Calls in flight when the process died fail with ``ActorDiedError`` (at most once),
+unless the actor has ``max_task_retries``: then their caller sends them again to the new
+instance (``retries.py``), which it finds here too, with ``rpc_locate(actor_id, dead)``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,10 @@ class Restarts:
         self._cond = threading.Condition()
         self._recipes: dict[str, Recipe] = {}
         self._restarting: set[str] = set()
+        self._dead: set[str] = set()  # processes reported dead
         directory.on_release = self.forget
+        # Set by the runtime: a caller found this process unreachable (judge it now).
+        self.on_unreachable: Callable[[str], None] | None = None
 
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
@@ -83,6 +87,7 @@ class Restarts:
     def worker_died(self, worker: str) -> None:
         """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
         with self._cond:
+            self._dead.add(worker)
             hit = [
                 r
                 for r in self._recipes.values()
@@ -122,6 +127,7 @@ class Restarts:
             why = f"its process died and no live process can host it again ({exc})"
         except Exception as exc:
             why = f"recreating it failed ({type(exc).__name__}: {exc})"
+        again = False
         with self._cond:
             self._restarting.discard(actor_id)
             if why is None:
@@ -129,9 +135,14 @@ class Restarts:
                 recipe.leases = [lease]  # the instance on the dead process is gone
                 if recipe.left > 0:
                     recipe.left -= 1
+                # The process it was placed on died while it was being recreated there
+                # (its death skipped the actor, which was restarting): once more.
+                again = placement.worker in self._dead
             else:
                 recipe.why_dead = why
             self._cond.notify_all()
+        if why is None and again:
+            self.worker_died(placement.worker)
         if why is None:
             log.warning(
                 "%s actor %s restarted on %s (%s restart(s) left)",
@@ -144,11 +155,30 @@ class Restarts:
             log.warning("%s actor %s is not restarted: %s", name, actor_id, why)
 
     def locate(
-        self, actor_id: str, timeout: float = LOCATE_TIMEOUT_S
+        self, actor_id: str, timeout: float = LOCATE_TIMEOUT_S, away_from: str | None = None
     ) -> tuple[ActorRecord | None, str]:
-        """Where the actor lives now (waiting while it is recreated), or None and why not."""
+        """Where the actor lives now (waiting while it is recreated), or None and why not.
+
+        Args:
+            actor_id: The actor.
+            timeout: Seconds to wait at most.
+            away_from: A process the caller could not reach: wait until the actor lives
+                elsewhere (the process is found dead and the actor recreated), not only
+                until no restart is under way.
+        """
+
+        def settled() -> bool:
+            if actor_id in self._restarting:
+                return False
+            recipe = self._recipes.get(actor_id)
+            return (
+                recipe is None or recipe.why_dead is not None or recipe.record.worker != away_from
+            )
+
+        if away_from is not None and self.on_unreachable is not None:
+            self.on_unreachable(away_from)  # a local cluster's driver can tell at once
         with self._cond:
-            self._cond.wait_for(lambda: actor_id not in self._restarting, timeout=timeout)
+            self._cond.wait_for(settled, timeout=timeout)
             recipe = self._recipes.get(actor_id)
             if recipe is None:
                 return None, "its process died (it has no max_restarts)"
@@ -156,6 +186,11 @@ class Restarts:
                 return None, recipe.why_dead
             if actor_id in self._restarting:
                 return None, f"it is still being recreated after {timeout:g} s"
+            if recipe.record.worker == away_from:
+                return None, (
+                    f"its process {away_from!r} could not be reached, and rank 0 did not "
+                    f"find it dead within {timeout:g} s"
+                )
             return recipe.record, ""
 
 
@@ -178,6 +213,7 @@ def rpc_keep_recipe(
     context.part(Restarts, "actor restarts (rank 0 only)").keep(recipe)
 
 
-def rpc_locate(actor_id: str) -> tuple[ActorRecord | None, str]:
-    """Runs on rank 0: where the actor lives now, or None and why it does not."""
-    return context.part(Restarts, "actor restarts (rank 0 only)").locate(actor_id)
+def rpc_locate(actor_id: str, away_from: str | None = None) -> tuple[ActorRecord | None, str]:
+    """Runs on rank 0: where the actor lives now (elsewhere than ``away_from``), or why not."""
+    restarts = context.part(Restarts, "actor restarts (rank 0 only)")
+    return restarts.locate(actor_id, away_from=away_from)

@@ -44,6 +44,7 @@ from actorrt.runtime.directory import (
     rpc_where,
 )
 from actorrt.runtime.host import ActorHost
+from actorrt.runtime.inflight import InFlight
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
 from actorrt.runtime.payload import Wire, pack
 from actorrt.runtime.protocol import (
@@ -54,6 +55,7 @@ from actorrt.runtime.protocol import (
     unsendable_argument,
 )
 from actorrt.runtime.restarts import Restarts, rpc_keep_recipe, rpc_locate
+from actorrt.runtime.retries import CallRetries
 from actorrt.runtime.roads import Road, tensor_road
 
 __all__ = ["Runtime", "current", "current_or_none", "is_initialized"]
@@ -111,11 +113,18 @@ class Runtime:
         self._shm = shm.enabled()  # same-host zero-copy road for large CPU tensors
         self._roads: dict[tuple[str, bool], Road | None] = {}
         self.host = ActorHost(self._pack_reply, on_actor_end=self._actor_ended)
+        # What this process sent and has no answer to, per worker: failed when the
+        # driver marks the worker dead (a hung one holds its connections open).
+        self.inflight = InFlight()
         # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
-        self.calls = CallBatches(name)
+        self.calls = CallBatches(name, self.inflight.track)
         self.replies = ReplyBatches(name, self.host.deliver)
         # Rank 0 keeps the recipes of actors with max_restarts and recreates them.
         self.restarts = Restarts(directory, self.pack) if directory is not None else None
+        if self.restarts is not None:
+            self.restarts.on_unreachable = self.worker_unreachable
+        # Calls to actors with max_task_retries, kept until answered (runtime/retries.py).
+        self.retries = CallRetries(self)
         self._suspects: set[str] = set()  # workers a call could not reach (not rank 0)
         self._dead_lock = threading.Lock()
         self._coalesce = coalescing_enabled()
@@ -200,7 +209,9 @@ class Runtime:
             if found is not None:
                 return found, None
         placement = self._place(actor_id, options, class_name)
-        record = ActorRecord(actor_id, placement.worker, class_name, methods)
+        record = ActorRecord(
+            actor_id, placement.worker, class_name, methods, options.max_task_retries
+        )
         try:
             if options.name is not None:
                 # Registering is one step in the directory: of concurrent get_if_exists
@@ -257,7 +268,11 @@ class Runtime:
         (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it. Numbers
         are per instance: an actor recreated elsewhere (``max_restarts``) starts again.
         """
-        key = (target.actor_id, target.worker)
+        return self.seq_at(target.actor_id, target.worker)
+
+    def seq_at(self, actor_id: str, worker: str) -> int:
+        """:meth:`next_seq` of the actor's instance on ``worker``."""
+        key = (actor_id, worker)
         try:
             return next(self._seqs[key])
         except KeyError:
@@ -286,6 +301,9 @@ class Runtime:
             raise_now: Raise an unsendable argument's ``TypeError`` here (a call made
                 now) instead of putting it in ``slot`` (a call sent once its refs came).
         """
+        if target.max_task_retries:  # kept until answered, sent again if its process dies
+            self.retries.send(target, seq, method, args, kwargs, slot, raise_now=raise_now)
+            return
         worker = target.worker
         if worker in self._dead_workers or worker in self._suspects:
             why = self._relocate(target)
@@ -314,29 +332,59 @@ class Runtime:
                 )
                 return
         try:
-            wire = self.pack(worker, (args, kwargs))
-        except Exception as exc:  # only this call fails; the seq it took is skipped
-            self.skip(target, seq)
-            err = unsendable_argument(f"{target.class_name}.{method}", exc)
+            wire = self.pack_call(target, worker, seq, method, (args, kwargs))
+        except TypeError as err:
             if raise_now:
-                raise err from exc
+                raise
             slot.fail(err)
             return
-        if self._coalesce and self.calls.outbox.busy(worker):
-            queued = self.calls.queue(target, seq, method, wire)
-            if queued is not None:
-                slot.attach(queued, worker, None)
-                return
         try:
-            fut = host_mod.post_call(worker, target.actor_id, self.name, seq, method, wire)
+            fut, keep = self.post(target, worker, seq, method, wire, True)
         except Exception as exc:  # the agent could not even queue the call
             slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
-        # The handle lives until the reply, so the actor outlives calls in flight even when
-        # the caller drops every handle at once (see KeepAlive: no callback per call).
-        keep = KeepAlive(fut, keep=target)
         slot.attach(fut, worker, keep)
+
+    def pack_call(self, target: Target, worker: str, seq: int, method: str, value: Any) -> Wire:
+        """Packs a call's ``(args, kwargs)`` for ``worker``.
+
+        Raises:
+            TypeError: An argument cannot be sent; only this call fails: ``seq`` is
+                given up (:meth:`skip`), so later calls do not wait for it.
+        """
+        try:
+            return self.pack(worker, value)
+        except Exception as exc:
+            self._skip_at(target.actor_id, worker, seq)
+            raise unsendable_argument(f"{target.class_name}.{method}", exc) from exc
+
+    def post(
+        self, target: Target, worker: str, seq: int, method: str, wire: Wire, may_queue: bool
+    ) -> tuple[torch.futures.Future[Wire], KeepAlive | None]:
+        """Sends a packed call to ``worker``: queued in a burst, else alone.
+
+        Returns:
+            The future of its packed reply, and (a call sent alone) what keeps the handle
+            until the reply (see KeepAlive: no callback per call).
+
+        Raises:
+            Exception: The RPC agent refused the call (the process is gone, RPC ended).
+        """
+        if may_queue and self._coalesce and self.calls.outbox.busy(worker):
+            queued = self.calls.queue(target, seq, method, wire)
+            if queued is not None:
+                return queued, None
+        fut = host_mod.post_call(worker, target.actor_id, self.name, seq, method, wire)
+        self.inflight.track(worker, fut)
+        # The handle lives until the reply, so the actor outlives calls in flight even when
+        # the caller drops every handle at once.
+        keep = KeepAlive(fut, keep=target)
         self.calls.outbox.sent(worker, keep)
+        return fut, keep
+
+    def is_down(self, worker: str) -> bool:
+        """Whether ``worker`` is known dead here, or a call could not reach it."""
+        return worker in self._dead_workers or worker in self._suspects
 
     def _relocate(self, target: Target) -> str | None:
         """Asks rank 0 where an actor whose process is dead (or suspect) lives now.
@@ -372,11 +420,29 @@ class Runtime:
         self._checked.add(target.actor_id)
         return None
 
+    def locate_away(self, actor_id: str, dead: str) -> tuple[str | None, str]:
+        """Where an actor lives once it has left ``dead`` (recreated elsewhere).
+
+        Rank 0 waits (bounded) for the actor to be recreated, and, when it had not heard
+        that ``dead`` died, judges it first.
+
+        Returns:
+            The process it lives on now and ``""``, or None and why it is gone.
+        """
+        try:
+            record, why = self._directory_call(rpc_locate, actor_id, dead)
+        except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
+            return None, f"rank 0 could not say where it is ({exc})"
+        return (None, why) if record is None else (record.worker, "")
+
     def skip(self, target: Target, seq: int) -> None:
         """Gives up call ``seq`` to ``target``: its mailbox moves past the number."""
+        self._skip_at(target.actor_id, target.worker, seq)
+
+    def _skip_at(self, actor_id: str, worker: str, seq: int) -> None:
         # Without this every later call from this process would wait for it forever.
         try:
-            host_mod.post_call(target.worker, target.actor_id, self.name, seq, None, None)
+            host_mod.post_call(worker, actor_id, self.name, seq, None, None)
         except Exception:  # the worker is gone: nothing waits for the seq any more
             pass
 
@@ -471,8 +537,13 @@ class Runtime:
         except Exception:  # the driver is gone or shutting down: nothing to release
             pass
 
-    def mark_worker_dead(self, worker: str) -> None:
-        """Calls to actors on ``worker`` fail at once from now on (once per worker)."""
+    def mark_worker_dead(self, worker: str, why: str = "it died") -> None:
+        """Calls to actors on ``worker`` fail at once from now on (once per worker).
+
+        So do the calls it holds, a second later (``inflight.GRACE_S``): its connections
+        may stay open (a hung process, a cut link, a forked child holding its sockets), so
+        the process that sent them fails them, here and in every other process.
+        """
         # Under the lock: the exit report and a failed call may both tell us, and neither
         # may return before the worker is marked (the failed call's caller goes on).
         with self._dead_lock:
@@ -485,10 +556,11 @@ class Runtime:
             if self.restarts is not None:
                 self.restarts.worker_died(worker)
             self._dead_workers.add(worker)
+        self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
         if self.directory is not None:
-            self._tell_workers(worker)
+            self._tell_workers(worker, why)
 
-    def _tell_workers(self, dead: str) -> None:
+    def _tell_workers(self, dead: str, why: str) -> None:
         # Rank 0 tells every other live process, so that their calls to actors that were
         # on ``dead`` fail at once, or find the recreated actor (max_restarts), instead of
         # first failing against the dead process.
@@ -497,7 +569,7 @@ class Runtime:
         for p in self.plan.processes:
             if p.name not in (self.name, dead) and p.name not in self._dead_workers:
                 try:
-                    rpc.rpc_async(p.name, rpc_worker_died, args=(dead,), timeout=5)
+                    rpc.rpc_async(p.name, rpc_worker_died, args=(dead, why), timeout=5)
                 except Exception:  # that one is gone too, or RPC is ending
                     pass
 
@@ -514,11 +586,15 @@ class Runtime:
         if confirm is None:
             self._suspects.add(worker)  # the next call asks rank 0 where the actor is
         elif confirm(worker):
-            self.mark_worker_dead(worker)
+            self.mark_worker_dead(worker, "its process is gone (a call found it so)")
 
-    def note_dead(self, worker: str) -> None:
-        """Rank 0 says ``worker`` died: calls to it go through rank 0's restarts from now on."""
+    def note_dead(self, worker: str, why: str) -> None:
+        """Rank 0 says ``worker`` died: calls to it go through rank 0's restarts from now on.
+
+        The calls this process still waits for there fail now (see :meth:`mark_worker_dead`).
+        """
         self._dead_workers.add(worker)
+        self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
 
     def note_alive(self, worker: str) -> None:
         """A new process replaced the dead ``worker`` (rank 0 says): it takes calls again."""
@@ -570,16 +646,17 @@ class Runtime:
         self.stopped.set()
         self.host.kill_all("the cluster is shutting down")
         self.calls.close("the cluster is shutting down")
+        self.retries.close()
         self.replies.close()
         if self._on_shutdown is not None:
             self._on_shutdown()
 
 
-def rpc_worker_died(worker: str) -> None:
-    """Sent by rank 0 to every process when it marks ``worker`` dead."""
+def rpc_worker_died(worker: str, why: str) -> None:
+    """Sent by rank 0 to every process when it marks ``worker`` dead (``why``: how it knew)."""
     rt = current_or_none()
     if rt is not None:
-        rt.note_dead(worker)
+        rt.note_dead(worker, why)
 
 
 def rpc_stop() -> None:

@@ -39,6 +39,10 @@ class Probe:
     def echo(self, t):
         return t
 
+    def sleep(self, s):
+        time.sleep(s)
+        return s
+
     def checksum(self, t):
         return [t.numel(), float(t[::4096].sum())]
 
@@ -203,6 +207,7 @@ def scenario_partition(rt, cfg):
     """The test cuts the worker's link after READY: when is it marked dead, and after."""
     probe = Probe.remote()
     where = actorrt.get(probe.where.remote(), timeout=60)
+    pending = probe.sleep.remote(120)  # held by the worker when its link goes down
     print("READY " + json.dumps(where["pid"]), flush=True)
     ready = time.monotonic()
     marked_after = None
@@ -211,6 +216,12 @@ def scenario_partition(rt, cfg):
             marked_after = time.monotonic() - ready
             break
         time.sleep(0.1)
+    try:
+        actorrt.get(pending)  # no timeout: the worker being marked dead must end the wait
+        pending_call = "answered"
+    except actorrt.ActorDiedError:
+        pending_call = "ActorDiedError"
+    pending_failed_after = time.monotonic() - ready
     try:
         actorrt.get(probe.where.remote(), timeout=10)
         late_call = "answered"
@@ -222,6 +233,8 @@ def scenario_partition(rt, cfg):
     actorrt.shutdown()
     return {
         "marked_after": marked_after,
+        "pending_call": pending_call,
+        "pending_failed_after": pending_failed_after,
         "late_call": late_call,
         "shutdown_s": time.monotonic() - started,
     }

@@ -278,8 +278,9 @@ def test_two_hosts_actor_output_reaches_the_driver(procs):
 
 def test_a_worker_cut_off_by_a_link_down_is_marked_dead_and_exits_on_its_own(procs):
     """Was: calls to it never failed, shutdown took 17 s, and the worker still ran 120 s
-    later. Now the heartbeat marks it dead, later calls fail at once, shutdown keeps its
-    bound, and the worker, no longer pinged, exits on its own."""
+    later. Now the heartbeat marks it dead, the call it held fails (a get() without a
+    timeout), later calls fail at once, shutdown keeps its bound, and the worker, no longer
+    pinged, exits on its own."""
     hosts = _hosts(2)
     cfg = {
         "init": f"tcp://{hosts.addrs[0]}:{PORT}",
@@ -307,5 +308,7 @@ def test_a_worker_cut_off_by_a_link_down_is_marked_dead_and_exits_on_its_own(pro
         procs.close()
         hosts.close()
     assert res["marked_after"] is not None and res["marked_after"] < 2.0 + 3.0, res
+    assert res["pending_call"] == "ActorDiedError", res
+    assert res["pending_failed_after"] < 2.0 + 3.0, res
     assert res["late_call"] == "ActorDiedError", res
     assert res["shutdown_s"] < 4.0 + 1.5, res

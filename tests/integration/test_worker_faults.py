@@ -23,6 +23,15 @@ class Sleeper:
         time.sleep(s)
         return s
 
+    def fork_holder(self, s):
+        # A child that inherits this process's sockets and outlives it (as an environment
+        # or data loader forked by an actor would): the process's connections stay open.
+        child = os.fork()
+        if child == 0:
+            time.sleep(s)
+            os._exit(0)
+        return child
+
 
 def start_with_victim(**options):
     # A local cluster of two workers and an actor on one: (rt, pids, the actor, its pid).
@@ -123,6 +132,39 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
     assert rep["b"] != rep["a"] and rep["value"] == 0
     assert rep["kill_s"] < 1.0  # a process known dead is not waited for
     assert rep["shutdown_s"] < 4 + 1.5
+
+
+def test_a_call_held_by_a_hung_worker_fails_even_while_its_connections_stay_open(tmp_path):
+    """SIGSTOP, and a forked child keeps the worker's sockets open, so neither the hang nor
+    the driver's kill closes its connections: once the heartbeat marks the worker dead,
+    the call it held fails all the same, in a get() without a timeout. Was: it waited
+    until the child exited (60 s here)."""
+    first, second = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids, a, victim = start_with_victim(shutdown_timeout=4, heartbeat_timeout=2)
+        child = actorrt.get(a.fork_holder.remote(60), timeout=30)
+        report(pids=[*pids, child])  # cleaned up even if what follows hangs
+        pending = a.sleep.remote(60)
+        time.sleep(0.2)
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            actorrt.get(pending)  # no timeout: being marked dead must end the wait
+            error = "none"
+        except actorrt.ActorDiedError as exc:
+            error = "ActorDiedError: " + str(exc)
+        failed_after = time.monotonic() - stopped
+        os.kill(child, signal.SIGKILL)
+        report(error=error, failed_after=failed_after)
+        actorrt.shutdown()
+        """,
+        timeout=100,
+    )
+    rep = {**first, **second}
+    assert rep["error"].startswith("ActorDiedError") and "marked it dead" in rep["error"], rep
+    assert 1.5 < rep["failed_after"] < 2 + 5, rep["failed_after"]  # heartbeat_timeout=2
 
 
 def test_kill_and_shutdown_keep_their_bounds_with_a_hung_worker_not_yet_detected(tmp_path):

@@ -47,11 +47,22 @@ def test_bare_and_parametrised_decorator():
         ({"max_restarts": -2}, "max_restarts=-2 must be an int >= 0, or -1 for no limit"),
         ({"max_restarts": 1.0}, "max_restarts=1.0 must be an int"),
         ({"max_restarts": True}, "max_restarts=True must be an int"),
+        ({"max_restarts": 1, "max_task_retries": -2}, "max_task_retries=-2 must be an int >= 0"),
+        ({"max_restarts": 1, "max_task_retries": "3"}, "max_task_retries='3' must be an int"),
+        ({"max_task_retries": 3}, "max_task_retries=3 needs max_restarts.*max_restarts=1"),
     ],
 )
 def test_bad_options_fail_at_decoration(kwargs, match):
     with pytest.raises(ValueError, match=match):
         actorrt.actor(**kwargs)
+
+
+def test_task_retries_by_decorator_and_by_options():
+    A = actorrt.actor(max_restarts=-1, max_task_retries=-1)(Plain)
+    assert A.default_options.max_task_retries == -1
+    assert A.options(max_task_retries=2)._options.max_task_retries == 2
+    with pytest.raises(ValueError, match="needs max_restarts"):
+        A.options(max_restarts=0)  # its retries would never happen
 
 
 def test_unknown_option_names_valid_ones():

@@ -1,0 +1,350 @@
+"""Calls to actors with ``max_task_retries``: kept until answered, sent again to a new instance.
+
+When the process of an actor created with ``max_restarts`` dies, rank 0 recreates the
+actor (``restarts.py``). A call that was in flight then, or queued in a batch, fails at
+the RPC layer; for an actor with ``max_task_retries`` it is sent again, to the recreated
+actor, up to that many times (-1: until the restarts run out), instead of failing with
+``ActorDiedError``.
+
+Only such actors pay for it: the caller keeps each call's arguments until its reply, and
+the ``ObjectRef`` waits on a future of this module's, which a callback on each reply
+completes (one Python callback per reply, which other calls avoid; see refs.py). The
+resend never runs in that callback, which runs on torch's RPC threads: finding the new
+instance waits for rank 0, so the callback hands the failure to a thread of its own.
+
+Order: a caller's calls to one actor that are retried are sent again in the order they
+were made, and before any call made through the same handle once the resend has begun
+(a send to the actor waits while its calls are being recovered).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from actorrt.errors import ActorDiedError
+from actorrt.logs import get_logger
+from actorrt.runtime.protocol import LocalFailure, rpc_failure
+
+if TYPE_CHECKING:
+    from actorrt.runtime.outbox import KeepAlive
+    from actorrt.runtime.payload import Wire
+    from actorrt.runtime.protocol import ReplySlot, Target
+
+__all__ = ["CallRetries", "Route"]
+
+log = get_logger("retries")
+
+#: How long a recovery waits, at most, for the other calls still out to a dead process to
+#: come back failed, so that they are resent in order with the first one. Calls that take
+#: longer are resent when they do.
+SETTLE_S = 5.0
+
+
+class Route(Protocol):
+    """What the retries need of the runtime (``Runtime`` is one)."""
+
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once the runtime is shutting down."""
+        ...
+
+    def is_down(self, worker: str) -> bool:
+        """Whether ``worker`` is known dead, or a call could not reach it."""
+        ...
+
+    def seq_at(self, actor_id: str, worker: str) -> int:
+        """The next sequence number of this process's calls to the actor's instance there."""
+        ...
+
+    def pack_call(self, target: Target, worker: str, seq: int, method: str, value: Any) -> Wire:
+        """Packs arguments for ``worker``; gives up ``seq`` and raises ``TypeError`` if not."""
+        ...
+
+    def post(
+        self, target: Target, worker: str, seq: int, method: str, wire: Wire, may_queue: bool
+    ) -> tuple[torch.futures.Future[Wire], KeepAlive | None]:
+        """Sends a packed call; the future of its reply (raises if the agent refuses it)."""
+        ...
+
+    def worker_unreachable(self, worker: str) -> None:
+        """A call could not reach ``worker``: let the driver judge it."""
+        ...
+
+    def locate_away(self, actor_id: str, dead: str) -> tuple[str | None, str]:
+        """Where the actor lives once it left ``dead`` (waits), or None and why it will not."""
+        ...
+
+
+@dataclass(eq=False)
+class _Call:
+    """A call to an actor with retries, kept until its reply."""
+
+    order: int  # when it was made, among this process's calls
+    target: Target
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    reply: torch.futures.Future[Wire]  # what the ObjectRef waits on
+    left: int  # retries left; -1: no limit
+    worker: str  # where its current attempt went
+    attempt: torch.futures.Future[Wire] | None = None
+    keep: KeepAlive | None = None
+    failure: BaseException | None = None  # why the current attempt found no actor
+
+    @property
+    def what(self) -> str:
+        return f"{self.target.class_name}.{self.method}"
+
+
+class CallRetries:
+    """This process's calls to actors with ``max_task_retries``, and their resends.
+
+    Args:
+        route: The runtime: sends, sequence numbers, where an actor lives now.
+        settle: See ``SETTLE_S``.
+    """
+
+    def __init__(self, route: Route, settle: float = SETTLE_S) -> None:
+        self._route = route
+        self._settle_s = settle
+        self._lock = threading.Lock()  # guards the tables below, briefly
+        self._actor_locks: dict[str, threading.Lock] = {}  # held while sending / recovering
+        self._calls: dict[str, dict[int, _Call]] = {}  # actor id -> unanswered, by order
+        self._order = itertools.count()
+        self._failed: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def send(
+        self,
+        target: Target,
+        seq: int,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        slot: ReplySlot,
+        *,
+        raise_now: bool,
+    ) -> None:
+        """Sends a call to an actor with retries (see ``Runtime.send`` for the arguments)."""
+        reply: torch.futures.Future[Wire] = torch.futures.Future()
+        with self._actor_lock(target.actor_id):
+            worker = target.worker
+            if self._route.is_down(worker):
+                new, why = self._recover(target.actor_id, worker)  # earlier calls go first
+                if new is None:
+                    slot.fail(
+                        ActorDiedError(
+                            f"{target.class_name}.{method}: the actor is gone: {why}; "
+                            "create a new actor.",
+                            target.actor_id,
+                        )
+                    )
+                    return
+                target.worker = worker = new
+                seq = self._route.seq_at(target.actor_id, worker)
+            try:
+                wire = self._route.pack_call(target, worker, seq, method, (args, kwargs))
+            except TypeError as err:
+                if raise_now:
+                    raise
+                slot.fail(err)
+                return
+            call = _Call(
+                order=next(self._order),
+                target=target,
+                method=method,
+                args=args,
+                kwargs=kwargs,
+                reply=reply,
+                left=target.max_task_retries,
+                worker=worker,
+            )
+            with self._lock:
+                self._calls.setdefault(target.actor_id, {})[call.order] = call
+            self._post(call, seq, wire, may_queue=True)
+        slot.attach(reply, worker, None)  # the call holds the handle until its reply
+
+    # -- each attempt's reply (on torch's RPC threads: no waiting here) ---------------
+    def _post(self, call: _Call, seq: int, wire: Wire, *, may_queue: bool) -> None:
+        try:
+            attempt, keep = self._route.post(
+                call.target, call.worker, seq, call.method, wire, may_queue
+            )
+        except Exception as exc:  # the agent refused it: the process is gone
+            self._lost(call, exc)
+            return
+        call.attempt, call.keep = attempt, keep
+        attempt.add_done_callback(partial(self._answered, call))
+
+    def _answered(self, call: _Call, attempt: torch.futures.Future[Wire]) -> None:
+        if call.attempt is not attempt:
+            return
+        try:
+            wire = attempt.value()
+        except Exception as exc:
+            died = isinstance(rpc_failure(call.what, call.worker, exc), ActorDiedError)
+            if died and not self._route.stopped.is_set():
+                self._lost(call, exc)
+            else:
+                self._done(call)
+                _fail(call.reply, exc)  # the caller's ObjectRef words it
+            return
+        self._done(call)
+        call.reply.set_result(wire)
+
+    def _lost(self, call: _Call, exc: BaseException) -> None:
+        """The attempt found no actor: the thread sends it again, or gives up."""
+        call.failure = exc
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._loop, name="actorrt-retries", daemon=True
+                    )
+                    self._thread.start()
+        self._failed.put((call.target.actor_id, call.worker))
+
+    def _done(self, call: _Call) -> None:
+        with self._lock:
+            calls = self._calls.get(call.target.actor_id)
+            if calls is not None:
+                calls.pop(call.order, None)
+                if not calls:
+                    del self._calls[call.target.actor_id]
+        call.args, call.kwargs = (), {}  # not kept a moment longer than the reply
+        if call.keep is not None:
+            call.keep.let_go()
+
+    def _give_up(self, call: _Call, error: Exception) -> None:
+        self._done(call)
+        try:
+            _fail(call.reply, LocalFailure(error))
+        except RuntimeError:  # given up already (close() and the thread both did)
+            pass
+
+    # -- the thread that sends again -----------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            item = self._failed.get()
+            if item is None:
+                return
+            actor_id, dead = item
+            try:
+                with self._actor_lock(actor_id):
+                    if any(c.failure is not None for c in self._calls_on(actor_id, dead)):
+                        self._recover(actor_id, dead)
+            except Exception:  # never lose the thread: its calls would wait for ever
+                log.exception("recovering the calls to actor %s failed", actor_id)
+
+    def _recover(self, actor_id: str, dead: str) -> tuple[str | None, str]:
+        """Finds the actor away from ``dead`` and sends its calls that failed there again.
+
+        Holds the actor's lock. Returns where the actor lives now, or None and why not.
+        """
+        calls = self._calls_on(actor_id, dead)
+        if self._route.stopped.is_set():
+            new: str | None = None
+            why = "the cluster is shutting down"
+        else:
+            self._route.worker_unreachable(dead)
+            new, why = self._route.locate_away(actor_id, dead)
+            self._settle(calls)
+        for call in calls:
+            if call.failure is None:  # answered, or still out (it comes back on its own)
+                continue
+            retries = call.target.max_task_retries
+            lost = f"{call.what}: the actor's process {dead!r} died with the call in flight"
+            if new is None:
+                self._give_up(
+                    call,
+                    ActorDiedError(
+                        f"{lost}, and it was not sent again: the actor is gone: {why}. "
+                        "Create a new actor to go on.",
+                        actor_id,
+                    ),
+                )
+            elif call.left == 0:
+                self._give_up(
+                    call,
+                    ActorDiedError(
+                        f"{lost}, and it was not sent again: its retries are used up "
+                        f"(max_task_retries={retries}). The actor was recreated on {new!r}: "
+                        "call it again to go on.",
+                        actor_id,
+                    ),
+                )
+            else:
+                if call.left > 0:
+                    call.left -= 1
+                self._resend(call, new)
+        if new is not None:
+            # Only now: a call made through these handles from here on is numbered after
+            # the resends (the instance runs a caller's calls in the order of their numbers).
+            for call in calls:
+                call.target.worker = new
+        return new, why
+
+    def _resend(self, call: _Call, worker: str) -> None:
+        call.failure = None
+        call.worker = worker
+        seq = self._route.seq_at(call.target.actor_id, worker)
+        try:
+            wire = self._route.pack_call(
+                call.target, worker, seq, call.method, (call.args, call.kwargs)
+            )
+        except TypeError as err:
+            self._give_up(call, err)
+            return
+        log.info("%s: sent again to %s", call.what, worker)
+        # Not through the outbox: it would send to where the handle points, which is
+        # still the dead process until the recovery ends.
+        self._post(call, seq, wire, may_queue=False)
+
+    def _settle(self, calls: list[_Call]) -> None:
+        deadline = time.monotonic() + self._settle_s
+        for call in calls:
+            while call.failure is None and not call.reply.done():
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.01)
+
+    def _calls_on(self, actor_id: str, worker: str) -> list[_Call]:
+        with self._lock:
+            calls = list(self._calls.get(actor_id, {}).values())
+        return sorted((c for c in calls if c.worker == worker), key=lambda c: c.order)
+
+    def _actor_lock(self, actor_id: str) -> threading.Lock:
+        lock = self._actor_locks.get(actor_id)
+        if lock is None:
+            with self._lock:
+                lock = self._actor_locks.setdefault(actor_id, threading.Lock())
+        return lock
+
+    def close(self) -> None:
+        """Stops the thread; calls it has not sent again yet fail (the runtime is stopping)."""
+        self._failed.put(None)
+        with self._lock:
+            calls = [c for cs in self._calls.values() for c in cs.values()]
+        for call in calls:
+            if call.failure is not None:
+                self._give_up(
+                    call,
+                    ActorDiedError(
+                        f"{call.what}: the actor's process {call.worker!r} died with the call "
+                        "in flight, and the cluster is shutting down",
+                        call.target.actor_id,
+                    ),
+                )
+
+
+def _fail(future: torch.futures.Future[Wire], error: Exception) -> None:
+    # torch annotates set_exception's argument as the future's value type, not an exception
+    future.set_exception(error)  # type: ignore[arg-type]

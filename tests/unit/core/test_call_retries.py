@@ -1,0 +1,131 @@
+"""CallRetries against a fake runtime: what is resent, where, in which order, and the errors."""
+
+import itertools
+import threading
+import time
+
+import pytest
+import torch
+
+from actorrt.errors import ActorDiedError
+from actorrt.runtime.protocol import LocalFailure
+from actorrt.runtime.retries import CallRetries
+
+
+class Handle:
+    def __init__(self, retries, worker="w1"):
+        self.actor_id = "a1"
+        self.worker = worker
+        self.class_name = "Env"
+        self.max_task_retries = retries
+
+
+class Slot:
+    def __init__(self):
+        self.reply = None
+        self.error = None
+
+    def attach(self, reply, worker, keep):
+        self.reply = reply
+
+    def fail(self, error):
+        self.error = error
+
+
+class FakeRuntime:
+    """Records every attempt; the actor moves as ``homes`` says (None: it is gone)."""
+
+    def __init__(self, homes):
+        self.stopped = threading.Event()
+        self.homes = list(homes)
+        self.sent = []  # (worker, seq, method, args, future)
+        self.dead = set()
+        self._seqs = {}
+
+    def is_down(self, worker):
+        return worker in self.dead
+
+    def seq_at(self, actor_id, worker):
+        return next(self._seqs.setdefault((actor_id, worker), itertools.count()))
+
+    def pack_call(self, target, worker, seq, method, value):
+        return value
+
+    def post(self, target, worker, seq, method, wire, may_queue):
+        fut = torch.futures.Future()
+        self.sent.append((worker, seq, method, wire[0], fut))
+        return fut, None
+
+    def worker_unreachable(self, worker):
+        self.dead.add(worker)
+
+    def locate_away(self, actor_id, dead):
+        home = self.homes.pop(0)
+        return (home, "") if home else (None, "it has no restarts left (max_restarts=1)")
+
+    def attempts(self, worker, n):
+        deadline = time.monotonic() + 10
+        while len([s for s in self.sent if s[0] == worker]) < n:
+            assert time.monotonic() < deadline, self.sent
+            time.sleep(0.01)
+        return [s for s in self.sent if s[0] == worker]
+
+
+def call(retries, rt, handle, method, *args):
+    slot = Slot()
+    retries.send(handle, rt.seq_at(handle.actor_id, handle.worker), method, args, {}, slot,
+                 raise_now=True)  # fmt: skip
+    return slot
+
+
+def lost():
+    return RuntimeError("pipe closed (the connection was reset)")
+
+
+def test_calls_lost_with_their_process_are_resent_in_the_order_they_were_made():
+    rt = FakeRuntime(["w2"])
+    retries = CallRetries(rt, settle=2.0)
+    handle = Handle(retries=2)
+    slots = [call(retries, rt, handle, "step", i) for i in range(3)]
+    first = rt.attempts("w1", 3)
+    for _, _, _, _, fut in reversed(first):  # they come back failed in any order
+        fut.set_exception(lost())
+    again = rt.attempts("w2", 3)
+    assert [(seq, args) for _, seq, _, args, _ in again] == [(0, (0,)), (1, (1,)), (2, (2,))]
+    later = call(retries, rt, handle, "step", 3)  # the handle points at w2 now
+    assert handle.worker == "w2" and rt.sent[-1][:2] == ("w2", 3)
+    for i, (*_, fut) in enumerate(rt.sent[-4:]):
+        fut.set_result(("reply", i))
+    assert [s.reply.wait() for s in [*slots, later]] == [("reply", i) for i in range(4)]
+
+
+def test_retries_used_up_and_restarts_used_up_say_which():
+    rt = FakeRuntime(["w2", "w3"])
+    retries = CallRetries(rt, settle=2.0)
+    slot = call(retries, rt, Handle(retries=1), "step", 0)
+    rt.attempts("w1", 1)[0][-1].set_exception(lost())
+    rt.attempts("w2", 1)[0][-1].set_exception(lost())  # the one retry is used
+    with pytest.raises(LocalFailure) as info:
+        slot.reply.wait()
+    assert isinstance(info.value.error, ActorDiedError)
+    assert "retries are used up (max_task_retries=1)" in str(info.value.error)
+    assert "recreated on 'w3'" in str(info.value.error)
+
+    rt = FakeRuntime(["w2", None])
+    retries = CallRetries(rt, settle=2.0)
+    slot = call(retries, rt, Handle(retries=-1), "step", 0)
+    rt.attempts("w1", 1)[0][-1].set_exception(lost())
+    rt.attempts("w2", 1)[0][-1].set_exception(lost())
+    with pytest.raises(LocalFailure, match="no restarts left"):
+        slot.reply.wait()
+
+
+def test_an_error_that_is_not_a_lost_process_is_not_retried():
+    rt = FakeRuntime(["w2"])
+    retries = CallRetries(rt, settle=2.0)
+    slot = call(retries, rt, Handle(retries=3), "step", 0)
+    rt.sent[0][-1].set_exception(RuntimeError("Can't pickle local object 'f.<locals>.g'"))
+    with pytest.raises(RuntimeError, match="pickle"):
+        slot.reply.wait()
+    time.sleep(0.1)
+    assert len(rt.sent) == 1  # not sent again

@@ -1,0 +1,51 @@
+"""Restarts: an actor recreated on a process that dies at that very moment goes on again.
+
+No processes: the directory is planned over synthetic nodes and ``rpc.remote`` (the
+creation on the new process) is replaced by a stand-in that reports that process dead.
+"""
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement"))
+from placement_testlib import node  # noqa: E402
+
+from actorrt.options import ActorOptions  # noqa: E402
+from actorrt.placement import Layout, ProcessInfo, make_plan  # noqa: E402
+from actorrt.runtime import restarts as restarts_mod  # noqa: E402
+from actorrt.runtime.directory import ClusterDirectory  # noqa: E402
+from actorrt.runtime.protocol import ActorRecord  # noqa: E402
+from actorrt.runtime.restarts import Recipe, Restarts  # noqa: E402
+
+
+def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypatch):
+    workers = [node("a"), node("a"), node("a")]
+    driver = replace(workers[0], labels=(), hosts_actors=False)
+    ps = [ProcessInfo(0, "driver", driver)]
+    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
+    directory = ClusterDirectory(make_plan(ps, Layout()), ps)
+    options = ActorOptions(max_restarts=3)
+    assert directory.place("a1", options, "A").worker == "w1"
+    restarts = Restarts(directory, pack=lambda peer, value: value)
+    record = ActorRecord("a1", "w1", "A", "", 0)
+    restarts.keep(Recipe(record, "k", b"", (), {}, options, {}, left=3))
+    created_on = []
+
+    def create(worker, fn, args):
+        created_on.append(worker)
+        if len(created_on) == 1:  # the first new home dies before the actor is up there
+            directory.mark_dead(worker)
+            restarts.worker_died(worker)
+        return object()
+
+    monkeypatch.setattr(restarts_mod.rpc, "remote", create)
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    deadline = time.monotonic() + 10
+    while len(created_on) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    record, why = restarts.locate("a1", timeout=10)
+    assert created_on[0] != "w1" and len(created_on) == 2, created_on
+    assert record is not None and record.worker == created_on[1] != created_on[0], (record, why)
