@@ -55,6 +55,8 @@ __all__ = [
 STORE_PREFIX = "rpc"
 _WORLD_COUNTER = "actorrt/members"
 _WORLD_FORMED = "actorrt/world-formed"
+_WORLD_READY_COUNT = "actorrt/members-ready"
+_WORLD_READY = "actorrt/world-ready"  # every worker knows every member and reached rank 0
 _QUIESCED = "actorrt/quiesced"  # processes that quiesced their agent at shutdown
 _END = "actorrt/end"  # set by rank 0 once they have: every agent may end
 _ALL_WORKERS = "names/_ALL_WORKER_INFOS"  # torch's list of current members
@@ -199,8 +201,20 @@ def wait_for_world(
     except Exception as exc:  # torch raises a bare RuntimeError (DistStoreError) on timeout
         raise TimeoutError(f"not every process started RPC within {timeout:g} s ({exc})") from exc
     add_members(members)
+    # Rank 0 returns (and the user's program goes on) only once every process knows every
+    # other: a message naming a member (an RRef's owner) must not reach one that does not.
+    workers = len(members) - 1
     if rank0 is not None:
         rpc.rpc_sync(rank0, _hello, timeout=timeout)
+        if store.add(_WORLD_READY_COUNT, 1) >= workers:
+            store.set(_WORLD_READY, "1")
+    elif workers > 0:
+        try:
+            store.wait([_WORLD_READY])
+        except Exception as exc:
+            raise TimeoutError(
+                f"not every process learned the group within {timeout:g} s ({exc})"
+            ) from exc
 
 
 def _hello() -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "LocalFailure",
     "ReplySlot",
     "Target",
+    "actor_gone",
     "decode_reply",
     "died_reply",
     "error_reply",
@@ -113,6 +114,11 @@ _PICKLING_HINT = (
     "Values travel by cloudpickle (classes defined in the driver's script by value) with "
     "tensors out of band; locks, open files, sockets and ctypes pointers cannot travel."
 )
+
+
+def actor_gone(what: str, actor_id: str, why: str) -> ActorDiedError:
+    """The error for a call to an actor known to be gone (``what``: Cls.method)."""
+    return ActorDiedError(f"{what}: the actor is gone: {why}; create a new actor.", actor_id)
 
 
 def unsendable_argument(what: str, exc: BaseException) -> TypeError:

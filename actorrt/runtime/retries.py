@@ -31,7 +31,7 @@ import torch
 
 from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
-from actorrt.runtime.protocol import LocalFailure, rpc_failure
+from actorrt.runtime.protocol import LocalFailure, actor_gone, rpc_failure
 
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
@@ -140,13 +140,7 @@ class CallRetries:
             if self._route.is_down(worker):
                 new, why = self._recover(target.actor_id, worker)  # earlier calls go first
                 if new is None:
-                    slot.fail(
-                        ActorDiedError(
-                            f"{target.class_name}.{method}: the actor is gone: {why}; "
-                            "create a new actor.",
-                            target.actor_id,
-                        )
-                    )
+                    slot.fail(actor_gone(f"{target.class_name}.{method}", target.actor_id, why))
                     return
                 target.worker = worker = new
                 seq = self._route.seq_at(target.actor_id, worker)

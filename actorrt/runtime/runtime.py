@@ -51,6 +51,7 @@ from actorrt.runtime.protocol import (
     ActorRecord,
     ReplySlot,
     Target,
+    actor_gone,
     rpc_failure,
     unsendable_argument,
 )
@@ -309,11 +310,7 @@ class Runtime:
             why = self._relocate(target)
             if why is not None:
                 slot.fail(
-                    ActorDiedError(
-                        f"{target.class_name}.{method}: the actor is gone: {why}; "
-                        "create a new actor.",
-                        target.actor_id,
-                    ),
+                    actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
                 )
                 return
             if target.worker != worker:  # recreated: its own sequence numbers
@@ -324,11 +321,7 @@ class Runtime:
             if why is not None:
                 self.skip(target, seq)
                 slot.fail(
-                    ActorDiedError(
-                        f"{target.class_name}.{method}: the actor is gone: {why}; "
-                        "create a new actor.",
-                        target.actor_id,
-                    ),
+                    actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
                 )
                 return
         try:

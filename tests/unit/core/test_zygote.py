@@ -10,16 +10,28 @@ import sys
 
 def _run_zygote(configs, timeout=120):
     report_r, report_w = os.pipe()
+    config_r, config_w = os.pipe()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "actorrt.cluster.zygote", "--report-fd", str(report_w)],
+        [
+            sys.executable,
+            "-m",
+            "actorrt.cluster.zygote",
+            "--report-fd",
+            str(report_w),
+            "--config-fd",
+            str(config_r),
+        ],  # fmt: skip
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        pass_fds=(report_w,),
+        pass_fds=(report_w, config_r),
         env={**os.environ, "ACTORRT_TOKEN": "t"},
     )
     os.close(report_w)
+    os.close(config_r)
+    with os.fdopen(config_w, "wb") as config:
+        config.write(json.dumps(configs).encode() + b"\n")
     try:
-        _, err = proc.communicate(json.dumps(configs).encode() + b"\n", timeout=timeout)
+        _, err = proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
