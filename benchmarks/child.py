@@ -15,6 +15,14 @@ def main() -> None:
         from benchmarks import dqn
 
         result = dqn.run(system, cfg)
+    elif suite == "latency-by-size":
+        from benchmarks import latency_by_size
+
+        result = latency_by_size.run(system, cfg)
+    elif suite == "world-size":
+        from benchmarks import world_size
+
+        result = world_size.run(system, cfg)
     elif system == "actorrt":
         from benchmarks import sys_actorrt
 

@@ -1,8 +1,9 @@
 """``python -m benchmarks [--quick]``: every system, side by side, in one run.
 
 Each measurement runs in a fresh child process with a time limit (so a hung cluster
-cannot hang the run, and no system's leftovers skew the next). Results: a table on
-stdout, ``benchmarks/results/<stamp>.json`` (+ ``latest.json``) and a PNG plot.
+cannot hang the run, and no system's leftovers skew the next); the world-size suite
+runs each world size in a child of its own. Results: a table per suite on stdout,
+``benchmarks/results/<stamp>.json`` (+ ``latest.json``) and PNG plots.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
@@ -20,8 +22,8 @@ import sys
 import tempfile
 import time
 
-from benchmarks import report
-from benchmarks.common import child_env, config
+from benchmarks import latency_report, report, world_report, world_size
+from benchmarks.common import WORLD_SIZES, child_env, config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,9 +42,20 @@ JOBS = [
     ("ray", "first_call"),
     ("actorrt", "dqn"),
     ("ray", "dqn"),
+    ("actorrt", "latency-by-size"),
+    ("torch", "latency-by-size"),
+    ("ray", "latency-by-size"),
+    ("pynng", "latency-by-size"),
+    ("actorrt", "world-size"),
+    ("torch", "world-size"),
+    ("ray", "world-size"),
 ]
 SYSTEMS = tuple(dict.fromkeys(system for system, _ in JOBS))
 SUITES = tuple(dict.fromkeys(suite for _, suite in JOBS))
+# The suites of the main table, the target checks and the throughput plot.
+MAIN_SUITES = ("main", "tcp", "nn", "first_call", "dqn")
+# Beyond the world-size suite's time budget: its figures, then a bounded shutdown.
+WORLD_GRACE_S = 90.0
 
 
 def _versions() -> dict:
@@ -58,6 +71,12 @@ def _versions() -> dict:
     import actorrt
 
     out["actorrt"] = actorrt.__version__
+    try:
+        import pynng
+
+        out["pynng"] = pynng.__version__
+    except Exception as exc:  # noqa: BLE001
+        out["pynng"] = f"not importable ({type(exc).__name__}: {exc})"
     return out
 
 
@@ -76,21 +95,27 @@ def _machine() -> dict:
     }
 
 
-def run_job(system: str, suite: str, cfg: dict, timeout: float) -> dict:
+def run_job(
+    system: str, suite: str, cfg: dict, timeout: float, stderr_path: str | None = None
+) -> dict:
+    """Runs one measurement in a child; ``stderr_path``: where its stderr goes (else ours)."""
     fd, path = tempfile.mkstemp(suffix=".json", prefix=f"bench-{system}-{suite}-")
     os.close(fd)
     cmd = [sys.executable, "-m", "benchmarks.child", system, suite, json.dumps(cfg), path]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=child_env(), start_new_session=True)
-    try:
-        code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
-        proc.wait(10)
-        os.unlink(path)
-        return {"_error": f"timed out after {timeout:.0f} s"}
-    finally:
-        _reap_group(proc.pid)
+    with open(stderr_path or os.devnull, "wb") as err:
+        proc = subprocess.Popen(
+            cmd, env=child_env(), start_new_session=True, stderr=err if stderr_path else None
+        )
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the child's own session: it and its workers
+            proc.wait(10)
+            os.unlink(path)
+            return {"_error": f"timed out after {timeout:.0f} s"}
+        finally:
+            _reap_group(proc.pid)
     try:
         if code != 0:
             return {"_error": f"exit code {code}"}
@@ -109,6 +134,50 @@ def _reap_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def merge(into: dict, new: dict) -> dict:
+    """Merges ``new`` into ``into``, nested dicts key by key (world sizes add up)."""
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def world_job(system: str, cfg: dict, world: int, timeout: float | None) -> dict:
+    """One world size in its own child; a child that fails or is killed is a failed row."""
+    limit = timeout or cfg["world_budget_s"] + WORLD_GRACE_S
+    fd, log = tempfile.mkstemp(suffix=".log", prefix=f"bench-{system}-world{world}-")
+    os.close(fd)
+    try:
+        t0 = time.perf_counter()
+        res = run_job(system, "world-size", {**cfg, "world": world}, limit, stderr_path=log)
+        if "_error" not in res:
+            return res
+        with open(log, errors="replace") as f:
+            first = world_size.first_error_line(f.read())
+        why = res["_error"]
+        if "timed out" in why:
+            why += f" (its budget: {cfg['world_budget_s']:.0f} s)"
+        if first:
+            why += f"; first error: {first}"
+        row = world_size.failure(world, why, time.perf_counter() - t0)
+        return {"world_size": {str(world): row}}
+    finally:
+        os.unlink(log)
+
+
+def _sizes(p: argparse.ArgumentParser, value: str) -> list[int]:
+    """``--world-sizes``: comma-separated ints >= 2; anything else is a usage error."""
+    try:
+        sizes = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 2:
+        p.error(f"--world-sizes {value!r}: give world sizes >= 2, e.g. 2,8,32,64,128")
+    return sizes
 
 
 def _names(p: argparse.ArgumentParser, flag: str, value: str, valid: tuple[str, ...]) -> list[str]:
@@ -133,6 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
     p.add_argument("--timeout", type=float, default=0, help="per-child limit in seconds")
+    p.add_argument(
+        "--world-sizes",
+        default="",
+        help="world sizes of the world-size suite (default 2,8,32; the issue's ladder: "
+        + ",".join(map(str, WORLD_SIZES))
+        + ")",
+    )
     args = p.parse_args(argv)
     # Checked before anything runs or is written: an unknown name would select nothing
     # and still replace latest.json with an empty report.
@@ -142,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     if "ray" in systems and importlib.util.find_spec("ray") is None:
         systems.remove("ray")
         notes.append("Ray is not installed (`import ray` fails): its columns are skipped.")
+    if "pynng" in systems and importlib.util.find_spec("pynng") is None:
+        systems.remove("pynng")
+        notes.append("pynng is not installed (`import pynng` fails): its column is skipped.")
     jobs = [
         (system, suite)
         for system, suite in JOBS
@@ -155,10 +234,21 @@ def main(argv: list[str] | None = None) -> None:
             + "".join(f"note: {n}\n" for n in notes),
         )
     cfg = config(args.quick)
+    if args.world_sizes:
+        cfg["world_sizes"] = _sizes(p, args.world_sizes)
     timeout = args.timeout or (180 if args.quick else 420)
     results: dict[str, dict] = {s: {} for s in systems}
     t_start = time.perf_counter()
     for system, suite in jobs:
+        if suite == "world-size":
+            for world in cfg["world_sizes"]:
+                print(f"[{time.perf_counter() - t_start:6.1f}s] {system}/{suite} {world} ...")
+                res = world_job(system, cfg, world, args.timeout or None)
+                row = res["world_size"][str(world)]
+                if "failed" in row or "skipped" in row:
+                    print(f"    {row.get('skipped') or 'failed: ' + row['failed']}", flush=True)
+                merge(results[system], {k: v for k, v in res.items() if not k.startswith("_")})
+            continue
         reps = cfg["first_call_reps"] if suite == "first_call" else 1
         for _ in range(reps):
             print(f"[{time.perf_counter() - t_start:6.1f}s] {system}/{suite} ...", flush=True)
@@ -172,13 +262,15 @@ def main(argv: list[str] | None = None) -> None:
                     res["first_call"]["seconds"]
                 )
                 continue
-            results[system].update({k: v for k, v in res.items() if not k.startswith("_")})
+            merge(results[system], {k: v for k, v in res.items() if not k.startswith("_")})
     for r in results.values():
         if "first_call_all" in r:
             r["first_call"] = {"seconds": statistics.median(r.pop("first_call_all"))}
+    ran = {suite for _, suite in jobs}
+    argv = sys.argv[1:] if argv is None else argv
     doc = {
         "when": dt.datetime.now().isoformat(timespec="seconds"),
-        "command": "python -m benchmarks" + (" --quick" if args.quick else ""),
+        "command": " ".join(["python -m benchmarks", *argv]),
         "machine": _machine(),
         "versions": _versions(),
         "config": cfg,
@@ -186,12 +278,21 @@ def main(argv: list[str] | None = None) -> None:
         "notes": notes,
         "seconds": time.perf_counter() - t_start,
     }
-    doc["table"] = report.table(doc)
-    doc["targets"] = report.targets(doc)
-    print()
-    print(doc["table"])
-    print()
-    print(report.format_targets(doc["targets"]))
+    if ran & set(MAIN_SUITES):
+        doc["table"] = report.table(doc)
+        doc["targets"] = report.targets(doc)
+        print()
+        print(doc["table"])
+        print()
+        print(report.format_targets(doc["targets"]))
+    if "latency-by-size" in ran:
+        doc["latency_table"] = latency_report.table(doc)
+        print("\nround trip by message size (median [p10-p90], ms):")
+        print(doc["latency_table"])
+    if "world-size" in ran:
+        doc["world_table"] = world_report.table(doc)
+        print("\nstart-up and memory by world size:")
+        print(doc["world_table"])
     for n in notes:
         print("note:", n)
     os.makedirs(args.out, exist_ok=True)
@@ -199,9 +300,15 @@ def main(argv: list[str] | None = None) -> None:
     for name in (f"{stamp}.json", "latest.json"):
         with open(os.path.join(args.out, name), "w") as f:
             json.dump(doc, f, indent=1)
-    png = report.plot(doc, os.path.join(args.out, f"{stamp}.png"))
-    if png:
-        import shutil
-
-        shutil.copyfile(png, os.path.join(args.out, "latest.png"))
-    print(f"\nwrote {args.out}/{stamp}.json and {png}; total {doc['seconds']:.0f} s")
+    plots = []
+    if ran & set(MAIN_SUITES):
+        plots.append((report.plot, f"{stamp}.png", "latest.png"))
+    if "latency-by-size" in ran:
+        plots.append((latency_report.plot, f"{stamp}-latency.png", "latest-latency.png"))
+    written = [f"{args.out}/{stamp}.json"]
+    for draw, name, latest in plots:
+        png = draw(doc, os.path.join(args.out, name))
+        if png:
+            shutil.copyfile(png, os.path.join(args.out, latest))
+            written.append(png)
+    print(f"\nwrote {', '.join(written)}; total {doc['seconds']:.0f} s")

@@ -15,6 +15,13 @@ MB = 1024 * KB
 FULL_SIZES = [1 * KB, 16 * KB, 256 * KB, 1 * MB, 4 * MB, 16 * MB, 64 * MB, 256 * MB]
 QUICK_SIZES = [1 * KB, 64 * KB, 1 * MB, 16 * MB, 256 * MB]
 
+# DI-engine's latency-by-size table (seed 002): float32 tensors of 5 x N elements,
+# 1.25 KB, 20 KB, 1.25 MB, 10 MB, 40 MB, 640 MB, 1.25 GB and 2.5 GB.
+SEED_SIZES = [5 * 4 * n for n in (64, 1024, 64 * KB, 512 * KB, 2 * MB, 32 * MB, 64 * MB, 128 * MB)]
+# The world-size suite's ladders (processes in the RPC group, the driver included).
+WORLD_SIZES = [2, 8, 32, 64, 128]
+WORLD_SIZES_QUICK = [2, 8, 32]
+
 
 def config(quick: bool) -> dict[str, Any]:
     """Iteration counts for a quick or a full run (one dict, passed to every child)."""
@@ -32,6 +39,12 @@ def config(quick: bool) -> dict[str, Any]:
             "sizes": QUICK_SIZES,
             "xfer_time": 0.4,
             "dqn_seconds": 6.0,
+            "latency_max_bytes": SEED_SIZES[4],  # 40 MB
+            "latency_rounds": 3,
+            "latency_time": 0.6,
+            "latency_min_reps": 2,
+            "world_sizes": WORLD_SIZES_QUICK,
+            "world_budget_s": 120.0,
         }
     return {
         "quick": False,
@@ -46,6 +59,14 @@ def config(quick: bool) -> dict[str, Any]:
         "sizes": FULL_SIZES,
         "xfer_time": 1.5,
         "dqn_seconds": 20.0,
+        # 2.5 GB is left out: pynng holds about 8 copies of a payload at its peak, and
+        # that one size would take minutes per system on 2 cores.
+        "latency_max_bytes": SEED_SIZES[6],  # 1.25 GB
+        "latency_rounds": 3,
+        "latency_time": 1.5,
+        "latency_min_reps": 2,
+        "world_sizes": WORLD_SIZES_QUICK,
+        "world_budget_s": 120.0,
     }
 
 
@@ -84,10 +105,11 @@ def time_for(
 
 
 def latency_stats(samples: list[float]) -> dict[str, float]:
-    """Median / p10 / p90 in microseconds."""
+    """Median / p10 / p90 / mean in microseconds."""
     s = sorted(samples)
     return {
         "median_us": statistics.median(s) * 1e6,
+        "mean_us": statistics.fmean(s) * 1e6,
         "p10_us": s[len(s) // 10] * 1e6,
         "p90_us": s[(len(s) * 9) // 10] * 1e6,
         "n": len(s),

@@ -116,15 +116,19 @@ def rows(doc: dict) -> list[list[str]]:
     return out
 
 
-def table(doc: dict) -> str:
-    header = ["measure", "actorrt", "torch rpc", "ray", "actorrt/torch", "actorrt/ray", "notes"]
-    body = rows(doc)
+def format_table(header: list[str], body: list[list[str]]) -> str:
+    """Columns padded to their widest cell, `` | `` between them, a rule under the header."""
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     lines.append("-+-".join("-" * w for w in widths))
     for r in body:
         lines.append(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def table(doc: dict) -> str:
+    header = ["measure", "actorrt", "torch rpc", "ray", "actorrt/torch", "actorrt/ray", "notes"]
+    return format_table(header, rows(doc))
 
 
 def targets(doc: dict) -> list[dict]:

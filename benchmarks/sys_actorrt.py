@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Any
@@ -34,6 +35,17 @@ class Caller:
         return x
 
 
+# process_setup.py's override: TensorPipe over TCP only (uv transport, basic channel);
+# forcing transports without shm also turns actorrt's shared-memory road off, and
+# ACTORRT_SHM=0 says so outright. Workers inherit it from the driver.
+TCP_ONLY_ENV = {"ACTORRT_TP_TRANSPORTS": "uv", "ACTORRT_TP_CHANNELS": "basic", "ACTORRT_SHM": "0"}
+
+
+def use_tcp_only() -> None:
+    """Makes the next ``actorrt.start`` in this process use TCP only (set before it)."""
+    os.environ.update(TCP_ONLY_ENV)
+
+
 def _ready(handles: list) -> None:
     actorrt.get([h.ping.remote() for h in handles], timeout=120)
 
@@ -42,11 +54,7 @@ def run(suite: str, cfg: dict) -> dict:
     if suite == "first_call":
         return first_call(cfg)
     if suite == "tcp":
-        # process_setup.py's override: TensorPipe over TCP only (uv transport, basic channel).
-        import os
-
-        os.environ["ACTORRT_TP_TRANSPORTS"] = "uv"
-        os.environ["ACTORRT_TP_CHANNELS"] = "basic"
+        use_tcp_only()
         with actorrt.start(num_workers=1):
             t = Target.remote()
             _ready([t])

@@ -36,7 +36,7 @@ RTarget = ray.remote(num_cpus=0)(Target)
 RCaller = ray.remote(num_cpus=0)(Caller)
 
 
-def _init(num_cpus: int) -> None:
+def init(num_cpus: int) -> None:
     ray.init(
         num_cpus=num_cpus,
         include_dashboard=False,
@@ -48,7 +48,7 @@ def _init(num_cpus: int) -> None:
 def run(suite: str, cfg: dict) -> dict:
     if suite == "first_call":
         return first_call(cfg)
-    _init(8 if suite == "nn" else 2)
+    init(8 if suite == "nn" else 2)
     try:
         if suite == "nn":
             return nn_calls(cfg)
@@ -111,7 +111,7 @@ def nn_calls(cfg: dict) -> dict:
 
 def first_call(cfg: dict) -> dict:
     t0 = time.perf_counter()
-    _init(4)
+    init(4)
     try:
         t = RTarget.remote()
         ray.get(t.ping.remote(1))

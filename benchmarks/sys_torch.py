@@ -54,8 +54,21 @@ def start_group(world: int, tcp_only: bool = False) -> list[subprocess.Popen]:
     os.environ.setdefault("TP_SOCKET_IFNAME", "lo")
     port = free_port()
     procs = _spawn_workers(world, port, tcp_only)
-    rpc.init_rpc("w0", rank=0, world_size=world, rpc_backend_options=_options(port, tcp_only))
+    try:
+        rpc.init_rpc("w0", rank=0, world_size=world, rpc_backend_options=_options(port, tcp_only))
+    except BaseException:
+        kill_all(procs)  # a group that did not form leaves no worker behind
+        raise
     return procs
+
+
+def kill_all(procs: list[subprocess.Popen]) -> None:
+    """Kills the workers we spawned (by their pids) and reaps them."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait(10)
 
 
 def stop_group(procs: list[subprocess.Popen]) -> None:
