@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import context
+from actorrt.runtime import context, quick_rpc
 from actorrt.runtime.host import post_call
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
@@ -108,8 +108,8 @@ class CallBatches:
             self._awaiting[key] = item.future
         calls = [BatchedCall(h.actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
         try:
-            sent: torch.futures.Future[None] = rpc.rpc_async(
-                worker, rpc_call_batch, args=(self.name, calls), timeout=0
+            sent: torch.futures.Future[None] = quick_rpc.rpc_async(
+                worker, rpc_call_batch, (self.name, calls)
             )
         except Exception as exc:  # the agent could not queue it: the worker is gone
             for key, item in zip(keys, items, strict=True):
@@ -236,8 +236,8 @@ class ReplyBatches:
         replies = [Reply(actor_id, seq, wire) for actor_id, seq, wire, _ in items]
         acks = [item.acked for item in items]
         try:
-            sent: torch.futures.Future[None] = rpc.rpc_async(
-                caller, rpc_replies, args=(self.name, replies), timeout=0
+            sent: torch.futures.Future[None] = quick_rpc.rpc_async(
+                caller, rpc_replies, (self.name, replies)
             )
         except Exception:  # the caller is gone: nobody waits for these replies
             for ack in acks:

@@ -17,7 +17,7 @@ import cloudpickle
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import context
+from actorrt.runtime import context, quick_rpc
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
 
@@ -70,6 +70,9 @@ class ActorHost:
     def _mailbox(self, actor_id: str) -> Mailbox:
         # Calls may arrive before the creation request (RPC threads race), so the first
         # message for an actor makes its mailbox; calls wait there for the constructor.
+        box = self._mailboxes.get(actor_id)  # one dict read is atomic: no lock per call
+        if box is not None:
+            return box
         with self._lock:
             box = self._mailboxes.get(actor_id)
             if box is None:
@@ -201,8 +204,8 @@ def post_call(
     The one place a call leaves alone (the batches send theirs with ``rpc_call_batch``).
     No timeout: actor methods may run for long, and ``get(timeout=)`` bounds the waits.
     """
-    future: torch.futures.Future[Wire] = rpc.rpc_async(
-        worker, rpc_call, args=(actor_id, caller, seq, method, wire), timeout=0
+    future: torch.futures.Future[Wire] = quick_rpc.rpc_async(
+        worker, rpc_call, (actor_id, caller, seq, method, wire)
     )
     return future
 

@@ -249,6 +249,10 @@ class Mailbox:
 
     def _begin(self, call: Call) -> bool:
         """False (the call answered, if nobody did) when the actor died before it ran."""
+        if self._dead is None:
+            # Read without the lock: a kill that lands after this answers the call itself
+            # (it claims every accepted call), as for a kill while the method runs.
+            return True
         with self._lock:
             dead = self._dead
             claimed = dead is not None and _claim(call)

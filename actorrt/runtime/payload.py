@@ -64,21 +64,20 @@ def _plain(value: Any, depth: int = 0) -> int:
         return _PLAIN_WITH_TENSORS
     if depth == _PLAIN_DEPTH or kind not in (tuple, list, dict) or len(value) > _PLAIN_WIDTH:
         return _NOT_PLAIN
-    found = _PLAIN
     if kind is dict:
-        for key, item in value.items():
+        for key in value:
             if type(key) not in _ATOMS:
                 return _NOT_PLAIN
-            inner = _plain(item, depth + 1)
-            if inner == _NOT_PLAIN:
-                return _NOT_PLAIN
-            found = max(found, inner)
-        return found
+        value = value.values()
+    found = _PLAIN
     for item in value:
+        if type(item) in _ATOMS:  # most items: no call for them
+            continue
         inner = _plain(item, depth + 1)
         if inner == _NOT_PLAIN:
             return _NOT_PLAIN
-        found = max(found, inner)
+        if inner > found:
+            found = inner
     return found
 
 

@@ -53,7 +53,7 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
         b = Sleeper.remote()
         victim = actorrt.get(a.pid.remote(), timeout=30)
         pending = a.sleep.remote(60)
-        rt.calls.outbox._window = 30.0  # what follows is a burst: calls go in a batch
+        rt.calls.outbox.fixed_window = 30.0  # what follows is a burst: calls go in a batch
         pending_no_timeout = a.sleep.remote(60)
         batched = [a.sleep.remote(60) for _ in range(3)]
         time.sleep(0.3)
