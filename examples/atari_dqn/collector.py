@@ -334,6 +334,17 @@ class Collector:
         self.link = ActorLink(learner)
         self.last_result: dict[str, Any] = {}
 
+    def set_learner(self, learner: Any) -> None:
+        """Pushes to ``learner`` from now on: the driver's replacement of a learner that died.
+
+        The weights version held is forgotten, so the next refresh fetches the new learner's
+        weights whatever version it counts from. The new learner has not seen this
+        collector's streams: it takes each one's next frame as an episode start
+        (:meth:`FrameReplay.add`), so no transition is made up from a frame it never saw.
+        """
+        self.link = ActorLink(learner)
+        self.core.weight_version = -1
+
     def run(self, max_frames: int, timeout: float = 300.0) -> dict[str, Any]:
         """Collects ``max_frames`` frames; returns the loop's counters."""
         self.last_result = run_collect_loop(self.core, self.link, max_frames, timeout=timeout)

@@ -43,6 +43,13 @@ from examples.atari_dqn.exploration import linear_epsilon
 from examples.atari_dqn.learner import Learner
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
 from examples.atari_dqn.networks import build_q_network
+from examples.atari_dqn.recovery import (
+    Crew,
+    learner_death,
+    record_learner,
+    replace_learner,
+    rerun_collector,
+)
 
 __all__ = [
     "build_config",
@@ -143,6 +150,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "max_restarts; -1: no limit; 0: a dead collector ends the run)",
     )
     p.add_argument(
+        "--learner-restarts",
+        type=int,
+        default=0,
+        help="times the driver recreates the learner when its process dies, from the last "
+        "checkpoint (written at every --eval-every); the collectors then push to the new "
+        "learner (-1: no limit; 0: a dead learner ends the run)",
+    )
+    p.add_argument(
         "--learner-threads",
         type=int,
         default=None,
@@ -192,6 +207,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--num-workers is for a local cluster; with --init-method use --world-size")
     if args.num_workers is not None and args.num_workers < 1:
         p.error("--num-workers must be >= 1")
+    if args.learner_restarts < -1:
+        p.error("--learner-restarts must be >= 0, or -1 for no limit")
     return args
 
 
@@ -336,6 +353,25 @@ def show_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _learner_threads(threads: int | None, learner_gpus: float, num_collectors: int) -> int | None:
+    """A CPU learner's torch threads: the cores the collectors leave, at least 1."""
+    if threads is None and not learner_gpus:
+        return max(1, (os.cpu_count() or 1) - num_collectors)
+    return threads
+
+
+def _learner_actor(
+    cfg_dict: dict[str, Any],
+    transport: str,
+    learner_gpus: float,
+    learner_threads: int | None,
+    label: str | None = "learner",
+) -> Any:
+    """Creates the learner actor (its constructor may still be running)."""
+    learner_cls = actorrt.actor(label=label, num_gpus=learner_gpus, max_concurrency=1)(Learner)
+    return learner_cls.remote(cfg_dict, transport=transport, num_threads=learner_threads)
+
+
 def launch_actors(
     cfg: DQNConfig,
     num_collectors: int,
@@ -368,14 +404,12 @@ def launch_actors(
         ``(learner_handle, [collector_handles])``, ready (constructors have finished).
     """
     learner_gpus, collector_gpus = resolve_gpus(transport, learner_gpus, collector_gpus)
-    if learner_threads is None and not learner_gpus:
-        learner_threads = max(1, (os.cpu_count() or 1) - num_collectors)
-    learner_cls = actorrt.actor(label="learner", num_gpus=learner_gpus, max_concurrency=1)(Learner)
+    learner_threads = _learner_threads(learner_threads, learner_gpus, num_collectors)
     collector_cls = actorrt.actor(
         label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts
     )(Collector)
     cfg_dict = cfg.to_dict()
-    learner = learner_cls.remote(cfg_dict, transport=transport, num_threads=learner_threads)
+    learner = _learner_actor(cfg_dict, transport, learner_gpus, learner_threads)
     collectors = [
         collector_cls.remote(
             cfg_dict, learner, i, num_collectors, transport=transport, frame_offset=frame_offset
@@ -386,6 +420,23 @@ def launch_actors(
     actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
     actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
     return learner, collectors
+
+
+def _replacement_learner(cfg: DQNConfig, args: argparse.Namespace) -> Any:
+    """A new learner for ``--learner-restarts``, its constructor finished.
+
+    It goes into a live ``learner`` slot when one is left, else (the learner's one slot
+    died with its process) onto any live process that can host it, GPUs included. With
+    ``--transport cuda`` that process may have no device map to the collectors'.
+    """
+    learner_gpus, _ = resolve_gpus(args.transport, args.learner_gpus, args.collector_gpus)
+    threads = _learner_threads(args.learner_threads, learner_gpus, args.collectors)
+    try:
+        learner = _learner_actor(cfg.to_dict(), args.transport, learner_gpus, threads)
+    except actorrt.PlacementError:
+        learner = _learner_actor(cfg.to_dict(), args.transport, learner_gpus, threads, None)
+    actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
+    return learner
 
 
 def _default_logdir(env_id: str) -> Path:
@@ -411,15 +462,19 @@ class _Evaluator:
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """Runs a whole training job; returns a summary (also printed).
 
+    With ``--learner-restarts``, a learner whose process died is recreated from the last
+    checkpoint and the run goes on (:func:`~examples.atari_dqn.recovery.replace_learner`).
+
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
         ``checkpoint``, ``plan`` (the plan.json path), ``updates``, ``weight_refreshes``
-        (sum over collectors).
+        (sum over collectors), ``learner_restarts``.
     """
     cfg = build_config(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
     resume_state = None
+    resume_path = None
     frame_offset = 0
     if args.resume is not None:
         resume_path = Path(args.resume) if args.resume else ckpt_path
@@ -460,15 +515,60 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         remaining = max(0, cfg.total_frames - frame_offset)
         per_collector = math.ceil(remaining / args.collectors)
         runs = [c.run.remote(per_collector) for c in collectors] if remaining else []
-        results = _watch(
-            args, cfg, learner, runs, logger, evaluator, ckpt_path, frame_offset, t_start,
-            collectors,
-        )  # fmt: skip
-        state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
-        stats = actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
-        frames = frame_offset + sum(r["frames"] for r in results)
-        save_checkpoint(ckpt_path, state, frames, cfg.env_id)
-        eval_returns = evaluator(learner)
+        crew = Crew(learner, collectors, runs, checkpoint=resume_path)
+        record_learner(crew, _CALL_TIMEOUT_S)
+        _write_learner(logdir / "learner.json", crew)
+        monitor = _Monitor(args, cfg, logger, evaluator, ckpt_path, frame_offset, t_start)
+        restarts = 0
+        lost: actorrt.ActorDiedError | None = None
+        try:
+            while True:
+                try:
+                    if lost is not None:
+                        entry = replace_learner(
+                            crew,
+                            lambda: _replacement_learner(cfg, args),
+                            cfg.env_id,
+                            cfg.total_frames,
+                            args.collector_restarts,
+                            _CALL_TIMEOUT_S,
+                        )
+                        _write_learner(logdir / "learner.json", crew)
+                        monitor.learner_replaced(crew.learner)
+                        print(
+                            f"learner restarted on {entry['process']} from "
+                            f"{entry['checkpoint'] or 'scratch (no checkpoint yet)'}: "
+                            f"frames={entry['frames']:,} updates={entry['updates']:,}",
+                            flush=True,
+                        )
+                        lost = None
+                    monitor.watch(crew)
+                    state = actorrt.get(
+                        crew.learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S
+                    )
+                    stats = actorrt.get(crew.learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
+                    # The learner's count, which a run that restarts from a checkpoint
+                    # keeps true (collectors' counts include frames the checkpoint lost).
+                    frames = stats["frames"]
+                    save_checkpoint(ckpt_path, state, frames, cfg.env_id)
+                    crew.checkpoint = ckpt_path
+                    eval_returns = evaluator(crew.learner)
+                    break
+                except (actorrt.ActorError, actorrt.ActorDiedError) as exc:
+                    lost = learner_death(exc, crew.learner)
+                    if lost is None or restarts == args.learner_restarts:
+                        raise
+                    restarts += 1
+                    print(
+                        f"learner died ({lost}); restarting it from "
+                        f"{crew.checkpoint or 'scratch (no checkpoint yet)'} "
+                        f"(restart {restarts} of "
+                        f"{'unlimited' if args.learner_restarts < 0 else args.learner_restarts})",
+                        flush=True,
+                    )
+        finally:
+            monitor.close()
+        refreshes = actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
     finally:
         actorrt.shutdown()
     seconds = time.monotonic() - t_start
@@ -487,7 +587,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         updates=stats["updates"],
         eval_returns=eval_returns,
         eval_mean=eval_mean,
-        weight_refreshes=sum(r["weight_refreshes"] for r in results),
+        weight_refreshes=sum(r["weight_refreshes"] for r in refreshes),
+        learner_restarts=restarts,
         learning_curve=str(png),
     )
     print(
@@ -499,130 +600,131 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def _watch(
-    args: argparse.Namespace,
-    cfg: DQNConfig,
-    learner: Any,
-    runs: list[Any],
-    logger: MetricsLogger,
-    evaluator: _Evaluator,
-    ckpt_path: Path,
-    frame_offset: int,
-    t_start: float,
-    collectors: list[Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Polls the learner until every collector's run finished; logs, evaluates, saves.
+class _Monitor:
+    """Polls the learner while collectors run: progress, logs, evaluations, checkpoints.
 
-    A collector whose process died (it is recreated: ``--collector-restarts``) gets a new
-    run, over its share of the frames still to collect.
+    One per training run; it outlives learner restarts (:meth:`learner_replaced`).
     """
-    from tqdm import tqdm
 
-    recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
-    seen_episodes = 0
-    next_eval = frame_offset + args.eval_every if args.eval_every else math.inf
-    bar = tqdm(
-        total=cfg.total_frames,
-        initial=frame_offset,
-        unit="frame",
-        unit_scale=True,
-        disable=args.no_progress or None,
-        dynamic_ncols=True,
-        file=sys.stdout,
-    )
-    last_frames, last_t = frame_offset, time.monotonic()
-    # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then instead.
-    plain_every = math.inf if args.no_progress or not bar.disable else 15.0
-    last_plain = time.monotonic()
-    last_logged = -1
-    # Resumed runs start counting the learner's frames from the checkpoint's transitions.
-    pending = list(runs)
-    try:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cfg: DQNConfig,
+        logger: MetricsLogger,
+        evaluator: _Evaluator,
+        ckpt_path: Path,
+        frame_offset: int,
+        t_start: float,
+    ) -> None:
+        from tqdm import tqdm
+
+        self.args, self.cfg, self.logger = args, cfg, logger
+        self.evaluator, self.ckpt_path, self.t_start = evaluator, ckpt_path, t_start
+        self.recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
+        self.seen_episodes = 0
+        self.next_eval = frame_offset + args.eval_every if args.eval_every else math.inf
+        self.bar = tqdm(
+            total=cfg.total_frames,
+            initial=frame_offset,
+            unit="frame",
+            unit_scale=True,
+            disable=args.no_progress or None,
+            dynamic_ncols=True,
+            file=sys.stdout,
+        )
+        self.last_frames, self.last_t = frame_offset, time.monotonic()
+        # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then.
+        self.plain_every = math.inf if args.no_progress or not self.bar.disable else 15.0
+        self.last_plain = time.monotonic()
+        self.last_logged = -1
+
+    def learner_replaced(self, learner: Any) -> None:
+        """A new learner took over: its episodes (from the checkpoint) were logged already."""
+        stats = actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
+        self.seen_episodes = stats["episodes_total"]
+        self.last_frames, self.last_t = stats["frames"], time.monotonic()
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def watch(self, crew: Crew) -> None:
+        """Polls until every collector's run finished (raising the error of one that failed).
+
+        A collector whose process died (it is recreated: ``--collector-restarts``) gets a
+        new run, over its share of the frames still to collect. Each evaluation also
+        writes the checkpoint (``crew.checkpoint``).
+        """
+        args, cfg = self.args, self.cfg
+        pending = list(crew.runs)
         while pending:
             ready, pending = actorrt.wait(pending, num_returns=len(pending), timeout=_POLL_S)
-            stats = actorrt.get(learner.stats.remote(seen_episodes), timeout=_CALL_TIMEOUT_S)
+            stats = actorrt.get(
+                crew.learner.stats.remote(self.seen_episodes), timeout=_CALL_TIMEOUT_S
+            )
             for ref in ready:
-                rerun = _rerun_if_died(args, cfg, ref, runs, collectors, stats["frames"])
+                rerun = rerun_collector(
+                    crew, ref, args.collector_restarts, cfg.total_frames, stats["frames"]
+                )
                 if rerun is not None:
                     pending.append(rerun)
             for frame, ret, length in stats["episodes"]:
-                recent.append(ret)
-                logger.log_episode(frame, ret, length)
-            seen_episodes = stats["episodes_total"]
+                self.recent.append(ret)
+                self.logger.log_episode(frame, ret, length)
+            self.seen_episodes = stats["episodes_total"]
             now = time.monotonic()
             frames = stats["frames"]
-            fps = (frames - last_frames) / max(now - last_t, 1e-9)
-            last_frames, last_t = frames, now
+            fps = (frames - self.last_frames) / max(now - self.last_t, 1e-9)
+            self.last_frames, self.last_t = frames, now
             row = {
-                "wall_s": now - t_start,
+                "wall_s": now - self.t_start,
                 "frames": frames,
                 "fps": fps,
-                "episodes": seen_episodes,
-                "return_mean": float(np.mean(recent)) if recent else math.nan,
+                "episodes": self.seen_episodes,
+                "return_mean": float(np.mean(self.recent)) if self.recent else math.nan,
                 "loss_mean": stats["loss_mean"],
                 "q_mean": stats["q_mean"],
                 "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
                 "updates": stats["updates"],
                 "replay_size": stats["replay_size"],
             }
-            if next_eval <= frames < cfg.total_frames and pending:  # the end has its own
-                returns = evaluator(learner)
-                row["eval_return"] = float(np.mean(returns))
-                state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
-                save_checkpoint(ckpt_path, state, frames, cfg.env_id)
-                tqdm.write(
-                    f"eval at {frames:,} frames: mean return {row['eval_return']:.2f} "
-                    f"over {len(returns)} episodes (checkpoint {ckpt_path})"
-                )
-                while next_eval <= frames:
-                    next_eval += args.eval_every
-            if frames != last_logged or "eval_return" in row:
-                logger.log(row)
-                last_logged = frames
-            postfix = progress_fields(row, stats["last_loss"], have_returns=bool(recent))
-            bar.update(max(0, min(frames, cfg.total_frames) - bar.n))
-            bar.set_postfix(postfix, refresh=False)
-            if now - last_plain >= plain_every:
-                last_plain = now
-                fields = " ".join(f"{k}={v}" for k, v in postfix.items())
-                print(f"frames={frames:,}/{cfg.total_frames:,} {fields}", flush=True)
-        return actorrt.get(list(runs), timeout=_CALL_TIMEOUT_S)
-    finally:
-        bar.close()
+            if self.next_eval <= frames < cfg.total_frames and pending:  # the end has its own
+                self._evaluate(crew, row)
+            if frames != self.last_logged or "eval_return" in row:
+                self.logger.log(row)
+                self.last_logged = frames
+            self._show(row, stats["last_loss"])
+        actorrt.get(list(crew.runs), timeout=_CALL_TIMEOUT_S)
+
+    def _evaluate(self, crew: Crew, row: dict[str, Any]) -> None:
+        """Evaluates the learner's weights into ``row`` and writes the checkpoint."""
+        frames = row["frames"]
+        returns = self.evaluator(crew.learner)
+        row["eval_return"] = float(np.mean(returns))
+        state = actorrt.get(crew.learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
+        save_checkpoint(self.ckpt_path, state, frames, self.cfg.env_id)
+        crew.checkpoint = self.ckpt_path
+        self.bar.write(
+            f"eval at {frames:,} frames: mean return {row['eval_return']:.2f} "
+            f"over {len(returns)} episodes (checkpoint {self.ckpt_path})"
+        )
+        while self.next_eval <= frames:
+            self.next_eval += self.args.eval_every
+
+    def _show(self, row: dict[str, Any], last_loss: float) -> None:
+        """The progress bar, or a plain line every 15 s without a terminal."""
+        postfix = progress_fields(row, last_loss, have_returns=bool(self.recent))
+        self.bar.update(max(0, min(row["frames"], self.cfg.total_frames) - self.bar.n))
+        self.bar.set_postfix(postfix, refresh=False)
+        now = time.monotonic()
+        if now - self.last_plain >= self.plain_every:
+            self.last_plain = now
+            fields = " ".join(f"{k}={v}" for k, v in postfix.items())
+            print(f"frames={row['frames']:,}/{self.cfg.total_frames:,} {fields}", flush=True)
 
 
-def _rerun_if_died(
-    args: argparse.Namespace,
-    cfg: DQNConfig,
-    ref: Any,
-    runs: list[Any],
-    collectors: list[Any] | None,
-    frames: int,
-) -> Any | None:
-    """A new run for the collector whose run ``ref`` failed because its process died.
-
-    The collector was recreated (``max_restarts``) with a fresh environment; it collects
-    its share of the frames still missing. Returns the new run's ref (``runs`` holds it),
-    or None when the run did not die (or restarts are off: the error ends the run).
-
-    Raises:
-        ActorDiedError: The collector died and was not recreated.
-    """
-    if not collectors or args.collector_restarts == 0:
-        return None
-    try:
-        actorrt.get(ref, timeout=0)
-        return None
-    except actorrt.ActorDiedError as exc:
-        error = exc
-    i = runs.index(ref)
-    state = {a.actor_id: a.state for a in actorrt.actors()}.get(collectors[i].actor_id)
-    if state not in ("ALIVE", "RESTARTING"):
-        raise error  # not recreated (restarts used up, or no process can host it)
-    left = max(1, math.ceil((cfg.total_frames - frames) / len(collectors)))
-    print(f"collector {i} died ({error}); restarted: it collects {left:,} more frames", flush=True)
-    runs[i] = collectors[i].run.remote(left)
-    return runs[i]
+def _write_learner(path: Path, crew: Crew) -> None:
+    """``learner.json``: each learner instance's process, pid and what it started from."""
+    path.write_text(json.dumps(crew.learners, indent=2))
 
 
 def _write_collector_pids(path: Path, collectors: list[Any]) -> None:
