@@ -31,7 +31,7 @@ def config(quick: bool) -> dict[str, Any]:
             "first_call_reps": 1,
             "sizes": QUICK_SIZES,
             "xfer_time": 0.4,
-            "dqn_seconds": 6.0,
+            "dqn_frames": 4000,
         }
     return {
         "quick": False,
@@ -45,7 +45,7 @@ def config(quick: bool) -> dict[str, Any]:
         "first_call_reps": 3,
         "sizes": FULL_SIZES,
         "xfer_time": 1.5,
-        "dqn_seconds": 20.0,
+        "dqn_frames": 12000,
     }
 
 

@@ -15,6 +15,9 @@ slots, collectors talk to the learner) goes to ``actorrt.start(labels=..., talks
 locally and across nodes alike: the plan, computed once when the cluster forms, decides
 which process (and GPU) hosts each slot, so workers are started without ``--labels``.
 Every run writes that plan to ``<logdir>/plan.json``; ``--plan`` prints it and exits.
+
+``--backend ray`` runs the same actor classes on a local Ray instance instead (no
+layout, no plan): the actor operations go through :mod:`examples.atari_dqn.backend`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import math
 import os
 import sys
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,21 +36,20 @@ import numpy as np
 import torch
 
 import actorrt
+from examples.atari_dqn.backend import BACKENDS, ActorSpec, Backend
+from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
-from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari
-from examples.atari_dqn.envs import obs_spec
-from examples.atari_dqn.evaluation import evaluate
-from examples.atari_dqn.exploration import linear_epsilon
+from examples.atari_dqn.config import DQNConfig, config_for_env
 from examples.atari_dqn.learner import Learner
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
-from examples.atari_dqn.networks import build_q_network
+from examples.atari_dqn.monitor import CALL_TIMEOUT_S, Evaluator, Monitor, progress_fields
 from examples.atari_dqn.recovery import (
     Crew,
     learner_death,
     record_learner,
     replace_learner,
-    rerun_collector,
+    top_up,
 )
 
 __all__ = [
@@ -65,9 +66,6 @@ __all__ = [
     "write_plan",
 ]
 
-_POLL_S = 1.0  # progress / log interval
-_CALL_TIMEOUT_S = 300.0  # bound on any single driver wait for an actor reply
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parses the command line (see ``python -m examples.atari_dqn --help``)."""
@@ -80,6 +78,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--env",
         default="ALE/Pong-v5",
         help="gymnasium id: ALE/<Game>-v5 (CNN) or CartPole-v1 (MLP)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="actorrt",
+        help="the runtime the learner and collector actors run on: actorrt (a local "
+        "cluster with the layout, or --init-method), or ray (a local Ray instance, "
+        "ray.init(); the same actor classes, no layout or plan)",
     )
     p.add_argument("--collectors", type=int, default=2, help="collector actors")
     p.add_argument(
@@ -209,6 +215,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--num-workers must be >= 1")
     if args.learner_restarts < -1:
         p.error("--learner-restarts must be >= 0, or -1 for no limit")
+    if args.backend == "ray":
+        actorrt_only = {
+            "--init-method": args.init_method,
+            "--num-workers": args.num_workers,
+            "--plan": args.plan,
+            "--transport cuda": args.transport == "cuda" or None,
+            "--cuda-device-map": args.cuda_device_map,
+            "--local-cuda-devices": args.local_cuda_devices,
+        }
+        given = [flag for flag, value in actorrt_only.items() if value is not None]
+        if given:
+            p.error(
+                f"{', '.join(given)}: only with --backend actorrt (Ray runs on one machine "
+                "here, without a layout or device maps); drop them or use --backend actorrt"
+            )
     return args
 
 
@@ -279,6 +300,29 @@ def _start_cluster(args: argparse.Namespace) -> None:
         if args.num_workers is not None:  # else one worker process per layout slot
             common["num_workers"] = args.num_workers
         actorrt.start(**common)
+
+
+def _start(args: argparse.Namespace) -> None:
+    """Starts the backend's runtime: the actorrt cluster, or a local Ray instance."""
+    if args.backend == "actorrt":
+        _start_cluster(args)
+        return
+    import ray
+
+    # Ray's workers are fresh interpreters that import the example by name: the
+    # repository root goes on their path (they inherit this environment).
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False)
+
+
+def _stop(args: argparse.Namespace) -> None:
+    if args.backend == "actorrt":
+        actorrt.shutdown()
+    else:
+        import ray
+
+        ray.shutdown()
 
 
 def _slot_holders(plan: dict[str, Any], label: str) -> list[str]:
@@ -361,6 +405,7 @@ def _learner_threads(threads: int | None, learner_gpus: float, num_collectors: i
 
 
 def _learner_actor(
+    rt: Backend,
     cfg_dict: dict[str, Any],
     transport: str,
     learner_gpus: float,
@@ -368,8 +413,8 @@ def _learner_actor(
     label: str | None = "learner",
 ) -> Any:
     """Creates the learner actor (its constructor may still be running)."""
-    learner_cls = actorrt.actor(label=label, num_gpus=learner_gpus, max_concurrency=1)(Learner)
-    return learner_cls.remote(cfg_dict, transport=transport, num_threads=learner_threads)
+    spec = ActorSpec(label=label, num_gpus=learner_gpus, max_concurrency=1)
+    return rt.actor(Learner, spec, cfg_dict, transport=transport, num_threads=learner_threads)
 
 
 def launch_actors(
@@ -382,11 +427,13 @@ def launch_actors(
     learner_threads: int | None = None,
     frame_offset: int = 0,
     collector_restarts: int = 0,
+    backend: str = "actorrt",
 ) -> tuple[Any, list[Any]]:
     """Creates the learner actor and ``num_collectors`` collector actors.
 
-    The plain classes are decorated here rather than where they are defined, so tests
-    and the in-process benchmark use them without a runtime.
+    The plain classes are made actors here (:mod:`examples.atari_dqn.backend`) rather
+    than where they are defined, so tests and the in-process benchmark use them without
+    a runtime, and the same classes run on actorrt and on Ray.
 
     Args:
         cfg: Configuration (sent to every actor as a dict).
@@ -399,26 +446,35 @@ def launch_actors(
             leave, at least 1; oversubscribed torch threads are many times slower).
         frame_offset: Global frames already done (resume), for the epsilon schedule.
         collector_restarts: The collectors' ``max_restarts``.
+        backend: ``"actorrt"`` (a cluster started with :func:`build_layout`'s layout) or
+            ``"ray"`` (``ray.init`` done).
 
     Returns:
         ``(learner_handle, [collector_handles])``, ready (constructors have finished).
     """
+    rt = make_backend(backend)
     learner_gpus, collector_gpus = resolve_gpus(transport, learner_gpus, collector_gpus)
     learner_threads = _learner_threads(learner_threads, learner_gpus, num_collectors)
-    collector_cls = actorrt.actor(
-        label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts
-    )(Collector)
+    spec = ActorSpec(label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts)
     cfg_dict = cfg.to_dict()
-    learner = _learner_actor(cfg_dict, transport, learner_gpus, learner_threads)
+    learner = _learner_actor(rt, cfg_dict, transport, learner_gpus, learner_threads)
     collectors = [
-        collector_cls.remote(
-            cfg_dict, learner, i, num_collectors, transport=transport, frame_offset=frame_offset
-        )
+        rt.actor(
+            Collector,
+            spec,
+            cfg_dict,
+            learner,
+            i,
+            num_collectors,
+            transport=transport,
+            frame_offset=frame_offset,
+            backend=backend,
+        )  # fmt: skip
         for i in range(num_collectors)
     ]
     # Constructors build envs and networks; surface their errors here, not mid-run.
-    actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
-    actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
+    rt.get(learner.stats.remote(), CALL_TIMEOUT_S)
+    rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     return learner, collectors
 
 
@@ -429,34 +485,21 @@ def _replacement_learner(cfg: DQNConfig, args: argparse.Namespace) -> Any:
     died with its process) onto any live process that can host it, GPUs included. With
     ``--transport cuda`` that process may have no device map to the collectors'.
     """
+    rt = make_backend(args.backend)
     learner_gpus, _ = resolve_gpus(args.transport, args.learner_gpus, args.collector_gpus)
     threads = _learner_threads(args.learner_threads, learner_gpus, args.collectors)
+    cfg_dict = cfg.to_dict()
     try:
-        learner = _learner_actor(cfg.to_dict(), args.transport, learner_gpus, threads)
+        learner = _learner_actor(rt, cfg_dict, args.transport, learner_gpus, threads)
     except actorrt.PlacementError:
-        learner = _learner_actor(cfg.to_dict(), args.transport, learner_gpus, threads, None)
-    actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
+        learner = _learner_actor(rt, cfg_dict, args.transport, learner_gpus, threads, None)
+    rt.get(learner.stats.remote(), CALL_TIMEOUT_S)
     return learner
 
 
 def _default_logdir(env_id: str) -> Path:
     name = env_id.replace("ALE/", "").replace("/", "_")
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-class _Evaluator:
-    """Evaluates the learner's current weights in the driver process."""
-
-    def __init__(self, cfg: DQNConfig) -> None:
-        obs_shape, _, n_actions = obs_spec(cfg)
-        self.cfg = cfg
-        self.q_net = build_q_network(cfg, obs_shape, n_actions)
-
-    def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
-        reply = actorrt.get(learner.get_weights.remote(-1, cpu=True), timeout=_CALL_TIMEOUT_S)
-        _, state = reply
-        self.q_net.load_state_dict({k: v.cpu() for k, v in state.items()})
-        return evaluate(self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999)
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -467,8 +510,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
-        ``checkpoint``, ``plan`` (the plan.json path), ``updates``, ``weight_refreshes``
-        (sum over collectors), ``learner_restarts``.
+        ``checkpoint``, ``plan`` (the plan.json path; None on Ray), ``updates``,
+        ``weight_refreshes`` (sum over collectors), ``learner_restarts``.
     """
     cfg = build_config(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
@@ -482,19 +525,21 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         frame_offset = int(resume_state["frames"])
         print(f"resuming from {resume_path} at {frame_offset:,} frames")
     logger = MetricsLogger(logdir, resume=resume_state is not None)
-    evaluator = _Evaluator(cfg)
+    rt = make_backend(args.backend)
+    evaluator = Evaluator(cfg, rt)
     t_start = time.monotonic()
+    on_actorrt = args.backend == "actorrt"
     summary: dict[str, Any] = {
         "logdir": str(logdir),
         "checkpoint": str(ckpt_path),
-        "plan": str(logdir / "plan.json"),
+        "plan": str(logdir / "plan.json") if on_actorrt else None,
     }
 
-    _start_cluster(args)
+    _start(args)
     try:
-        # The plan this run runs with: where every slot (and so every actor) is.
-        plan = write_plan(logdir / "plan.json")
-        print(placement_line(plan), flush=True)
+        if on_actorrt:  # the plan this run runs with: where every slot (and actor) is
+            plan = write_plan(logdir / "plan.json")
+            print(placement_line(plan), flush=True)
         learner, collectors = launch_actors(
             cfg,
             args.collectors,
@@ -504,73 +549,30 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             learner_threads=args.learner_threads,
             frame_offset=frame_offset,
             collector_restarts=args.collector_restarts,
+            backend=args.backend,
         )
-        print(_actors_line(actorrt.actors()), flush=True)
-        _write_collector_pids(logdir / "collectors.json", collectors)
+        if on_actorrt:
+            print(_actors_line(actorrt.actors()), flush=True)
+        _write_collector_pids(logdir / "collectors.json", rt, collectors)
         if resume_state is not None:
-            actorrt.get(
-                learner.load_checkpoint_state.remote(resume_state["learner"]),
-                timeout=_CALL_TIMEOUT_S,
-            )
+            rt.get(learner.load_checkpoint_state.remote(resume_state["learner"]), CALL_TIMEOUT_S)
         remaining = max(0, cfg.total_frames - frame_offset)
         per_collector = math.ceil(remaining / args.collectors)
         runs = [c.run.remote(per_collector) for c in collectors] if remaining else []
-        crew = Crew(learner, collectors, runs, checkpoint=resume_path)
-        record_learner(crew, _CALL_TIMEOUT_S)
+        crew = Crew(rt, learner, collectors, runs, checkpoint=resume_path)
+        record_learner(crew, CALL_TIMEOUT_S)
         _write_learner(logdir / "learner.json", crew)
-        monitor = _Monitor(args, cfg, logger, evaluator, ckpt_path, frame_offset, t_start)
-        restarts = 0
-        lost: actorrt.ActorDiedError | None = None
+        monitor = Monitor(args, cfg, logger, evaluator, ckpt_path, frame_offset, t_start)
         try:
-            while True:
-                try:
-                    if lost is not None:
-                        entry = replace_learner(
-                            crew,
-                            lambda: _replacement_learner(cfg, args),
-                            cfg.env_id,
-                            cfg.total_frames,
-                            args.collector_restarts,
-                            _CALL_TIMEOUT_S,
-                        )
-                        _write_learner(logdir / "learner.json", crew)
-                        monitor.learner_replaced(crew.learner)
-                        print(
-                            f"learner restarted on {entry['process']} from "
-                            f"{entry['checkpoint'] or 'scratch (no checkpoint yet)'}: "
-                            f"frames={entry['frames']:,} updates={entry['updates']:,}",
-                            flush=True,
-                        )
-                        lost = None
-                    monitor.watch(crew)
-                    state = actorrt.get(
-                        crew.learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S
-                    )
-                    stats = actorrt.get(crew.learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
-                    # The learner's count, which a run that restarts from a checkpoint
-                    # keeps true (collectors' counts include frames the checkpoint lost).
-                    frames = stats["frames"]
-                    save_checkpoint(ckpt_path, state, frames, cfg.env_id)
-                    crew.checkpoint = ckpt_path
-                    eval_returns = evaluator(crew.learner)
-                    break
-                except (actorrt.ActorError, actorrt.ActorDiedError) as exc:
-                    lost = learner_death(exc, crew.learner)
-                    if lost is None or restarts == args.learner_restarts:
-                        raise
-                    restarts += 1
-                    print(
-                        f"learner died ({lost}); restarting it from "
-                        f"{crew.checkpoint or 'scratch (no checkpoint yet)'} "
-                        f"(restart {restarts} of "
-                        f"{'unlimited' if args.learner_restarts < 0 else args.learner_restarts})",
-                        flush=True,
-                    )
+            state, stats, eval_returns, restarts = _run(args, cfg, crew, monitor, logdir)
         finally:
             monitor.close()
-        refreshes = actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
+        refreshes = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     finally:
-        actorrt.shutdown()
+        _stop(args)
+    # The learner's count, which a run that restarts from a checkpoint keeps true (the
+    # collectors' counts include frames the checkpoint lost).
+    frames = stats["frames"]
     seconds = time.monotonic() - t_start
     eval_mean = float(np.mean(eval_returns))
     logger.log({"wall_s": seconds, "frames": frames, "eval_return": eval_mean})
@@ -600,126 +602,65 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-class _Monitor:
-    """Polls the learner while collectors run: progress, logs, evaluations, checkpoints.
+def _run(
+    args: argparse.Namespace, cfg: DQNConfig, crew: Crew, monitor: Monitor, logdir: Path
+) -> tuple[dict[str, Any], dict[str, Any], list[float], int]:
+    """Watches the collectors' runs to the end, then checkpoints and evaluates.
 
-    One per training run; it outlives learner restarts (:meth:`learner_replaced`).
+    A learner that dies on the way (its process: its calls fail, or a collector's run
+    fails with it) is replaced from the last checkpoint, ``--learner-restarts`` times.
+    Frames a restarted collector's new run left missing are collected by a last round.
+
+    Returns:
+        The learner's final checkpoint state and stats, the final evaluation's returns,
+        and how many times the learner was restarted.
+
+    Raises:
+        Exception: What failed, when it is not the learner's death or no restart is left.
     """
-
-    def __init__(
-        self,
-        args: argparse.Namespace,
-        cfg: DQNConfig,
-        logger: MetricsLogger,
-        evaluator: _Evaluator,
-        ckpt_path: Path,
-        frame_offset: int,
-        t_start: float,
-    ) -> None:
-        from tqdm import tqdm
-
-        self.args, self.cfg, self.logger = args, cfg, logger
-        self.evaluator, self.ckpt_path, self.t_start = evaluator, ckpt_path, t_start
-        self.recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
-        self.seen_episodes = 0
-        self.next_eval = frame_offset + args.eval_every if args.eval_every else math.inf
-        self.bar = tqdm(
-            total=cfg.total_frames,
-            initial=frame_offset,
-            unit="frame",
-            unit_scale=True,
-            disable=args.no_progress or None,
-            dynamic_ncols=True,
-            file=sys.stdout,
-        )
-        self.last_frames, self.last_t = frame_offset, time.monotonic()
-        # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then.
-        self.plain_every = math.inf if args.no_progress or not self.bar.disable else 15.0
-        self.last_plain = time.monotonic()
-        self.last_logged = -1
-
-    def learner_replaced(self, learner: Any) -> None:
-        """A new learner took over: its episodes (from the checkpoint) were logged already."""
-        stats = actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
-        self.seen_episodes = stats["episodes_total"]
-        self.last_frames, self.last_t = stats["frames"], time.monotonic()
-
-    def close(self) -> None:
-        self.bar.close()
-
-    def watch(self, crew: Crew) -> None:
-        """Polls until every collector's run finished (raising the error of one that failed).
-
-        A collector whose process died (it is recreated: ``--collector-restarts``) gets a
-        new run, over its share of the frames still to collect. Each evaluation also
-        writes the checkpoint (``crew.checkpoint``).
-        """
-        args, cfg = self.args, self.cfg
-        pending = list(crew.runs)
-        while pending:
-            ready, pending = actorrt.wait(pending, num_returns=len(pending), timeout=_POLL_S)
-            stats = actorrt.get(
-                crew.learner.stats.remote(self.seen_episodes), timeout=_CALL_TIMEOUT_S
-            )
-            for ref in ready:
-                rerun = rerun_collector(
-                    crew, ref, args.collector_restarts, cfg.total_frames, stats["frames"]
+    ckpt_path = monitor.ckpt_path
+    restarts = 0
+    lost = False
+    while True:
+        try:
+            if lost:
+                entry = replace_learner(
+                    crew,
+                    lambda: _replacement_learner(cfg, args),
+                    cfg.env_id,
+                    cfg.total_frames,
+                    args.collector_restarts,
+                    CALL_TIMEOUT_S,
                 )
-                if rerun is not None:
-                    pending.append(rerun)
-            for frame, ret, length in stats["episodes"]:
-                self.recent.append(ret)
-                self.logger.log_episode(frame, ret, length)
-            self.seen_episodes = stats["episodes_total"]
-            now = time.monotonic()
-            frames = stats["frames"]
-            fps = (frames - self.last_frames) / max(now - self.last_t, 1e-9)
-            self.last_frames, self.last_t = frames, now
-            row = {
-                "wall_s": now - self.t_start,
-                "frames": frames,
-                "fps": fps,
-                "episodes": self.seen_episodes,
-                "return_mean": float(np.mean(self.recent)) if self.recent else math.nan,
-                "loss_mean": stats["loss_mean"],
-                "q_mean": stats["q_mean"],
-                "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
-                "updates": stats["updates"],
-                "replay_size": stats["replay_size"],
-            }
-            if self.next_eval <= frames < cfg.total_frames and pending:  # the end has its own
-                self._evaluate(crew, row)
-            if frames != self.last_logged or "eval_return" in row:
-                self.logger.log(row)
-                self.last_logged = frames
-            self._show(row, stats["last_loss"])
-        actorrt.get(list(crew.runs), timeout=_CALL_TIMEOUT_S)
-
-    def _evaluate(self, crew: Crew, row: dict[str, Any]) -> None:
-        """Evaluates the learner's weights into ``row`` and writes the checkpoint."""
-        frames = row["frames"]
-        returns = self.evaluator(crew.learner)
-        row["eval_return"] = float(np.mean(returns))
-        state = actorrt.get(crew.learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
-        save_checkpoint(self.ckpt_path, state, frames, self.cfg.env_id)
-        crew.checkpoint = self.ckpt_path
-        self.bar.write(
-            f"eval at {frames:,} frames: mean return {row['eval_return']:.2f} "
-            f"over {len(returns)} episodes (checkpoint {self.ckpt_path})"
-        )
-        while self.next_eval <= frames:
-            self.next_eval += self.args.eval_every
-
-    def _show(self, row: dict[str, Any], last_loss: float) -> None:
-        """The progress bar, or a plain line every 15 s without a terminal."""
-        postfix = progress_fields(row, last_loss, have_returns=bool(self.recent))
-        self.bar.update(max(0, min(row["frames"], self.cfg.total_frames) - self.bar.n))
-        self.bar.set_postfix(postfix, refresh=False)
-        now = time.monotonic()
-        if now - self.last_plain >= self.plain_every:
-            self.last_plain = now
-            fields = " ".join(f"{k}={v}" for k, v in postfix.items())
-            print(f"frames={row['frames']:,}/{self.cfg.total_frames:,} {fields}", flush=True)
+                _write_learner(logdir / "learner.json", crew)
+                monitor.learner_replaced(crew)
+                print(
+                    f"learner restarted on {entry['process'] or 'a new process'} from "
+                    f"{entry['checkpoint'] or 'scratch (no checkpoint yet)'}: "
+                    f"frames={entry['frames']:,} updates={entry['updates']:,}",
+                    flush=True,
+                )
+                lost = False
+            monitor.watch(crew)
+            if top_up(crew, cfg.total_frames, CALL_TIMEOUT_S):
+                continue
+            state = crew.rt.get(crew.learner.checkpoint_state.remote(), CALL_TIMEOUT_S)
+            stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
+            save_checkpoint(ckpt_path, state, stats["frames"], cfg.env_id)
+            crew.checkpoint = ckpt_path
+            return state, stats, monitor.evaluator(crew.learner), restarts
+        except Exception as exc:
+            lost = learner_death(crew, exc)
+            if not lost or restarts == args.learner_restarts:
+                raise
+            restarts += 1
+            limit = "unlimited" if args.learner_restarts < 0 else args.learner_restarts
+            print(
+                f"learner died ({exc}); restarting it from "
+                f"{crew.checkpoint or 'scratch (no checkpoint yet)'} "
+                f"(restart {restarts} of {limit})",
+                flush=True,
+            )
 
 
 def _write_learner(path: Path, crew: Crew) -> None:
@@ -727,34 +668,13 @@ def _write_learner(path: Path, crew: Crew) -> None:
     path.write_text(json.dumps(crew.learners, indent=2))
 
 
-def _write_collector_pids(path: Path, collectors: list[Any]) -> None:
+def _write_collector_pids(path: Path, rt: Backend, collectors: list[Any]) -> None:
     """Where the collectors run (``collectors.json``: processes and pids), for operators."""
-    stats = actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
-    where = [{"process": c.worker, "pid": s["pid"]} for c, s in zip(collectors, stats, strict=True)]
+    stats = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
+    where = [
+        {"process": rt.process(c), "pid": s["pid"]} for c, s in zip(collectors, stats, strict=True)
+    ]
     path.write_text(json.dumps(where, indent=2))
-
-
-def progress_fields(row: dict[str, Any], last_loss: float, have_returns: bool) -> dict[str, str]:
-    """The progress line's fields (tqdm postfix, or the plain line without a terminal).
-
-    The loss shown is the TD loss of the learner's latest gradient step, ``last_loss``:
-    a different number from ``metrics.csv``'s ``loss_mean`` (the mean over the gradient
-    steps since the previous row), so it carries a different name.
-
-    Args:
-        row: This poll's ``metrics.csv`` row (``fps``, ``return_mean``, ``epsilon``).
-        last_loss: The latest step's TD loss (NaN before training starts).
-        have_returns: Whether any episode has finished yet (else ``ret`` shows ``-``).
-
-    Returns:
-        ``{"fps", "ret", "last_loss", "eps"}`` as printed.
-    """
-    return {
-        "fps": f"{row['fps']:.0f}",
-        "ret": f"{row['return_mean']:.1f}" if have_returns else "-",
-        "last_loss": f"{last_loss:.4f}" if math.isfinite(last_loss) else "-",
-        "eps": f"{row['epsilon']:.2f}",
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

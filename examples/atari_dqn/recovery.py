@@ -16,15 +16,23 @@ frames the checkpoint does not cover, as ``--resume`` would.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import actorrt
+from examples.atari_dqn.backend import Backend
 from examples.atari_dqn.checkpoint import load_checkpoint
 
-__all__ = ["Crew", "learner_death", "record_learner", "replace_learner", "rerun_collector"]
+__all__ = [
+    "Crew",
+    "learner_death",
+    "record_learner",
+    "replace_learner",
+    "rerun_collector",
+    "top_up",
+]
 
 
 @dataclass
@@ -32,6 +40,7 @@ class Crew:
     """The run's actors, each collector's current run, and what the learner can go back to.
 
     Attributes:
+        rt: The backend the actors run on.
         learner: The learner's handle (a new one after each learner restart).
         collectors: The collectors' handles, by index.
         runs: Each collector's current ``run`` call (its ref), by index.
@@ -41,6 +50,7 @@ class Crew:
             the checkpoint it loaded and the counters it started from (``learner.json``).
     """
 
+    rt: Backend
     learner: Any
     collectors: list[Any]
     runs: list[Any]
@@ -48,25 +58,20 @@ class Crew:
     learners: list[dict[str, Any]] = field(default_factory=list)
 
 
-def learner_death(exc: BaseException, learner: Any) -> actorrt.ActorDiedError | None:
-    """The error saying ``learner`` is gone, when ``exc`` is one or carries one.
+def learner_death(crew: Crew, exc: BaseException) -> bool:
+    """Whether ``exc`` says the learner is gone, itself or through a collector's run.
 
-    A collector whose push failed because the learner died raises that
-    ``ActorDiedError`` from its ``run``; the driver receives it as an ``ActorError``'s
-    cause.
+    A collector whose push failed because the learner died raises that error from its
+    ``run``; the driver receives it inside the method's error (:meth:`Backend.died`).
     """
-    if isinstance(exc, actorrt.ActorError) and isinstance(exc.cause, actorrt.ActorDiedError):
-        exc = exc.cause
-    if isinstance(exc, actorrt.ActorDiedError) and exc.actor_id == learner.actor_id:
-        return exc
-    return None
+    return crew.rt.died(exc) == crew.rt.actor_id(crew.learner)
 
 
 def record_learner(crew: Crew, timeout: float) -> dict[str, Any]:
     """Adds the current learner's entry to ``crew.learners`` (its counters as it starts)."""
-    stats = actorrt.get(crew.learner.stats.remote(), timeout=timeout)
+    stats = crew.rt.get(crew.learner.stats.remote(), timeout)
     entry = {
-        "process": crew.learner.worker,
+        "process": crew.rt.process(crew.learner),
         "pid": stats["pid"],
         "checkpoint": None if crew.checkpoint is None else str(crew.checkpoint),
         "frames": stats["frames"],
@@ -76,14 +81,28 @@ def record_learner(crew: Crew, timeout: float) -> dict[str, Any]:
     return entry
 
 
-def _recreated(collector: Any) -> bool:
-    """Whether actorrt recreated (or is recreating) a collector whose process died."""
-    state = {a.actor_id: a.state for a in actorrt.actors()}.get(collector.actor_id)
-    return state in ("ALIVE", "RESTARTING")
+def _recreated(crew: Crew, collector: Any, timeout: float) -> bool:
+    """Whether a collector whose process died was recreated (``max_restarts``).
+
+    Asked by calling it: on actorrt a call to an actor being recreated waits for the new
+    instance; on Ray it fails as "restarting" until then, and is asked again (within
+    ``timeout``). A call to an actor that will not come back fails at once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            crew.rt.get(collector.stats.remote(), timeout)
+            return True
+        except Exception as exc:
+            if crew.rt.died(exc) != crew.rt.actor_id(collector):
+                raise
+            if not crew.rt.restarting(exc) or time.monotonic() > deadline:
+                return False
+        time.sleep(0.5)
 
 
 def rerun_collector(
-    crew: Crew, ref: Any, restarts: int, total_frames: int, frames: int
+    crew: Crew, ref: Any, restarts: int, total_frames: int, frames: int, timeout: float
 ) -> Any | None:
     """A new run for the collector whose run ``ref`` failed because its process died.
 
@@ -97,6 +116,7 @@ def rerun_collector(
         restarts: ``--collector-restarts`` (0: a dead collector ends the run).
         total_frames: The run's frame budget.
         frames: Frames the learner has received so far.
+        timeout: Bound on the wait for a recreated collector (seconds).
 
     Returns:
         The new run's ref, or None when the run did not die (or restarts are off: the
@@ -108,15 +128,15 @@ def rerun_collector(
     if restarts == 0:
         return None
     try:
-        actorrt.get(ref, timeout=0)
+        crew.rt.get(ref, 0)
         return None
-    except actorrt.ActorDiedError as exc:
+    except Exception as exc:
         error = exc
-    except actorrt.ActorError:
-        return None  # the collector lives; its error ends the run with the results
     i = crew.runs.index(ref)
     collector = crew.collectors[i]
-    if error.actor_id != collector.actor_id or not _recreated(collector):
+    if crew.rt.died(error) != crew.rt.actor_id(collector):
+        return None  # the collector lives; its error ends the run with the results
+    if not _recreated(crew, collector, timeout):
         raise error  # not recreated (restarts used up, or no process can host it)
     left = max(1, math.ceil((total_frames - frames) / len(crew.collectors)))
     print(f"collector {i} died ({error}); restarted: it collects {left:,} more frames", flush=True)
@@ -125,23 +145,38 @@ def rerun_collector(
     return crew.runs[i]
 
 
-def _end_runs(crew: Crew, dead_learner: Any, collector_restarts: int, timeout: float) -> None:
+def top_up(crew: Crew, total_frames: int, timeout: float) -> bool:
+    """Starts a last round of runs when the learner has fewer frames than the budget.
+
+    A recreated collector's run covers its share of what was missing when it died, and
+    the others may have been behind it, so the runs can end short of ``total_frames``.
+
+    Returns:
+        Whether runs were started (``crew.runs``); watch them, then ask again.
+    """
+    frames = crew.rt.get(crew.learner.stats.remote(), timeout)["frames"]
+    if frames >= total_frames or not crew.runs:
+        return False
+    per_collector = math.ceil((total_frames - frames) / len(crew.collectors))
+    crew.runs = [c.run.remote(per_collector) for c in crew.collectors]
+    return True
+
+
+def _end_runs(crew: Crew, collector_restarts: int, timeout: float) -> None:
     """Waits for every collector's run to end, each either done or failed with the learner.
 
     Raises:
-        ActorError, ActorDiedError: A run failed for another reason (a collector died and
-            was not recreated, or a method raised).
+        Exception: A run failed for another reason (a collector died and was not
+            recreated, or a method raised).
     """
-    for i, ref in enumerate(crew.runs):
+    for ref, collector in zip(crew.runs, crew.collectors, strict=False):  # no runs: none left
         try:
-            actorrt.get(ref, timeout=timeout)
-        except (actorrt.ActorError, actorrt.ActorDiedError) as exc:
-            if learner_death(exc, dead_learner) is not None:
+            crew.rt.get(ref, timeout)
+        except Exception as exc:
+            if learner_death(crew, exc):
                 continue
-            mine = isinstance(exc, actorrt.ActorDiedError) and (
-                exc.actor_id == crew.collectors[i].actor_id
-            )
-            if not (mine and collector_restarts != 0 and _recreated(crew.collectors[i])):
+            mine = crew.rt.died(exc) == crew.rt.actor_id(collector)
+            if not (mine and collector_restarts != 0 and _recreated(crew, collector, timeout)):
                 raise
 
 
@@ -174,12 +209,11 @@ def replace_learner(
         ``checkpoint`` (the file loaded, or None), and the learner's own ``frames`` and
         ``updates`` counters right after loading it.
     """
-    dead = crew.learner
-    _end_runs(crew, dead, collector_restarts, timeout)
+    _end_runs(crew, collector_restarts, timeout)
     crew.learner = make_learner()
     if crew.checkpoint is not None:
         state = load_checkpoint(crew.checkpoint, env_id)
-        actorrt.get(crew.learner.load_checkpoint_state.remote(state["learner"]), timeout=timeout)
+        crew.rt.get(crew.learner.load_checkpoint_state.remote(state["learner"]), timeout)
     entry = record_learner(crew, timeout)
     left = max(0, total_frames - entry["frames"])
     per_collector = math.ceil(left / len(crew.collectors))

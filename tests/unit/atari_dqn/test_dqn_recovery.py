@@ -5,11 +5,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import actorrt
+from examples.atari_dqn.backend import backend
 from examples.atari_dqn.collector import ActorLink, Collector
 from examples.atari_dqn.config import config_for_env
-from examples.atari_dqn.recovery import learner_death
+from examples.atari_dqn.recovery import Crew, learner_death
 
 LEARNER = SimpleNamespace(actor_id="a" * 32)
+CREW = Crew(backend("actorrt"), LEARNER, collectors=[], runs=[])
 
 
 def _died(actor_id: str | None) -> actorrt.ActorDiedError:
@@ -17,19 +19,18 @@ def _died(actor_id: str | None) -> actorrt.ActorDiedError:
 
 
 def test_the_learners_death_is_recognised_directly_and_through_a_collectors_run():
-    direct = _died(LEARNER.actor_id)
-    assert learner_death(direct, LEARNER) is direct
+    assert learner_death(CREW, _died(LEARNER.actor_id))
     # A collector's run raised it (its push failed): the driver gets an ActorError.
-    wrapped = actorrt.ActorError("Collector.run raised", direct, "tb", "c" * 32)
-    assert learner_death(wrapped, LEARNER) is direct
+    wrapped = actorrt.ActorError("Collector.run raised", _died(LEARNER.actor_id), "tb", "c" * 32)
+    assert learner_death(CREW, wrapped)
 
 
 def test_other_failures_are_not_the_learners_death():
-    assert learner_death(_died("c" * 32), LEARNER) is None  # a collector died
-    assert learner_death(_died(None), LEARNER) is None
+    assert not learner_death(CREW, _died("c" * 32))  # a collector died
+    assert not learner_death(CREW, _died(None))
     raised = actorrt.ActorError("Collector.run raised", ValueError("bad"), "tb", "c" * 32)
-    assert learner_death(raised, LEARNER) is None
-    assert learner_death(TimeoutError("no push answered"), LEARNER) is None
+    assert not learner_death(CREW, raised)
+    assert not learner_death(CREW, TimeoutError("no push answered"))
 
 
 def test_a_repointed_collector_pushes_to_the_new_learner_and_refetches_weights():
