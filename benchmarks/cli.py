@@ -40,6 +40,7 @@ JOBS = [
     ("torch", "first_call"),
     ("actorrt", "first_call"),
     ("ray", "first_call"),
+    ("baseline", "dqn"),
     ("actorrt", "dqn"),
     ("ray", "dqn"),
     ("actorrt", "latency-by-size"),
@@ -201,7 +202,13 @@ def main(argv: list[str] | None = None) -> None:
         "--suites", default="", help=f"comma-separated subset of {','.join(SUITES)} (default all)"
     )
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="results folder")
-    p.add_argument("--timeout", type=float, default=0, help="per-child limit in seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=0,
+        help="per-child limit in seconds (default 180 with --quick, else 420; the dqn "
+        "suite gets three times as long)",
+    )
     p.add_argument(
         "--world-sizes",
         default="",
@@ -252,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
         reps = cfg["first_call_reps"] if suite == "first_call" else 1
         for _ in range(reps):
             print(f"[{time.perf_counter() - t_start:6.1f}s] {system}/{suite} ...", flush=True)
-            res = run_job(system, suite, cfg, timeout)
+            # The real DQN starts a learner and collectors three times, and trains.
+            res = run_job(system, suite, cfg, timeout * (3 if suite == "dqn" else 1))
             if "_error" in res:
                 print(f"    {system}/{suite}: {res['_error']}", flush=True)
                 notes.append(f"{system}/{suite}: {res['_error']}")

@@ -38,7 +38,7 @@ def config(quick: bool) -> dict[str, Any]:
             "first_call_reps": 1,
             "sizes": QUICK_SIZES,
             "xfer_time": 0.4,
-            "dqn_seconds": 6.0,
+            "dqn_frames": 4000,
             "latency_max_bytes": SEED_SIZES[4],  # 40 MB
             "latency_rounds": 3,
             "latency_time": 0.6,
@@ -58,7 +58,7 @@ def config(quick: bool) -> dict[str, Any]:
         "first_call_reps": 3,
         "sizes": FULL_SIZES,
         "xfer_time": 1.5,
-        "dqn_seconds": 20.0,
+        "dqn_frames": 12000,
         # 2.5 GB is left out: pynng holds about 8 copies of a payload at its peak, and
         # that one size would take minutes per system on 2 cores.
         "latency_max_bytes": SEED_SIZES[6],  # 1.25 GB

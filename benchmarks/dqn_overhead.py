@@ -45,14 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import actorrt
-    from examples.atari_dqn.bench_support import run_in_process, run_with_actorrt
+    from examples.atari_dqn.bench_support import run_in_process, run_with_actors
     from examples.atari_dqn.config import config_for_env
 
     cfg = _collect_only(config_for_env(args.env))
     if args.one is not None:  # child: one cluster per process (see docs/architecture.md)
         with actorrt.start(num_workers=args.one + 1, timeout=120):
             t0 = time.perf_counter()
-            got = run_with_actorrt(cfg, args.frames, num_collectors=args.one, timeout=600)
+            got = run_with_actors(cfg, args.frames, num_collectors=args.one, timeout=600)
             got["wall"] = time.perf_counter() - t0
         print("RESULT " + json.dumps({k: got[k] for k in ("fps", "frames", "wall")}), flush=True)
         return 0

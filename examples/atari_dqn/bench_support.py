@@ -2,8 +2,8 @@
 
 The benchmark compares frames/s of :func:`run_in_process` (same ``CollectorCore``, same
 ``run_collect_loop``, the learner called directly) with the actor version
-(:func:`run_with_actorrt`, collectors and learner as actors); the ratio is what the
-runtime costs or gains.
+(:func:`run_with_actors`, collectors and learner as actors, on actorrt or on Ray); the
+ratio is what the runtime costs or gains.
 
 Example::
 
@@ -21,7 +21,7 @@ from examples.atari_dqn.collector import CollectorCore, run_collect_loop
 from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.learner import Learner
 
-__all__ = ["InProcessLink", "run_in_process", "run_with_actorrt"]
+__all__ = ["InProcessLink", "run_in_process", "run_with_actors"]
 
 
 class _Done:
@@ -94,34 +94,68 @@ def run_in_process(
     return result
 
 
-def run_with_actorrt(
-    cfg: DQNConfig, total_frames: int, num_collectors: int = 1, timeout: float = 600.0
+def run_with_actors(
+    cfg: DQNConfig,
+    total_frames: int,
+    num_collectors: int = 1,
+    timeout: float = 600.0,
+    *,
+    backend: str = "actorrt",
+    warmup_frames: int = 0,
 ) -> dict[str, Any]:
-    """The same loop with learner and collectors as actors (``actorrt.start`` done by caller).
+    """The same loop with learner and collectors as actors, on actorrt or on Ray.
+
+    The caller has started the runtime (``actorrt.start`` with the example's layout, or
+    ``ray.init``); the actors are killed at the end.
+
+    Args:
+        cfg: Configuration.
+        total_frames: Frames to collect in the measured phase (split over collectors).
+        num_collectors: Collector actors.
+        timeout: Bound on the wait for the runs (seconds).
+        backend: ``"actorrt"`` or ``"ray"``.
+        warmup_frames: Frames each collector collects first, not measured (the learner
+            fills ``learning_starts`` and starts training, the first calls connect).
 
     Returns:
-        ``frames`` (sum), ``seconds`` (wall time of the collect phase, slowest collector),
-        ``fps`` (frames / seconds), ``updates``, and ``collectors`` (each loop's counters).
+        ``frames`` (sum), ``seconds`` (wall time of the measured phase), ``fps`` (frames /
+        seconds), ``updates`` and ``updates_per_s`` (the learner's gradient steps in that
+        phase), ``comm_share`` (mean over collectors of the share of their loop's time
+        spent in calls to the learner: sending pushes and weight requests, and waiting
+        for replies), ``send_share``, ``wait_share``, and ``collectors`` (each loop's
+        counters).
     """
-    import actorrt
+    from examples.atari_dqn.backend import backend as make_backend
     from examples.atari_dqn.driver import launch_actors
 
-    learner, collectors = launch_actors(cfg, num_collectors)
+    rt = make_backend(backend)
+    learner, collectors = launch_actors(cfg, num_collectors, backend=backend, collector_restarts=0)
     try:
+        if warmup_frames:
+            rt.get([c.run.remote(warmup_frames) for c in collectors], timeout)
+        before = rt.get(learner.stats.remote(), 60)
         per = total_frames // num_collectors
         t0 = time.perf_counter()
-        results = actorrt.get([c.run.remote(per) for c in collectors], timeout=timeout)
+        results = rt.get([c.run.remote(per) for c in collectors], timeout)
         seconds = time.perf_counter() - t0
-        stats = actorrt.get(learner.stats.remote(), timeout=60)
+        after = rt.get(learner.stats.remote(), 60)
     finally:
-        for c in collectors:
-            actorrt.kill(c)
-        actorrt.kill(learner)
+        for actor in (*collectors, learner):
+            rt.kill(actor)
     frames = sum(r["frames"] for r in results)
+    updates = after["updates"] - before["updates"]
+
+    def share(key: str) -> float:
+        return sum(r[key] / r["seconds"] for r in results) / len(results)
+
     return {
         "frames": frames,
         "seconds": seconds,
         "fps": frames / seconds,
-        "updates": stats["updates"],
+        "updates": updates,
+        "updates_per_s": updates / seconds,
+        "comm_share": share("send_seconds") + share("wait_seconds"),
+        "send_share": share("send_seconds"),
+        "wait_share": share("wait_seconds"),
         "collectors": results,
     }

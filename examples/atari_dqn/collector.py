@@ -8,6 +8,10 @@ Three layers, so the same loop runs with and without actorrt:
 * :class:`Collector` - the actor: builds a core and an :class:`ActorLink` over the
   learner's handle and runs the loop. ``examples.atari_dqn.bench_support`` runs the same
   loop against an in-process learner.
+
+The actor runs unchanged on actorrt and on Ray: its only runtime calls (``wait``, ``get``
+on its pushes) go through the backend seam (:mod:`examples.atari_dqn.backend`), whose
+name it is given.
 """
 
 from __future__ import annotations
@@ -19,13 +23,21 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from examples.atari_dqn.backend import backend
 from examples.atari_dqn.config import DQNConfig
-from examples.atari_dqn.envs import EnvPool, newest_frame
+from examples.atari_dqn.envs import AleVectorPool, EnvPool, make_pool, newest_frame
 from examples.atari_dqn.exploration import epsilon_greedy, linear_epsilon
 from examples.atari_dqn.networks import build_q_network
 from examples.atari_dqn.replay import PREV_EARLIER_PUSH, PREV_NONE
 
-__all__ = ["ActorLink", "Collector", "CollectorCore", "LearnerLink", "run_collect_loop"]
+__all__ = [
+    "ActorLink",
+    "Collector",
+    "CollectorCore",
+    "LearnerLink",
+    "TimedLink",
+    "run_collect_loop",
+]
 
 # Stream ids: collector id in the high bits, env index in the low ones; stable and unique
 # across the cluster, which is all the replay needs.
@@ -52,7 +64,7 @@ class CollectorCore:
         num_collectors: int = 1,
         device: str | torch.device = "cpu",
         frame_offset: int = 0,
-        pool: EnvPool | None = None,
+        pool: EnvPool | AleVectorPool | None = None,
     ) -> None:
         self.cfg = cfg
         self.collector_id = collector_id
@@ -61,9 +73,9 @@ class CollectorCore:
         self.frame_offset = frame_offset
         seed = cfg.seed + 1000 * (collector_id + 1)
         self.rng = np.random.default_rng(seed)
-        self.pool = pool if pool is not None else EnvPool(cfg, cfg.num_envs_per_collector, seed)
+        self.pool = pool if pool is not None else make_pool(cfg, cfg.num_envs_per_collector, seed)
         obs_shape = self.pool.obs.shape[1:]
-        self.n_actions = int(self.pool.envs[0].action_space.n)
+        self.n_actions = self.pool.n_actions
         self.q_net = build_q_network(cfg, obs_shape, self.n_actions).to(self.device).eval()
         self.weight_version = -1  # nothing from the learner yet
         self.weight_refreshes = 0
@@ -194,12 +206,15 @@ class LearnerLink(Protocol):
 
 
 class ActorLink:
-    """:class:`LearnerLink` over an actorrt handle of the learner actor."""
+    """:class:`LearnerLink` over a handle of the learner actor, on either backend.
 
-    def __init__(self, learner: Any) -> None:
-        import actorrt  # imported here so the in-process path never needs the runtime
+    Args:
+        learner: The learner's handle.
+        backend_name: ``"actorrt"`` or ``"ray"`` (:func:`~examples.atari_dqn.backend.backend`).
+    """
 
-        self._rt = actorrt
+    def __init__(self, learner: Any, backend_name: str = "actorrt") -> None:
+        self._rt = backend(backend_name)
         self._learner = learner
 
     def push(self, batch: dict[str, torch.Tensor]) -> Any:
@@ -209,13 +224,54 @@ class ActorLink:
         return self._learner.get_weights.remote(known_version)
 
     def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
-        return self._rt.wait(pending, num_returns=num_returns, timeout=timeout)
+        return self._rt.wait(pending, num_returns, timeout)
 
     def ready(self, handle: Any) -> bool:
-        return handle.done()
+        return bool(self._rt.wait([handle], 1, 0)[0])
 
     def result(self, handle: Any, timeout: float) -> Any:
-        return self._rt.get(handle, timeout=timeout)
+        return self._rt.get(handle, timeout)
+
+
+class TimedLink:
+    """A :class:`LearnerLink` that adds up the time its calls take: the collector's
+    communication.
+
+    ``send_seconds``: in ``push`` and ``request_weights`` (packing a call and handing it to
+    the runtime). ``wait_seconds``: in ``wait``, ``ready`` and ``result`` (blocked on the
+    learner's replies: backpressure when it is slower, weights replies).
+    """
+
+    def __init__(self, link: LearnerLink) -> None:
+        self.link = link
+        self.send_seconds = 0.0
+        self.wait_seconds = 0.0
+
+    def _timed(self, sending: bool, call: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            spent = time.perf_counter() - t0
+            if sending:
+                self.send_seconds += spent
+            else:
+                self.wait_seconds += spent
+
+    def push(self, batch: dict[str, torch.Tensor]) -> Any:
+        return self._timed(True, self.link.push, batch)
+
+    def request_weights(self, known_version: int) -> Any:
+        return self._timed(True, self.link.request_weights, known_version)
+
+    def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
+        return self._timed(False, self.link.wait, pending, num_returns, timeout)
+
+    def ready(self, handle: Any) -> bool:
+        return self._timed(False, self.link.ready, handle)
+
+    def result(self, handle: Any, timeout: float) -> Any:
+        return self._timed(False, self.link.result, handle, timeout)
 
 
 def run_collect_loop(
@@ -240,12 +296,15 @@ def run_collect_loop(
 
     Returns:
         ``frames``, ``agent_steps``, ``episodes``, ``pushes``, ``weight_refreshes``,
-        ``weight_version``, ``max_in_flight_seen``, ``seconds``, ``fps``.
+        ``weight_version``, ``max_in_flight_seen``, ``seconds``, ``fps``, and the time
+        spent talking to the learner (:class:`TimedLink`): ``send_seconds``,
+        ``wait_seconds`` and ``comm_share`` (their sum over ``seconds``).
 
     Raises:
         TimeoutError: The learner did not answer within ``timeout``.
     """
     cfg = core.cfg
+    link = timed = TimedLink(link)
     in_flight: list[Any] = []
     weights_req: Any = None
     # Start "due", so the first request goes out with the first push.
@@ -295,6 +354,9 @@ def run_collect_loop(
         "max_in_flight_seen": max_seen,
         "seconds": seconds,
         "fps": frames / seconds if seconds > 0 else 0.0,
+        "send_seconds": timed.send_seconds,
+        "wait_seconds": timed.wait_seconds,
+        "comm_share": (timed.send_seconds + timed.wait_seconds) / seconds if seconds > 0 else 0.0,
     }
 
 
@@ -309,6 +371,8 @@ class Collector:
         transport: ``"cuda"`` puts the policy and the pushed tensors on this process's GPU
             (when it has one); ``"cpu"`` keeps everything on the host.
         frame_offset: Global frames done before this run (``--resume``).
+        backend: The runtime this actor runs on, ``"actorrt"`` or ``"ray"``: its waits on
+            the learner's replies go through that backend.
     """
 
     def __init__(
@@ -320,6 +384,7 @@ class Collector:
         *,
         transport: str = "cpu",
         frame_offset: int = 0,
+        backend: str = "actorrt",
     ) -> None:
         if isinstance(cfg, dict):
             cfg = DQNConfig.from_dict(cfg)
@@ -331,8 +396,20 @@ class Collector:
         else:
             device = torch.device("cpu")
         self.core = CollectorCore(cfg, collector_id, num_collectors, device, frame_offset)
-        self.link = ActorLink(learner)
+        self.backend = backend
+        self.link = ActorLink(learner, backend)
         self.last_result: dict[str, Any] = {}
+
+    def set_learner(self, learner: Any) -> None:
+        """Pushes to ``learner`` from now on: the driver's replacement of a learner that died.
+
+        The weights version held is forgotten, so the next refresh fetches the new learner's
+        weights whatever version it counts from. The new learner has not seen this
+        collector's streams: it takes each one's next frame as an episode start
+        (:meth:`FrameReplay.add`), so no transition is made up from a frame it never saw.
+        """
+        self.link = ActorLink(learner, self.backend)
+        self.core.weight_version = -1
 
     def run(self, max_frames: int, timeout: float = 300.0) -> dict[str, Any]:
         """Collects ``max_frames`` frames; returns the loop's counters."""

@@ -53,6 +53,9 @@ class DQNConfig:
         eval_epsilon: Epsilon used during evaluation.
         eval_max_steps: Agent-step cap of one evaluation episode (None: the env's own limit).
         seed: Base seed; collector ``i`` env ``j`` uses ``seed + 1000 * (i + 1) + j``.
+        ale_vector_env: Atari collectors step ale-py's ``AtariVectorEnv`` (C++
+            preprocessing) instead of a list of gymnasium envs with Python wrappers
+            (``envs.AleVectorPool`` vs ``envs.EnvPool``; see docs/performance.md).
     """
 
     env_id: str = "ALE/Pong-v5"
@@ -82,6 +85,7 @@ class DQNConfig:
     eval_epsilon: float = 0.05
     eval_max_steps: int | None = 27_000
     seed: int = 0
+    ale_vector_env: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for checkpoints and logs)."""

@@ -15,6 +15,9 @@ slots, collectors talk to the learner) goes to ``actorrt.start(labels=..., talks
 locally and across nodes alike: the plan, computed once when the cluster forms, decides
 which process (and GPU) hosts each slot, so workers are started without ``--labels``.
 Every run writes that plan to ``<logdir>/plan.json``; ``--plan`` prints it and exits.
+
+``--backend ray`` runs the same actor classes on a local Ray instance instead (no
+layout, no plan): the actor operations go through :mod:`examples.atari_dqn.backend`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ import math
 import os
 import sys
 import time
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,15 +36,21 @@ import numpy as np
 import torch
 
 import actorrt
+from examples.atari_dqn.backend import BACKENDS, ActorSpec, Backend
+from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
-from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari
-from examples.atari_dqn.envs import obs_spec
-from examples.atari_dqn.evaluation import evaluate
-from examples.atari_dqn.exploration import linear_epsilon
+from examples.atari_dqn.config import DQNConfig, config_for_env
 from examples.atari_dqn.learner import Learner
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
-from examples.atari_dqn.networks import build_q_network
+from examples.atari_dqn.monitor import CALL_TIMEOUT_S, Evaluator, Monitor, progress_fields
+from examples.atari_dqn.recovery import (
+    Crew,
+    learner_death,
+    record_learner,
+    replace_learner,
+    top_up,
+)
 
 __all__ = [
     "build_config",
@@ -58,9 +66,6 @@ __all__ = [
     "write_plan",
 ]
 
-_POLL_S = 1.0  # progress / log interval
-_CALL_TIMEOUT_S = 300.0  # bound on any single driver wait for an actor reply
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parses the command line (see ``python -m examples.atari_dqn --help``)."""
@@ -73,6 +78,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--env",
         default="ALE/Pong-v5",
         help="gymnasium id: ALE/<Game>-v5 (CNN) or CartPole-v1 (MLP)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="actorrt",
+        help="the runtime the learner and collector actors run on: actorrt (a local "
+        "cluster with the layout, or --init-method), or ray (a local Ray instance, "
+        "ray.init(); the same actor classes, no layout or plan)",
     )
     p.add_argument("--collectors", type=int, default=2, help="collector actors")
     p.add_argument(
@@ -143,6 +156,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "max_restarts; -1: no limit; 0: a dead collector ends the run)",
     )
     p.add_argument(
+        "--learner-restarts",
+        type=int,
+        default=0,
+        help="times the driver recreates the learner when its process dies, from the last "
+        "checkpoint (written at every --eval-every); the collectors then push to the new "
+        "learner (-1: no limit; 0: a dead learner ends the run)",
+    )
+    p.add_argument(
         "--learner-threads",
         type=int,
         default=None,
@@ -192,6 +213,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--num-workers is for a local cluster; with --init-method use --world-size")
     if args.num_workers is not None and args.num_workers < 1:
         p.error("--num-workers must be >= 1")
+    if args.learner_restarts < -1:
+        p.error("--learner-restarts must be >= 0, or -1 for no limit")
+    if args.backend == "ray":
+        actorrt_only = {
+            "--init-method": args.init_method,
+            "--num-workers": args.num_workers,
+            "--plan": args.plan,
+            "--transport cuda": args.transport == "cuda" or None,
+            "--cuda-device-map": args.cuda_device_map,
+            "--local-cuda-devices": args.local_cuda_devices,
+        }
+        given = [flag for flag, value in actorrt_only.items() if value is not None]
+        if given:
+            p.error(
+                f"{', '.join(given)}: only with --backend actorrt (Ray runs on one machine "
+                "here, without a layout or device maps); drop them or use --backend actorrt"
+            )
     return args
 
 
@@ -262,6 +300,29 @@ def _start_cluster(args: argparse.Namespace) -> None:
         if args.num_workers is not None:  # else one worker process per layout slot
             common["num_workers"] = args.num_workers
         actorrt.start(**common)
+
+
+def _start(args: argparse.Namespace) -> None:
+    """Starts the backend's runtime: the actorrt cluster, or a local Ray instance."""
+    if args.backend == "actorrt":
+        _start_cluster(args)
+        return
+    import ray
+
+    # Ray's workers are fresh interpreters that import the example by name: the
+    # repository root goes on their path (they inherit this environment).
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, configure_logging=False)
+
+
+def _stop(args: argparse.Namespace) -> None:
+    if args.backend == "actorrt":
+        actorrt.shutdown()
+    else:
+        import ray
+
+        ray.shutdown()
 
 
 def _slot_holders(plan: dict[str, Any], label: str) -> list[str]:
@@ -336,6 +397,26 @@ def show_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _learner_threads(threads: int | None, learner_gpus: float, num_collectors: int) -> int | None:
+    """A CPU learner's torch threads: the cores the collectors leave, at least 1."""
+    if threads is None and not learner_gpus:
+        return max(1, (os.cpu_count() or 1) - num_collectors)
+    return threads
+
+
+def _learner_actor(
+    rt: Backend,
+    cfg_dict: dict[str, Any],
+    transport: str,
+    learner_gpus: float,
+    learner_threads: int | None,
+    label: str | None = "learner",
+) -> Any:
+    """Creates the learner actor (its constructor may still be running)."""
+    spec = ActorSpec(label=label, num_gpus=learner_gpus, max_concurrency=1)
+    return rt.actor(Learner, spec, cfg_dict, transport=transport, num_threads=learner_threads)
+
+
 def launch_actors(
     cfg: DQNConfig,
     num_collectors: int,
@@ -346,11 +427,13 @@ def launch_actors(
     learner_threads: int | None = None,
     frame_offset: int = 0,
     collector_restarts: int = 0,
+    backend: str = "actorrt",
 ) -> tuple[Any, list[Any]]:
     """Creates the learner actor and ``num_collectors`` collector actors.
 
-    The plain classes are decorated here rather than where they are defined, so tests
-    and the in-process benchmark use them without a runtime.
+    The plain classes are made actors here (:mod:`examples.atari_dqn.backend`) rather
+    than where they are defined, so tests and the in-process benchmark use them without
+    a runtime, and the same classes run on actorrt and on Ray.
 
     Args:
         cfg: Configuration (sent to every actor as a dict).
@@ -363,29 +446,55 @@ def launch_actors(
             leave, at least 1; oversubscribed torch threads are many times slower).
         frame_offset: Global frames already done (resume), for the epsilon schedule.
         collector_restarts: The collectors' ``max_restarts``.
+        backend: ``"actorrt"`` (a cluster started with :func:`build_layout`'s layout) or
+            ``"ray"`` (``ray.init`` done).
 
     Returns:
         ``(learner_handle, [collector_handles])``, ready (constructors have finished).
     """
+    rt = make_backend(backend)
     learner_gpus, collector_gpus = resolve_gpus(transport, learner_gpus, collector_gpus)
-    if learner_threads is None and not learner_gpus:
-        learner_threads = max(1, (os.cpu_count() or 1) - num_collectors)
-    learner_cls = actorrt.actor(label="learner", num_gpus=learner_gpus, max_concurrency=1)(Learner)
-    collector_cls = actorrt.actor(
-        label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts
-    )(Collector)
+    learner_threads = _learner_threads(learner_threads, learner_gpus, num_collectors)
+    spec = ActorSpec(label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts)
     cfg_dict = cfg.to_dict()
-    learner = learner_cls.remote(cfg_dict, transport=transport, num_threads=learner_threads)
+    learner = _learner_actor(rt, cfg_dict, transport, learner_gpus, learner_threads)
     collectors = [
-        collector_cls.remote(
-            cfg_dict, learner, i, num_collectors, transport=transport, frame_offset=frame_offset
-        )
+        rt.actor(
+            Collector,
+            spec,
+            cfg_dict,
+            learner,
+            i,
+            num_collectors,
+            transport=transport,
+            frame_offset=frame_offset,
+            backend=backend,
+        )  # fmt: skip
         for i in range(num_collectors)
     ]
     # Constructors build envs and networks; surface their errors here, not mid-run.
-    actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
-    actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
+    rt.get(learner.stats.remote(), CALL_TIMEOUT_S)
+    rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     return learner, collectors
+
+
+def _replacement_learner(cfg: DQNConfig, args: argparse.Namespace) -> Any:
+    """A new learner for ``--learner-restarts``, its constructor finished.
+
+    It goes into a live ``learner`` slot when one is left, else (the learner's one slot
+    died with its process) onto any live process that can host it, GPUs included. With
+    ``--transport cuda`` that process may have no device map to the collectors'.
+    """
+    rt = make_backend(args.backend)
+    learner_gpus, _ = resolve_gpus(args.transport, args.learner_gpus, args.collector_gpus)
+    threads = _learner_threads(args.learner_threads, learner_gpus, args.collectors)
+    cfg_dict = cfg.to_dict()
+    try:
+        learner = _learner_actor(rt, cfg_dict, args.transport, learner_gpus, threads)
+    except actorrt.PlacementError:
+        learner = _learner_actor(rt, cfg_dict, args.transport, learner_gpus, threads, None)
+    rt.get(learner.stats.remote(), CALL_TIMEOUT_S)
+    return learner
 
 
 def _default_logdir(env_id: str) -> Path:
@@ -393,33 +502,22 @@ def _default_logdir(env_id: str) -> Path:
     return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-class _Evaluator:
-    """Evaluates the learner's current weights in the driver process."""
-
-    def __init__(self, cfg: DQNConfig) -> None:
-        obs_shape, _, n_actions = obs_spec(cfg)
-        self.cfg = cfg
-        self.q_net = build_q_network(cfg, obs_shape, n_actions)
-
-    def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
-        reply = actorrt.get(learner.get_weights.remote(-1, cpu=True), timeout=_CALL_TIMEOUT_S)
-        _, state = reply
-        self.q_net.load_state_dict({k: v.cpu() for k, v in state.items()})
-        return evaluate(self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999)
-
-
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """Runs a whole training job; returns a summary (also printed).
 
+    With ``--learner-restarts``, a learner whose process died is recreated from the last
+    checkpoint and the run goes on (:func:`~examples.atari_dqn.recovery.replace_learner`).
+
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
-        ``checkpoint``, ``plan`` (the plan.json path), ``updates``, ``weight_refreshes``
-        (sum over collectors).
+        ``checkpoint``, ``plan`` (the plan.json path; None on Ray), ``updates``,
+        ``weight_refreshes`` (sum over collectors), ``learner_restarts``.
     """
     cfg = build_config(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
     resume_state = None
+    resume_path = None
     frame_offset = 0
     if args.resume is not None:
         resume_path = Path(args.resume) if args.resume else ckpt_path
@@ -427,19 +525,21 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         frame_offset = int(resume_state["frames"])
         print(f"resuming from {resume_path} at {frame_offset:,} frames")
     logger = MetricsLogger(logdir, resume=resume_state is not None)
-    evaluator = _Evaluator(cfg)
+    rt = make_backend(args.backend)
+    evaluator = Evaluator(cfg, rt)
     t_start = time.monotonic()
+    on_actorrt = args.backend == "actorrt"
     summary: dict[str, Any] = {
         "logdir": str(logdir),
         "checkpoint": str(ckpt_path),
-        "plan": str(logdir / "plan.json"),
+        "plan": str(logdir / "plan.json") if on_actorrt else None,
     }
 
-    _start_cluster(args)
+    _start(args)
     try:
-        # The plan this run runs with: where every slot (and so every actor) is.
-        plan = write_plan(logdir / "plan.json")
-        print(placement_line(plan), flush=True)
+        if on_actorrt:  # the plan this run runs with: where every slot (and actor) is
+            plan = write_plan(logdir / "plan.json")
+            print(placement_line(plan), flush=True)
         learner, collectors = launch_actors(
             cfg,
             args.collectors,
@@ -449,28 +549,30 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             learner_threads=args.learner_threads,
             frame_offset=frame_offset,
             collector_restarts=args.collector_restarts,
+            backend=args.backend,
         )
-        print(_actors_line(actorrt.actors()), flush=True)
-        _write_collector_pids(logdir / "collectors.json", collectors)
+        if on_actorrt:
+            print(_actors_line(actorrt.actors()), flush=True)
+        _write_collector_pids(logdir / "collectors.json", rt, collectors)
         if resume_state is not None:
-            actorrt.get(
-                learner.load_checkpoint_state.remote(resume_state["learner"]),
-                timeout=_CALL_TIMEOUT_S,
-            )
+            rt.get(learner.load_checkpoint_state.remote(resume_state["learner"]), CALL_TIMEOUT_S)
         remaining = max(0, cfg.total_frames - frame_offset)
         per_collector = math.ceil(remaining / args.collectors)
         runs = [c.run.remote(per_collector) for c in collectors] if remaining else []
-        results = _watch(
-            args, cfg, learner, runs, logger, evaluator, ckpt_path, frame_offset, t_start,
-            collectors,
-        )  # fmt: skip
-        state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
-        stats = actorrt.get(learner.stats.remote(), timeout=_CALL_TIMEOUT_S)
-        frames = frame_offset + sum(r["frames"] for r in results)
-        save_checkpoint(ckpt_path, state, frames, cfg.env_id)
-        eval_returns = evaluator(learner)
+        crew = Crew(rt, learner, collectors, runs, checkpoint=resume_path)
+        record_learner(crew, CALL_TIMEOUT_S)
+        _write_learner(logdir / "learner.json", crew)
+        monitor = Monitor(args, cfg, logger, evaluator, ckpt_path, frame_offset, t_start)
+        try:
+            state, stats, eval_returns, restarts = _run(args, cfg, crew, monitor, logdir)
+        finally:
+            monitor.close()
+        refreshes = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     finally:
-        actorrt.shutdown()
+        _stop(args)
+    # The learner's count, which a run that restarts from a checkpoint keeps true (the
+    # collectors' counts include frames the checkpoint lost).
+    frames = stats["frames"]
     seconds = time.monotonic() - t_start
     eval_mean = float(np.mean(eval_returns))
     logger.log({"wall_s": seconds, "frames": frames, "eval_return": eval_mean})
@@ -487,7 +589,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         updates=stats["updates"],
         eval_returns=eval_returns,
         eval_mean=eval_mean,
-        weight_refreshes=sum(r["weight_refreshes"] for r in results),
+        weight_refreshes=sum(r["weight_refreshes"] for r in refreshes),
+        learner_restarts=restarts,
         learning_curve=str(png),
     )
     print(
@@ -499,160 +602,79 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
-def _watch(
-    args: argparse.Namespace,
-    cfg: DQNConfig,
-    learner: Any,
-    runs: list[Any],
-    logger: MetricsLogger,
-    evaluator: _Evaluator,
-    ckpt_path: Path,
-    frame_offset: int,
-    t_start: float,
-    collectors: list[Any] | None = None,
-) -> list[dict[str, Any]]:
-    """Polls the learner until every collector's run finished; logs, evaluates, saves.
+def _run(
+    args: argparse.Namespace, cfg: DQNConfig, crew: Crew, monitor: Monitor, logdir: Path
+) -> tuple[dict[str, Any], dict[str, Any], list[float], int]:
+    """Watches the collectors' runs to the end, then checkpoints and evaluates.
 
-    A collector whose process died (it is recreated: ``--collector-restarts``) gets a new
-    run, over its share of the frames still to collect.
-    """
-    from tqdm import tqdm
-
-    recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
-    seen_episodes = 0
-    next_eval = frame_offset + args.eval_every if args.eval_every else math.inf
-    bar = tqdm(
-        total=cfg.total_frames,
-        initial=frame_offset,
-        unit="frame",
-        unit_scale=True,
-        disable=args.no_progress or None,
-        dynamic_ncols=True,
-        file=sys.stdout,
-    )
-    last_frames, last_t = frame_offset, time.monotonic()
-    # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then instead.
-    plain_every = math.inf if args.no_progress or not bar.disable else 15.0
-    last_plain = time.monotonic()
-    last_logged = -1
-    # Resumed runs start counting the learner's frames from the checkpoint's transitions.
-    pending = list(runs)
-    try:
-        while pending:
-            ready, pending = actorrt.wait(pending, num_returns=len(pending), timeout=_POLL_S)
-            stats = actorrt.get(learner.stats.remote(seen_episodes), timeout=_CALL_TIMEOUT_S)
-            for ref in ready:
-                rerun = _rerun_if_died(args, cfg, ref, runs, collectors, stats["frames"])
-                if rerun is not None:
-                    pending.append(rerun)
-            for frame, ret, length in stats["episodes"]:
-                recent.append(ret)
-                logger.log_episode(frame, ret, length)
-            seen_episodes = stats["episodes_total"]
-            now = time.monotonic()
-            frames = stats["frames"]
-            fps = (frames - last_frames) / max(now - last_t, 1e-9)
-            last_frames, last_t = frames, now
-            row = {
-                "wall_s": now - t_start,
-                "frames": frames,
-                "fps": fps,
-                "episodes": seen_episodes,
-                "return_mean": float(np.mean(recent)) if recent else math.nan,
-                "loss_mean": stats["loss_mean"],
-                "q_mean": stats["q_mean"],
-                "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
-                "updates": stats["updates"],
-                "replay_size": stats["replay_size"],
-            }
-            if next_eval <= frames < cfg.total_frames and pending:  # the end has its own
-                returns = evaluator(learner)
-                row["eval_return"] = float(np.mean(returns))
-                state = actorrt.get(learner.checkpoint_state.remote(), timeout=_CALL_TIMEOUT_S)
-                save_checkpoint(ckpt_path, state, frames, cfg.env_id)
-                tqdm.write(
-                    f"eval at {frames:,} frames: mean return {row['eval_return']:.2f} "
-                    f"over {len(returns)} episodes (checkpoint {ckpt_path})"
-                )
-                while next_eval <= frames:
-                    next_eval += args.eval_every
-            if frames != last_logged or "eval_return" in row:
-                logger.log(row)
-                last_logged = frames
-            postfix = progress_fields(row, stats["last_loss"], have_returns=bool(recent))
-            bar.update(max(0, min(frames, cfg.total_frames) - bar.n))
-            bar.set_postfix(postfix, refresh=False)
-            if now - last_plain >= plain_every:
-                last_plain = now
-                fields = " ".join(f"{k}={v}" for k, v in postfix.items())
-                print(f"frames={frames:,}/{cfg.total_frames:,} {fields}", flush=True)
-        return actorrt.get(list(runs), timeout=_CALL_TIMEOUT_S)
-    finally:
-        bar.close()
-
-
-def _rerun_if_died(
-    args: argparse.Namespace,
-    cfg: DQNConfig,
-    ref: Any,
-    runs: list[Any],
-    collectors: list[Any] | None,
-    frames: int,
-) -> Any | None:
-    """A new run for the collector whose run ``ref`` failed because its process died.
-
-    The collector was recreated (``max_restarts``) with a fresh environment; it collects
-    its share of the frames still missing. Returns the new run's ref (``runs`` holds it),
-    or None when the run did not die (or restarts are off: the error ends the run).
-
-    Raises:
-        ActorDiedError: The collector died and was not recreated.
-    """
-    if not collectors or args.collector_restarts == 0:
-        return None
-    try:
-        actorrt.get(ref, timeout=0)
-        return None
-    except actorrt.ActorDiedError as exc:
-        error = exc
-    i = runs.index(ref)
-    state = {a.actor_id: a.state for a in actorrt.actors()}.get(collectors[i].actor_id)
-    if state not in ("ALIVE", "RESTARTING"):
-        raise error  # not recreated (restarts used up, or no process can host it)
-    left = max(1, math.ceil((cfg.total_frames - frames) / len(collectors)))
-    print(f"collector {i} died ({error}); restarted: it collects {left:,} more frames", flush=True)
-    runs[i] = collectors[i].run.remote(left)
-    return runs[i]
-
-
-def _write_collector_pids(path: Path, collectors: list[Any]) -> None:
-    """Where the collectors run (``collectors.json``: processes and pids), for operators."""
-    stats = actorrt.get([c.stats.remote() for c in collectors], timeout=_CALL_TIMEOUT_S)
-    where = [{"process": c.worker, "pid": s["pid"]} for c, s in zip(collectors, stats, strict=True)]
-    path.write_text(json.dumps(where, indent=2))
-
-
-def progress_fields(row: dict[str, Any], last_loss: float, have_returns: bool) -> dict[str, str]:
-    """The progress line's fields (tqdm postfix, or the plain line without a terminal).
-
-    The loss shown is the TD loss of the learner's latest gradient step, ``last_loss``:
-    a different number from ``metrics.csv``'s ``loss_mean`` (the mean over the gradient
-    steps since the previous row), so it carries a different name.
-
-    Args:
-        row: This poll's ``metrics.csv`` row (``fps``, ``return_mean``, ``epsilon``).
-        last_loss: The latest step's TD loss (NaN before training starts).
-        have_returns: Whether any episode has finished yet (else ``ret`` shows ``-``).
+    A learner that dies on the way (its process: its calls fail, or a collector's run
+    fails with it) is replaced from the last checkpoint, ``--learner-restarts`` times.
+    Frames a restarted collector's new run left missing are collected by a last round.
 
     Returns:
-        ``{"fps", "ret", "last_loss", "eps"}`` as printed.
+        The learner's final checkpoint state and stats, the final evaluation's returns,
+        and how many times the learner was restarted.
+
+    Raises:
+        Exception: What failed, when it is not the learner's death or no restart is left.
     """
-    return {
-        "fps": f"{row['fps']:.0f}",
-        "ret": f"{row['return_mean']:.1f}" if have_returns else "-",
-        "last_loss": f"{last_loss:.4f}" if math.isfinite(last_loss) else "-",
-        "eps": f"{row['epsilon']:.2f}",
-    }
+    ckpt_path = monitor.ckpt_path
+    restarts = 0
+    lost = False
+    while True:
+        try:
+            if lost:
+                entry = replace_learner(
+                    crew,
+                    lambda: _replacement_learner(cfg, args),
+                    cfg.env_id,
+                    cfg.total_frames,
+                    args.collector_restarts,
+                    CALL_TIMEOUT_S,
+                )
+                _write_learner(logdir / "learner.json", crew)
+                monitor.learner_replaced(crew)
+                print(
+                    f"learner restarted on {entry['process'] or 'a new process'} from "
+                    f"{entry['checkpoint'] or 'scratch (no checkpoint yet)'}: "
+                    f"frames={entry['frames']:,} updates={entry['updates']:,}",
+                    flush=True,
+                )
+                lost = False
+            monitor.watch(crew)
+            if top_up(crew, cfg.total_frames, CALL_TIMEOUT_S):
+                continue
+            state = crew.rt.get(crew.learner.checkpoint_state.remote(), CALL_TIMEOUT_S)
+            stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
+            save_checkpoint(ckpt_path, state, stats["frames"], cfg.env_id)
+            crew.checkpoint = ckpt_path
+            return state, stats, monitor.evaluator(crew.learner), restarts
+        except Exception as exc:
+            lost = learner_death(crew, exc)
+            if not lost or restarts == args.learner_restarts:
+                raise
+            restarts += 1
+            limit = "unlimited" if args.learner_restarts < 0 else args.learner_restarts
+            print(
+                f"learner died ({exc}); restarting it from "
+                f"{crew.checkpoint or 'scratch (no checkpoint yet)'} "
+                f"(restart {restarts} of {limit})",
+                flush=True,
+            )
+
+
+def _write_learner(path: Path, crew: Crew) -> None:
+    """``learner.json``: each learner instance's process, pid and what it started from."""
+    path.write_text(json.dumps(crew.learners, indent=2))
+
+
+def _write_collector_pids(path: Path, rt: Backend, collectors: list[Any]) -> None:
+    """Where the collectors run (``collectors.json``: processes and pids), for operators."""
+    stats = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
+    where = [
+        {"process": rt.process(c), "pid": s["pid"]} for c, s in zip(collectors, stats, strict=True)
+    ]
+    path.write_text(json.dumps(where, indent=2))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

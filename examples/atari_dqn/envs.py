@@ -22,7 +22,15 @@ import numpy as np
 
 from examples.atari_dqn.config import DQNConfig, is_atari
 
-__all__ = ["EnvPool", "make_env", "newest_frame", "obs_spec"]
+__all__ = [
+    "AleVectorPool",
+    "EnvPool",
+    "ale_game",
+    "make_env",
+    "make_pool",
+    "newest_frame",
+    "obs_spec",
+]
 
 _ALE_REGISTERED = False
 
@@ -140,6 +148,11 @@ class EnvPool:
     def __len__(self) -> int:
         return len(self.envs)
 
+    @property
+    def n_actions(self) -> int:
+        """Actions of the (Discrete) action space."""
+        return int(self.envs[0].action_space.n)
+
     def step(
         self, actions: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
@@ -176,3 +189,116 @@ class EnvPool:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+def ale_game(env_id: str) -> str:
+    """The ROM name of an ``ALE/<Game>-v5`` id: ``ALE/MsPacman-v5`` -> ``ms_pacman``."""
+    game = env_id.removeprefix("ALE/").rsplit("-v", 1)[0]
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(game))
+
+
+class AleVectorPool:
+    """The Atari pool on ale-py's ``AtariVectorEnv``: one C++ vector env, same records.
+
+    The emulator steps, frame skip with max-pooling, no-op resets, grayscale and the
+    84x84 resize run in ale-py's C++ (on ``num_threads`` threads) instead of one Python
+    wrapper stack per env. The settings follow :func:`make_env`'s: sticky actions 0.25
+    (``ALE/*-v5``), no fire on reset, no life-loss episodes, raw rewards (clipped here,
+    after the raw score is added to the episode's return). Stacking is done here, one
+    frame per step, with reset padding, as ``FrameStackObservation(padding_type="reset")``
+    does, so the policy sees the stacks the replay rebuilds.
+
+    Same interface as :class:`EnvPool` (``obs``, ``n_actions``, ``step``, ``close``).
+
+    Args:
+        cfg: Configuration (an Atari env id; skip and stack).
+        num_envs: Environments.
+        base_seed: Env ``j`` is seeded with ``base_seed + j``.
+        num_threads: ale-py's worker threads (1: one core per collector, as its policy
+            has).
+        max_episode_steps: Optional cap in agent steps (truncation), e.g. for tests.
+        sticky_actions: ``repeat_action_probability`` (``ALE/*-v5``'s 0.25; 0 for tests
+            that replay a game exactly).
+        noop_max: Most no-op steps at a reset (0 for such tests).
+    """
+
+    def __init__(
+        self,
+        cfg: DQNConfig,
+        num_envs: int,
+        base_seed: int,
+        *,
+        num_threads: int = 1,
+        max_episode_steps: int | None = None,
+        sticky_actions: float = 0.25,
+        noop_max: int = 30,
+    ) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        frames_cap = 108_000 if max_episode_steps is None else max_episode_steps * cfg.frame_skip
+        self._env = AtariVectorEnv(
+            ale_game(cfg.env_id),
+            num_envs,
+            num_threads=num_threads,
+            max_num_frames_per_episode=frames_cap,
+            repeat_action_probability=sticky_actions,
+            autoreset_mode="SameStep",  # the last frame comes in info["final_obs"]
+            stack_num=1,
+            frameskip=cfg.frame_skip,
+            noop_max=noop_max,
+            reward_clipping=False,
+            use_fire_reset=False,
+        )
+        self._n = num_envs
+        self._stack = cfg.frame_stack
+        frames, _ = self._env.reset(seed=base_seed)
+        self.obs = np.repeat(frames, self._stack, axis=1)
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def n_actions(self) -> int:
+        """Actions of the minimal action set."""
+        return int(self._env.single_action_space.n)
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[dict]]:
+        """Steps every env once; see :meth:`EnvPool.step` (same returns).
+
+        Rewards come back clipped to [-1, 1]; the episode's ``info["episode"]`` return
+        is the raw game score.
+        """
+        frames, rewards, terminated, truncated, info = self._env.step(
+            np.asarray(actions, dtype=np.int64)
+        )
+        done = terminated | truncated
+        newest = frames[:, 0]
+        if done.any():  # the vector env already reset these; their last frame is here
+            newest = np.where(done[:, None, None], info["final_obs"][:, 0], newest)
+        next_obs = np.concatenate([self.obs[:, 1:], newest[:, None]], axis=1)
+        self._returns += rewards
+        self._lengths += 1
+        infos: list[dict] = [{} for _ in range(self._n)]
+        reset_obs = next_obs.copy()
+        for j in np.flatnonzero(done):
+            infos[j] = {"episode": {"r": self._returns[j], "l": int(self._lengths[j])}}
+            self._returns[j] = 0.0
+            self._lengths[j] = 0
+            reset_obs[j] = frames[j, 0]  # a new episode's stack: its first frame, repeated
+        self.obs = reset_obs.copy()
+        clipped = np.clip(rewards, -1.0, 1.0).astype(np.float32)
+        return next_obs, clipped, terminated, truncated, reset_obs, infos
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def make_pool(cfg: DQNConfig, num_envs: int, base_seed: int) -> EnvPool | AleVectorPool:
+    """The collector's pool: ale-py's vector env for Atari when ``cfg.ale_vector_env``."""
+    if cfg.atari and cfg.ale_vector_env:
+        return AleVectorPool(cfg, num_envs, base_seed)
+    return EnvPool(cfg, num_envs, base_seed)

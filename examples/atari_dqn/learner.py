@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 from typing import Any
 
@@ -212,7 +213,7 @@ class Learner:
             ``last_loss``, ``loss_mean`` and ``q_mean`` (means over the gradient steps
             since the previous ``stats()`` call; NaN when none), ``episodes_total``,
             ``episodes`` (list of ``(frame, return, length)``), ``train_seconds``,
-            ``uptime_s``, ``device``.
+            ``uptime_s``, ``device``, ``pid`` (of the learner's process).
         """
         losses, qs = self._losses, self._q_means
         self._losses, self._q_means = [], []
@@ -233,6 +234,7 @@ class Learner:
             "train_seconds": self.train_seconds,
             "uptime_s": time.monotonic() - self._started,
             "device": str(self.device),
+            "pid": os.getpid(),
         }
 
     # ----------------------------------------------------------------- checkpoints

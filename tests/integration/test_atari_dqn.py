@@ -187,10 +187,12 @@ def test_driver_plan_flag_prints_the_plan_and_exits(tmp_path):
     assert not logdir.exists(), "--plan trained or wrote outputs"
 
 
-def test_a_collector_killed_mid_run_is_restarted_and_the_run_finishes(tmp_path):
-    """Kill -9 a collector's process while it collects: the collector is recreated
-    (``--collector-restarts``, the actor's max_restarts), gets a new run, and the training
-    run ends with all its outputs."""
+def _run_killing(tmp_path, extra: list[str], victim) -> tuple[int, str, Path]:
+    """Runs the driver on CartPole and SIGKILLs the pid ``victim(logdir)`` names mid-run.
+
+    ``victim`` returns None until the moment has come (polled every 0.2 s, for at most
+    ``_T`` seconds). Returns the exit code, the output and the logdir.
+    """
     import os
     import signal
     import time
@@ -200,7 +202,7 @@ def test_a_collector_killed_mid_run_is_restarted_and_the_run_finishes(tmp_path):
         sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
         "--logdir", str(logdir), "--no-progress", "--eval-episodes", "2",
         "--learning-starts", "200", "--learner-gpus", "0", "--collectors", "2",
-        "--num-workers", "3", "--total-frames", "30000", "--collector-restarts", "2",
+        "--total-frames", "30000", *extra,
     ]  # fmt: skip
     out_path = tmp_path / "out.txt"
     with open(out_path, "w") as out:
@@ -208,21 +210,84 @@ def test_a_collector_killed_mid_run_is_restarted_and_the_run_finishes(tmp_path):
                                 start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + _T
-        where = logdir / "collectors.json"
-        while not where.exists() and proc.poll() is None and time.monotonic() < deadline:
+        pid = None
+        while pid is None and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert where.exists(), out_path.read_text()[-3000:]
-        time.sleep(2.0)  # in the middle of collecting
-        victim = json.loads(where.read_text())[0]
-        os.kill(victim["pid"], signal.SIGKILL)
+            pid = victim(logdir)
+        assert pid is not None, out_path.read_text()[-3000:]
+        os.kill(pid, signal.SIGKILL)
         rc = proc.wait(timeout=3 * _T)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # the run's own process group, by its pid
             proc.wait(timeout=30)
     text = out_path.read_text()
+    assert "final evaluation: env=CartPole-v1 episodes=2" in text, text[-4000:]
+    outputs = ["metrics.csv", "learning_curve.png", "checkpoint.pt"]
+    if "ray" not in extra:  # Ray has no plan
+        outputs.append("plan.json")
+    for name in outputs:
+        assert (logdir / name).stat().st_size > 0, name
+    return rc, text, logdir
+
+
+@pytest.mark.parametrize("backend", ["actorrt", "ray"])
+def test_a_collector_killed_mid_run_is_restarted_and_the_run_finishes(tmp_path, backend):
+    """Kill -9 a collector's process while it collects: the collector is recreated
+    (``--collector-restarts``, the actor's max_restarts), gets a new run, and the training
+    run ends with all its outputs and its whole frame budget. The same on Ray."""
+    import time
+
+    if backend == "ray":
+        pytest.importorskip("ray", reason="ray is not installed: the Ray backend cannot run")
+
+    started: list[float] = []
+
+    def collector_pid(logdir: Path) -> int | None:
+        where = logdir / "collectors.json"
+        if not where.exists():
+            return None
+        started.append(time.monotonic())
+        if time.monotonic() - started[0] < 2.0:  # in the middle of collecting
+            return None
+        return json.loads(where.read_text())[0]["pid"]
+
+    extra = ["--collector-restarts", "2", "--backend", backend]
+    rc, text, logdir = _run_killing(tmp_path, extra, collector_pid)
     assert rc == 0, text[-4000:]
     assert "collector 0 died" in text and "restarted" in text, text[-4000:]
-    assert "final evaluation: env=CartPole-v1 episodes=2" in text
-    for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "plan.json"):
-        assert (logdir / name).stat().st_size > 0, name
+    assert load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")["frames"] >= 30000
+
+
+@pytest.mark.parametrize("backend", ["actorrt", "ray"])
+def test_a_learner_killed_mid_run_is_resumed_from_its_checkpoint(tmp_path, backend):
+    """Kill -9 the learner's process once a checkpoint exists: with ``--learner-restarts``
+    the driver makes a new learner that loads that checkpoint (its own counters go on
+    from the checkpoint's, not from 0), the collectors push to it, and the run ends with
+    all its outputs. The same on Ray (``--backend ray``)."""
+    if backend == "ray":
+        pytest.importorskip("ray", reason="ray is not installed: the Ray backend cannot run")
+    seen: dict = {}
+
+    def learner_pid(logdir: Path) -> int | None:
+        where, ckpt = logdir / "learner.json", logdir / "checkpoint.pt"
+        if not (where.exists() and ckpt.exists()):
+            return None
+        seen["checkpoint"] = load_checkpoint(ckpt, "CartPole-v1")  # written atomically
+        return json.loads(where.read_text())[0]["pid"]
+
+    extra = ["--eval-every", "3000", "--learner-restarts", "1", "--backend", backend]
+    rc, text, logdir = _run_killing(tmp_path, extra, learner_pid)
+    assert rc == 0, text[-4000:]
+    assert "learner died" in text and "learner restarted on" in text, text[-4000:]
+    first, second = json.loads((logdir / "learner.json").read_text())
+    assert second["pid"] != first["pid"]
+    assert second["checkpoint"] == str(logdir / "checkpoint.pt")
+    # The new learner reported these counters itself, right after loading: the
+    # checkpoint's (that one, or a later one written before the kill landed).
+    before = seen["checkpoint"]
+    assert second["updates"] >= before["learner"]["updates"] > 0
+    assert second["frames"] >= before["frames"] > 0
+    final = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")
+    assert final["frames"] >= 30000
+    assert final["learner"]["updates"] > second["updates"]  # it went on training

@@ -66,3 +66,20 @@ def test_driver_flags():
     assert args.cuda_device_map == "1_0_0" and args.local_cuda_devices == "0,1"
     with pytest.raises(SystemExit):
         parse_args(["--init-method", "tcp://127.0.0.1:29500"])  # needs --world-size
+
+
+def test_backend_and_learner_restart_flags(capsys):
+    args = parse_args([])
+    assert args.backend == "actorrt" and args.learner_restarts == 0  # the defaults
+    args = parse_args(["--backend", "ray", "--learner-restarts", "-1", "--collectors", "4"])
+    assert args.backend == "ray" and args.learner_restarts == -1
+    with pytest.raises(SystemExit):
+        parse_args(["--learner-restarts", "-2"])
+    assert "--learner-restarts must be >= 0, or -1" in capsys.readouterr().err
+    # What only an actorrt cluster has is refused on Ray, every such flag named.
+    with pytest.raises(SystemExit):
+        parse_args(["--backend", "ray", "--plan", "--num-workers", "2", "--transport", "cuda"])
+    err = capsys.readouterr().err
+    assert "--num-workers, --plan, --transport cuda: only with --backend actorrt" in err
+    with pytest.raises(SystemExit):
+        parse_args(["--backend", "torch"])

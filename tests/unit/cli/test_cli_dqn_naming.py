@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("gymnasium")
 
-from examples.atari_dqn.driver import progress_fields  # noqa: E402
 from examples.atari_dqn.metrics import CSV_FIELDS, _read_csv  # noqa: E402
+from examples.atari_dqn.monitor import progress_fields  # noqa: E402
 
 ROW = {"fps": 412.3, "return_mean": -20.5, "epsilon": 0.731}
 

@@ -1,0 +1,190 @@
+"""The driver's view of a run: progress, logs, evaluations and checkpoints while it runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from examples.atari_dqn.backend import Backend
+from examples.atari_dqn.checkpoint import save_checkpoint
+from examples.atari_dqn.config import DQNConfig, is_atari
+from examples.atari_dqn.envs import obs_spec
+from examples.atari_dqn.evaluation import evaluate
+from examples.atari_dqn.exploration import linear_epsilon
+from examples.atari_dqn.metrics import MetricsLogger
+from examples.atari_dqn.networks import build_q_network
+from examples.atari_dqn.recovery import Crew, rerun_collector
+
+__all__ = ["CALL_TIMEOUT_S", "Evaluator", "Monitor", "progress_fields"]
+
+_POLL_S = 1.0  # progress / log interval
+#: Bound on any single driver wait for an actor reply (seconds).
+CALL_TIMEOUT_S = 300.0
+
+
+class Evaluator:
+    """Evaluates the learner's current weights in the driver process."""
+
+    def __init__(self, cfg: DQNConfig, rt: Backend) -> None:
+        obs_shape, _, n_actions = obs_spec(cfg)
+        self.cfg = cfg
+        self.rt = rt
+        self.q_net = build_q_network(cfg, obs_shape, n_actions)
+
+    def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
+        """Plays ``episodes`` (the config's) with the learner's weights; their returns."""
+        reply = self.rt.get(learner.get_weights.remote(-1, cpu=True), CALL_TIMEOUT_S)
+        _, state = reply
+        self.q_net.load_state_dict({k: v.cpu() for k, v in state.items()})
+        return evaluate(self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999)
+
+
+class Monitor:
+    """Polls the learner while collectors run: progress, logs, evaluations, checkpoints.
+
+    One per training run; it outlives learner restarts (:meth:`learner_replaced`).
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cfg: DQNConfig,
+        logger: MetricsLogger,
+        evaluator: Evaluator,
+        ckpt_path: Path,
+        frame_offset: int,
+        t_start: float,
+    ) -> None:
+        from tqdm import tqdm
+
+        self.args, self.cfg, self.logger = args, cfg, logger
+        self.evaluator, self.ckpt_path, self.t_start = evaluator, ckpt_path, t_start
+        self.recent: deque[float] = deque(maxlen=20 if not is_atari(cfg.env_id) else 10)
+        self.seen_episodes = 0
+        self.next_eval = frame_offset + args.eval_every if args.eval_every else math.inf
+        self.bar = tqdm(
+            total=cfg.total_frames,
+            initial=frame_offset,
+            unit="frame",
+            unit_scale=True,
+            disable=args.no_progress or None,
+            dynamic_ncols=True,
+            file=sys.stdout,
+        )
+        self.last_frames, self.last_t = frame_offset, time.monotonic()
+        # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then.
+        self.plain_every = math.inf if args.no_progress or not self.bar.disable else 15.0
+        self.last_plain = time.monotonic()
+        self.last_logged = -1
+
+    def learner_replaced(self, crew: Crew) -> None:
+        """A new learner took over: its episodes (from the checkpoint) were logged already."""
+        stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
+        self.seen_episodes = stats["episodes_total"]
+        self.last_frames, self.last_t = stats["frames"], time.monotonic()
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def watch(self, crew: Crew) -> None:
+        """Polls until every collector's run finished (raising the error of one that failed).
+
+        A collector whose process died (it is recreated: ``--collector-restarts``) gets a
+        new run, over its share of the frames still to collect. Each evaluation also
+        writes the checkpoint (``crew.checkpoint``).
+        """
+        args, cfg, rt = self.args, self.cfg, crew.rt
+        pending = list(crew.runs)
+        while pending:
+            ready, pending = rt.wait(pending, len(pending), _POLL_S)
+            stats = rt.get(crew.learner.stats.remote(self.seen_episodes), CALL_TIMEOUT_S)
+            for ref in ready:
+                rerun = rerun_collector(
+                    crew, ref, args.collector_restarts, cfg.total_frames, stats["frames"],
+                    CALL_TIMEOUT_S,
+                )  # fmt: skip
+                if rerun is not None:
+                    pending.append(rerun)
+            for frame, ret, length in stats["episodes"]:
+                self.recent.append(ret)
+                self.logger.log_episode(frame, ret, length)
+            self.seen_episodes = stats["episodes_total"]
+            now = time.monotonic()
+            frames = stats["frames"]
+            fps = (frames - self.last_frames) / max(now - self.last_t, 1e-9)
+            self.last_frames, self.last_t = frames, now
+            row = {
+                "wall_s": now - self.t_start,
+                "frames": frames,
+                "fps": fps,
+                "episodes": self.seen_episodes,
+                "return_mean": float(np.mean(self.recent)) if self.recent else math.nan,
+                "loss_mean": stats["loss_mean"],
+                "q_mean": stats["q_mean"],
+                "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
+                "updates": stats["updates"],
+                "replay_size": stats["replay_size"],
+            }
+            if self.next_eval <= frames < cfg.total_frames and pending:  # the end has its own
+                self._evaluate(crew, row)
+            if frames != self.last_logged or "eval_return" in row:
+                self.logger.log(row)
+                self.last_logged = frames
+            self._show(row, stats["last_loss"])
+        rt.get(list(crew.runs), CALL_TIMEOUT_S)
+
+    def _evaluate(self, crew: Crew, row: dict[str, Any]) -> None:
+        """Evaluates the learner's weights into ``row`` and writes the checkpoint."""
+        frames = row["frames"]
+        returns = self.evaluator(crew.learner)
+        row["eval_return"] = float(np.mean(returns))
+        state = crew.rt.get(crew.learner.checkpoint_state.remote(), CALL_TIMEOUT_S)
+        save_checkpoint(self.ckpt_path, state, frames, self.cfg.env_id)
+        crew.checkpoint = self.ckpt_path
+        self.bar.write(
+            f"eval at {frames:,} frames: mean return {row['eval_return']:.2f} "
+            f"over {len(returns)} episodes (checkpoint {self.ckpt_path})"
+        )
+        while self.next_eval <= frames:
+            self.next_eval += self.args.eval_every
+
+    def _show(self, row: dict[str, Any], last_loss: float) -> None:
+        """The progress bar, or a plain line every 15 s without a terminal."""
+        postfix = progress_fields(row, last_loss, have_returns=bool(self.recent))
+        self.bar.update(max(0, min(row["frames"], self.cfg.total_frames) - self.bar.n))
+        self.bar.set_postfix(postfix, refresh=False)
+        now = time.monotonic()
+        if now - self.last_plain >= self.plain_every:
+            self.last_plain = now
+            fields = " ".join(f"{k}={v}" for k, v in postfix.items())
+            print(f"frames={row['frames']:,}/{self.cfg.total_frames:,} {fields}", flush=True)
+
+
+def progress_fields(row: dict[str, Any], last_loss: float, have_returns: bool) -> dict[str, str]:
+    """The progress line's fields (tqdm postfix, or the plain line without a terminal).
+
+    The loss shown is the TD loss of the learner's latest gradient step, ``last_loss``:
+    a different number from ``metrics.csv``'s ``loss_mean`` (the mean over the gradient
+    steps since the previous row), so it carries a different name.
+
+    Args:
+        row: This poll's ``metrics.csv`` row (``fps``, ``return_mean``, ``epsilon``).
+        last_loss: The latest step's TD loss (NaN before training starts).
+        have_returns: Whether any episode has finished yet (else ``ret`` shows ``-``).
+
+    Returns:
+        ``{"fps", "ret", "last_loss", "eps"}`` as printed.
+    """
+    return {
+        "fps": f"{row['fps']:.0f}",
+        "ret": f"{row['return_mean']:.1f}" if have_returns else "-",
+        "last_loss": f"{last_loss:.4f}" if math.isfinite(last_loss) else "-",
+        "eps": f"{row['epsilon']:.2f}",
+    }

@@ -1,0 +1,84 @@
+"""ale-py's vector env behind the collector's pool interface: the same records as EnvPool."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ale_py.vector_env", reason="needs ale-py >= 0.11 (AtariVectorEnv)")
+
+import gymnasium as gym  # noqa: E402
+
+from examples.atari_dqn.config import config_for_env  # noqa: E402
+from examples.atari_dqn.envs import AleVectorPool, ale_game, make_env  # noqa: E402
+
+
+def test_rom_names_come_from_env_ids():
+    assert ale_game("ALE/Pong-v5") == "pong"
+    assert ale_game("ALE/MsPacman-v5") == "ms_pacman"
+    assert ale_game("ALE/SpaceInvaders-v5") == "space_invaders"
+
+
+def test_steps_shift_one_frame_in_and_episode_ends_give_two_records():
+    cfg = config_for_env("ALE/SpaceInvaders-v5")
+    pool = AleVectorPool(cfg, 2, base_seed=0, max_episode_steps=100)
+    rng = np.random.default_rng(0)
+    try:
+        assert pool.obs.shape == (2, 4, 84, 84) and pool.obs.dtype == np.uint8
+        assert all(
+            np.array_equal(pool.obs[j, 0], pool.obs[j, k]) for j in (0, 1) for k in (1, 2, 3)
+        )
+        assert pool.n_actions == 6
+        ends, clipped, returns = 0, np.zeros(2), []
+        for _ in range(210):
+            before = pool.obs.copy()
+            next_obs, rewards, term, trunc, reset_obs, infos = pool.step(rng.integers(0, 6, 2))
+            # One new frame per step, behind the three previous ones.
+            np.testing.assert_array_equal(next_obs[:, :3], before[:, 1:])
+            assert set(np.unique(rewards)) <= {-1.0, 0.0, 1.0}
+            clipped += rewards
+            for j in range(2):
+                if term[j] or trunc[j]:
+                    ends += 1
+                    assert trunc[j] and infos[j]["episode"]["l"] == 100
+                    # The new episode's stack is its first frame four times, and it is
+                    # not the last frame of the episode that ended.
+                    assert all(np.array_equal(reset_obs[j, 0], reset_obs[j, k]) for k in (1, 2, 3))
+                    assert not np.array_equal(reset_obs[j, 3], next_obs[j, 3])
+                    returns.append((infos[j]["episode"]["r"], clipped[j]))
+                    clipped[j] = 0.0
+                else:
+                    np.testing.assert_array_equal(reset_obs[j], next_obs[j])
+                    assert infos[j] == {}
+            np.testing.assert_array_equal(pool.obs, reset_obs)
+        assert ends == 4  # 100-step episodes, 210 steps, 2 envs
+        # SpaceInvaders pays 5-30 points an alien: an episode's return is the raw score,
+        # above the sum of the clipped rewards the learner gets.
+        assert all(raw >= sum_clipped >= 0 for raw, sum_clipped in returns)
+        assert any(raw > sum_clipped > 0 for raw, sum_clipped in returns)
+    finally:
+        pool.close()
+
+
+def test_frames_are_gymnasiums_atari_preprocessing_pixel_for_pixel():
+    # Without sticky actions and no-op resets both games are the same: the C++ frame skip,
+    # max-pool, grayscale and resize must give exactly make_env's frames.
+    cfg = config_for_env("ALE/Pong-v5")
+    pool = AleVectorPool(cfg, 1, base_seed=3, sticky_actions=0.0, noop_max=0)
+    make_env("ALE/Pong-v5")  # registers the ALE namespace
+    env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=0, scale_obs=False)
+    env = gym.wrappers.FrameStackObservation(env, 4, padding_type="reset")
+    rng = np.random.default_rng(0)
+    try:
+        obs, _ = env.reset(seed=3)
+        np.testing.assert_array_equal(pool.obs[0], obs)
+        for _ in range(60):
+            action = int(rng.integers(0, 6))
+            obs, *_ = env.step(action)
+            next_obs, *_ = pool.step(np.array([action]))
+            np.testing.assert_array_equal(next_obs[0], obs)
+        assert obs.max() > obs.min()
+    finally:
+        env.close()
+        pool.close()
