@@ -14,7 +14,6 @@ shutdown).
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 import warnings
@@ -26,7 +25,7 @@ import torch.distributed.rpc as rpc
 from actorrt.cluster import process_setup, rendezvous
 from actorrt.cluster.join import join
 from actorrt.cluster.launch_env import heartbeat_interval, set_fork_safety
-from actorrt.cluster.local import LocalCluster
+from actorrt.cluster.local import LocalCluster, exit_text
 from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import get_logger
 from actorrt.placement.discovery import cuda_device_count
@@ -258,7 +257,7 @@ class Driver:
             log.warning(
                 "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
                 "ActorDiedError and no new actor is placed there",
-                name, rank, pid, _exit_text(code),
+                name, rank, pid, exit_text(code),
             )  # fmt: skip
             if self._restarts.get(rank, 0) < self.max_worker_restarts:
                 threading.Thread(
@@ -448,17 +447,6 @@ def _rank_of(rt: Runtime, name: str) -> int | None:
 def _mark_started() -> None:
     global _started_before
     _started_before = True
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "exit status unknown"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
 
 
 def _call_all(

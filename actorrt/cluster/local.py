@@ -1,11 +1,16 @@
-"""The embedded local cluster: worker processes started from the driver, on loopback only.
+"""Worker processes forked on this host from one zygote: a local cluster, or a node's share.
+
+Two users: the driver's embedded local cluster (``actorrt.start(num_workers=N)``, ranks
+1..N on loopback only), and ``actorrt worker --nproc N`` (:mod:`actorrt.cluster.node`),
+which starts ranks R..R+N-1 of a multi-node cluster on its node; there the workers find
+their own interface towards the driver, as a single ``actorrt worker`` does.
 
 Workers are not forks of the driver: the driver may hold CUDA or ibverbs state that a
 fork would corrupt, and the user's script must not run again in them. One fresh
 interpreter, the zygote (:mod:`actorrt.cluster.zygote`), imports torch once and forks
 every worker, which saves each worker the import (most of its start-up).
 
-Workers inherit the driver's terminal (stdout and stderr file descriptors) and its log
+Workers inherit their parent's terminal (stdout and stderr file descriptors) and its log
 level (``ACTORRT_LOG_LEVEL``); what their actors print is sent to the driver's Python
 streams when ``log_to_driver`` is on (:mod:`actorrt.runtime.output`).
 """
@@ -19,31 +24,43 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
 
-__all__ = ["LocalCluster"]
+__all__ = ["LocalCluster", "exit_text"]
 
 log = get_logger("local")
 
 
 class LocalCluster:
-    """Starts, watches and stops the worker processes of a local cluster.
+    """Starts, watches and stops worker processes forked on this host from one zygote.
 
     Args:
-        num_workers: Worker processes to start (ranks 1..num_workers).
-        port: Port of the driver's store on 127.0.0.1.
+        num_workers: Worker processes to start (ranks ``first_rank..first_rank+num_workers-1``).
+        port: Port of the driver's store on ``host``.
         token: The cluster token (passed through the environment, not argv).
-        gpus_per_worker: GPU indices each worker offers, by worker (empty: none).
+        gpus_per_worker: GPU indices each worker offers, by worker (empty: none; None:
+            every visible GPU, or the one ``options["local_rank"]`` picks).
         labels_per_worker: Labels each worker offers, by worker (empty: any label).
         timeout: Seconds a worker waits for the rendezvous.
         rpc_timeout: Default timeout of the workers' control messages.
         num_worker_threads: TensorPipe's RPC thread pool size per worker.
-        log_level: The workers' ``ACTORRT_LOG_LEVEL`` (None: the driver's environment's).
+        log_level: The workers' ``ACTORRT_LOG_LEVEL`` (None: this process's environment's).
+        host: The driver's address (its store).
+        first_rank: The first worker's rank.
+        world_size: Processes in the cluster, driver included (default: ``num_workers + 1``).
+        socket_ifname: ``TP_SOCKET_IFNAME`` of the workers. None: the environment's if
+            set, else each worker finds the interface that reaches ``host``.
+        options: Further :class:`~actorrt.cluster.worker.WorkerConfig` fields, the same
+            for every worker (``transport``, ``log_level``), except ``local_rank``,
+            which counts up from the given one, by worker.
+        process_group: Start the zygote, and so every worker, in a process group of its
+            own: a terminal's Ctrl-C then reaches this process only, which passes it on
+            once (``actorrt worker --nproc``); the driver's local cluster shares its group.
     """
 
     def __init__(
@@ -52,12 +69,18 @@ class LocalCluster:
         port: int,
         token: str,
         *,
-        gpus_per_worker: list[tuple[int, ...]],
-        labels_per_worker: list[tuple[str, ...]],
+        gpus_per_worker: Sequence[tuple[int, ...] | None],
+        labels_per_worker: Sequence[tuple[str, ...]],
         timeout: float,
         rpc_timeout: float,
         num_worker_threads: int,
         log_level: str | None = None,
+        host: str = "127.0.0.1",
+        first_rank: int = 1,
+        world_size: int | None = None,
+        socket_ifname: str | None = "lo",
+        options: Mapping[str, Any] | None = None,
+        process_group: bool = False,
     ) -> None:
         # Called with a worker's rank when the zygote reports its exit (on the reader thread).
         self.on_exit: Callable[[int], None] | None = None
@@ -66,7 +89,8 @@ class LocalCluster:
             env["ACTORRT_LOG_LEVEL"] = log_level
         env["ACTORRT_TOKEN"] = token
         env["ACTORRT_SYS_PATH"] = json.dumps([p for p in sys.path if p])
-        env["TP_SOCKET_IFNAME"] = "lo"  # TensorPipe listens on loopback only
+        if socket_ifname is not None:  # "lo": a local cluster listens on loopback only
+            env["TP_SOCKET_IFNAME"] = socket_ifname
         # Workers share the machine's cores; without this each would start one
         # OpenMP thread per core and they would fight over them.
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_workers)))
@@ -75,14 +99,19 @@ class LocalCluster:
         # first allocation, so it must be set at exec.
         env.setdefault("THP_MEM_ALLOC_ENABLE", "1")
         set_fork_safety(env)
+        options = dict(options or {})
+        local_rank = options.pop("local_rank", None)
+        gpus = [None if g is None else list(g) for g in gpus_per_worker]
         configs = [
             {
-                "host": "127.0.0.1",
+                **options,
+                "host": host,
                 "port": port,
-                "rank": i + 1,
-                "world_size": num_workers + 1,
+                "rank": first_rank + i,
+                "world_size": num_workers + 1 if world_size is None else world_size,
                 "labels": list(labels_per_worker[i]),
-                "gpus": list(gpus_per_worker[i]),
+                "gpus": gpus[i],
+                "local_rank": None if local_rank is None else local_rank + i,
                 "timeout": timeout,
                 "watch_stdin": True,
                 "num_worker_threads": num_worker_threads,
@@ -113,6 +142,7 @@ class LocalCluster:
                 pass_fds=(report_w, config_r),
                 env=env,
                 cwd=os.getcwd(),
+                process_group=0 if process_group else None,
             )
         finally:
             os.close(report_w)
@@ -240,15 +270,8 @@ class LocalCluster:
         with self._cond:
             self._cond.wait_for(self._all_exited, timeout=left(reserve=min(1.0, timeout / 2)))
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            with self._cond:
-                alive = [pid for rank, pid in self._pids.items() if rank not in self._exits]
-            if not alive or self._zygote_done:
+            if not self.signal_all(sig):
                 break
-            for pid in alive:
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
             with self._cond:
                 self._cond.wait_for(self._all_exited, timeout=min(0.5, left()))
         with self._cond:
@@ -266,5 +289,45 @@ class LocalCluster:
             self._zygote.kill()
             self._zygote.wait(5.0)  # SIGKILL: reaped at once
 
+    def signal_all(self, sig: int) -> list[int]:
+        """Sends ``sig`` to every worker still running; the ranks it was sent to."""
+        with self._cond:
+            if self._zygote_done:
+                return []
+            alive = {r: pid for r, pid in self._pids.items() if r not in self._exits}
+            for pid in alive.values():
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        return sorted(alive)
+
+    def wait(self, timeout: float | None = None) -> dict[int, int] | None:
+        """Waits until every worker has exited; their exit codes by rank (None: timed out).
+
+        A worker the zygote never reported an exit for (the zygote itself ended) counts
+        as killed (-9); once this process's end of their stdin closes, such orphans exit.
+        """
+        with self._cond:
+            if not self._cond.wait_for(self._ended, timeout):
+                return None
+            return {r: self._exits.get(r, -signal.SIGKILL) for r in self._configs}
+
+    def _ended(self) -> bool:
+        forked_all = len(self._pids) == self.num_workers
+        return self._zygote_done or (forked_all and self._all_exited())
+
     def _all_exited(self) -> bool:
         return self._zygote_done or all(r in self._exits for r in self._pids)
+
+
+def exit_text(code: int | None) -> str:
+    """A worker's exit status in words: ``exit code 1``, ``killed by SIGKILL``."""
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

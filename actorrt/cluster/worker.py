@@ -43,6 +43,9 @@ class WorkerConfig:
     token: str
     labels: tuple[str, ...] = ()
     gpus: tuple[int, ...] | None = None
+    # Index of the process on its node (a launcher's LOCAL_RANK, a child of `--nproc`):
+    # with `gpus` None it offers visible GPU local_rank % count, not every visible one.
+    local_rank: int | None = None
     timeout: float = 60.0
     watch_stdin: bool = False
     num_worker_threads: int = 16
@@ -75,7 +78,8 @@ def run_worker(cfg: WorkerConfig) -> int:
 
     log.info("rank %d: joining the driver's rendezvous at %s:%d", cfg.rank, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
-    description = process_setup.describe_process(cfg.labels, cfg.gpus, cfg.cuda_device_map)
+    gpus = cfg.gpus if cfg.gpus is not None else _gpu_of_local_rank(cfg.local_rank)
+    description = process_setup.describe_process(cfg.labels, gpus, cfg.cuda_device_map)
     if cfg.plan is not None:  # a replacement: the driver gave the plan through the zygote
         plan = cfg.plan
         log.info("rank %d: replacing a dead worker (RPC id %s)", cfg.rank, cfg.rpc_id)
@@ -127,6 +131,16 @@ def run_worker(cfg: WorkerConfig) -> int:
     return 0 if quiet and told else 3
 
 
+def _gpu_of_local_rank(local_rank: int | None) -> tuple[int, ...] | None:
+    """The one visible GPU a node's ``local_rank``-th process offers (None: every one)."""
+    if local_rank is None:
+        return None
+    from actorrt.placement.discovery import cuda_device_count
+
+    count = cuda_device_count()
+    return (local_rank % count,) if count else None
+
+
 def _sender(driver: str) -> Callable[[Header, list[Line]], None]:
     """Sends a batch of output lines to the driver (a plain RPC, in order: one at a time)."""
     import torch.distributed.rpc as rpc
@@ -168,10 +182,11 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0
     stdin_fd = os.dup(0)
 
     def watch_stdin() -> None:
-        # A local cluster's driver holds our stdin pipe: EOF means it died.
+        # Our stdin pipe is held by the process that started us (a local cluster's driver,
+        # or `actorrt worker --nproc`): EOF means it died.
         while os.read(stdin_fd, 1):
             pass
-        exit_now("the driver process ended")
+        exit_now("the process that started it (the driver or actorrt worker --nproc) ended")
 
     def watch_store() -> None:
         # A plain connection to the store's port, not a TCPStore client polling it: when

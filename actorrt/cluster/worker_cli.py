@@ -1,8 +1,11 @@
-"""``actorrt worker``: join a multi-node cluster as one worker process.
+"""``actorrt worker``: join a multi-node cluster as one worker process, or as ``--nproc N``.
 
 By hand::
 
     actorrt worker --init-method tcp://10.0.0.1:29500 --rank 1 --world-size 3 --labels collector
+
+``--nproc N`` starts ranks ``--rank``..``--rank``+N-1 on this node instead, forked from
+one zygote (see :mod:`actorrt.cluster.node`), each as if started by its own command.
 
 Under torchrun or srun, without flags: the rank, world size, local rank and the driver's
 address come from the launcher's environment (see :mod:`actorrt.cluster.launch_env`;
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from actorrt.cluster.launch_env import (
     CUDA_DEVICE_MAP_FORM,
+    LaunchEnv,
     check_cuda_device_map,
     from_environ,
     parse_tcp_init_method,
@@ -30,7 +34,6 @@ from actorrt.cluster.launch_env import (
 from actorrt.errors import PlacementError
 from actorrt.logs import ENV_VAR, parse_level
 from actorrt.placement.device_flags import parse_local_cuda_devices
-from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.plan import TRANSPORT_MODES
 
 if TYPE_CHECKING:
@@ -52,6 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "else MASTER_ADDR with ACTORRT_PORT or MASTER_PORT+1)",
     )
     p.add_argument("--rank", type=int, help="this worker's rank, 1..W-1 (default: RANK+1)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="worker processes to start on this node (like torchrun's --nproc-per-node): "
+        "ranks --rank..--rank+N-1, forked from one process that imports torch once; each "
+        "offers one GPU in turn of --gpus, else of the visible ones (default 1)",
+    )
     p.add_argument(
         "--world-size", type=int, help="processes in all, driver included (default: WORLD_SIZE+1)"
     )
@@ -137,6 +148,8 @@ def config_from_args(
             f"rank {rank}{where} is out of range for world size {world}: workers take ranks "
             f"1..{world - 1} (rank 0 is the driver)."
         )
+    nproc = getattr(args, "nproc", 1)
+    _check_nproc(nproc, rank, world, args, launch)
     if args.timeout is None or not args.timeout > 0:
         raise ValueError(f"--timeout {args.timeout} must be a number of seconds > 0.")
     log_level = getattr(args, "log_level", None)
@@ -148,7 +161,10 @@ def config_from_args(
     # Checked here, not by rank 0 once every rank has joined: a typo fails this worker now.
     check_cuda_device_map(args.cuda_device_map, rank=rank, world_size=world)
     labels = tuple(x.strip() for item in args.labels for x in item.split(",") if x.strip())
-    gpus = _gpus(args.gpus, launch.local_rank if launch else None)
+    gpus = _gpus(args.gpus)
+    # Under a launcher each process offers its LOCAL_RANK's GPU, resolved where torch is
+    # imported anyway: in the worker (`--nproc` children count from 0 instead).
+    local_rank = launch.local_rank if launch is not None and gpus is None else None
     token = args.token if args.token is not None else environ.get("ACTORRT_TOKEN", "")
     from actorrt.cluster.worker import WorkerConfig  # imports torch: after the checks
 
@@ -160,6 +176,7 @@ def config_from_args(
         token=token,
         labels=labels,
         gpus=gpus,
+        local_rank=local_rank,
         timeout=args.timeout,
         num_worker_threads=args.num_worker_threads,
         rpc_timeout=args.rpc_timeout,
@@ -169,16 +186,42 @@ def config_from_args(
     )
 
 
-def _gpus(flag: str | None, local_rank: int | None) -> tuple[int, ...] | None:
-    if flag is not None:
-        try:
-            return parse_local_cuda_devices(flag, "--gpus")
-        except PlacementError as exc:
-            raise ValueError(str(exc)) from None
-    if local_rank is None:
+def _gpus(flag: str | None) -> tuple[int, ...] | None:
+    if flag is None:
         return None
-    count = cuda_device_count()
-    return (local_rank % count,) if count else None
+    try:
+        return parse_local_cuda_devices(flag, "--gpus")
+    except PlacementError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_nproc(
+    nproc: int, rank: int, world: int, args: argparse.Namespace, launch: LaunchEnv | None
+) -> None:
+    """Checks ``--nproc`` against the ranks it takes, the launcher and a device map."""
+    if nproc < 1:
+        raise ValueError(f"--nproc {nproc} must be at least 1 (the worker processes to start).")
+    if nproc == 1:
+        return
+    if launch is not None and (args.rank is None or args.world_size is None):
+        raise ValueError(
+            f"--nproc {nproc} under {launch.launcher}: the launcher already gives each "
+            "process it starts one rank; start more processes with it (torchrun "
+            "--nproc-per-node, srun --ntasks-per-node), or give --rank and --world-size "
+            "to start this node's workers with --nproc instead."
+        )
+    last = rank + nproc - 1
+    if last >= world:
+        raise ValueError(
+            f"--nproc {nproc} from --rank {rank} takes ranks {rank}..{last}, but world size "
+            f"{world} has workers 1..{world - 1} only: use --nproc {world - rank} or less, "
+            "or a larger --world-size."
+        )
+    if args.cuda_device_map:
+        raise ValueError(
+            f"--cuda-device-map with --nproc {nproc}: a device map belongs to one process; "
+            "start that worker with its own `actorrt worker` command (no --nproc)."
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,6 +236,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.socket_ifname:
         os.environ["TP_SOCKET_IFNAME"] = args.socket_ifname
+    if args.nproc > 1:
+        from actorrt.cluster.node import run_node
+
+        try:
+            return run_node(cfg, args.nproc)
+        except (ActorRtError, OSError) as exc:  # the zygote could not be started
+            print(f"actorrt worker --nproc {args.nproc}: {exc}", file=sys.stderr, flush=True)
+            return 2
     try:
         code = run_worker(cfg)
     except (ActorRtError, ValueError) as exc:

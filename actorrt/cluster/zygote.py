@@ -1,4 +1,4 @@
-"""The local cluster's zygote: one fresh interpreter imports torch once and forks the workers.
+"""The zygote: one fresh interpreter imports torch once and forks the workers of a host.
 
 Importing torch is most of a worker's start-up (about 1.5 s of CPU here). Four fresh
 workers on two cores import it side by side; one zygote imports it once and forks four
@@ -7,13 +7,14 @@ zygote is a fresh ``python -m actorrt.cluster.zygote`` with its environment set 
 (``IBV_FORK_SAFE``, ``THP_MEM_ALLOC_ENABLE``, ``OMP_NUM_THREADS``), and it never touches
 CUDA or ibverbs (importing torch does neither); its other threads only wait.
 
-Protocol with the driver (:class:`~actorrt.cluster.local.LocalCluster`):
+Protocol with its parent, the driver or ``actorrt worker --nproc``
+(:class:`~actorrt.cluster.local.LocalCluster`):
 
 - ``--config-fd N``: JSON lines, each a list of worker configs to fork: the cluster's
   workers first, later one line per worker that replaces a dead one. EOF: fork no more,
   and exit once every worker has.
 - stdin: nothing is written to it. The zygote and every worker read it to its end: EOF
-  means the driver is gone.
+  means the parent (driver) is gone.
 - ``--report-fd N``: lines ``pid RANK PID`` as workers are forked, ``exit RANK CODE``
   as they end (the zygote is their parent, so it reaps them and knows their status).
 """
@@ -58,6 +59,8 @@ def _in_child(config: dict[str, Any], report_fd: int, config_fd: int) -> None:
     code = 1
     try:
         code = run_config(config)
+    except KeyboardInterrupt:  # Ctrl-C (or SIGINT passed on): an ending, not a bug
+        code = 128 + signal.SIGINT
     except SystemExit as exc:  # what `python -m` would print and return
         if isinstance(exc.code, int):
             code = exc.code

@@ -27,6 +27,7 @@ class Probe:
         return {
             "rank": current().rank,
             "pid": os.getpid(),
+            "ppid": os.getppid(),
             "net": os.readlink("/proc/self/ns/net"),
             "pidns": os.readlink("/proc/self/ns/pid"),
             "ifname": os.environ.get("TP_SOCKET_IFNAME"),
@@ -177,6 +178,26 @@ def scenario_output(rt, cfg):
     return {"talker": where, "status": actorrt.status()}
 
 
+def _rss_mb():
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+    return kb / 1024
+
+
+def scenario_scale(rt, cfg):
+    """A large world: one actor per worker, each answers where it runs; the driver's RSS."""
+    t0 = time.monotonic()
+    probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
+    where = actorrt.get([p.where.remote() for p in probes], timeout=cfg.get("call_timeout", 60))
+    return {
+        "where": where,
+        "workers": sorted({p.worker for p in probes}),
+        "answered_s": time.monotonic() - t0,
+        "driver_rss_mb": _rss_mb(),
+        "nodes_alive": sum(n.alive for n in actorrt.nodes()),
+    }
+
+
 def scenario_dead_worker(rt, cfg):
     """A worker is killed (SIGKILL): how long until the driver marks it dead, and after."""
     probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
@@ -242,6 +263,8 @@ def scenario_partition(rt, cfg):
 
 def main():
     cfg = json.loads(sys.argv[1])
+    signal.alarm(cfg.get("alarm", 300))
+    started = time.monotonic()
     try:
         rt = actorrt.start(
             init_method=cfg["init"],
@@ -254,7 +277,9 @@ def main():
             log_level=cfg.get("log_level"),
             heartbeat_timeout=cfg.get("heartbeat_timeout", 10.0),
             shutdown_timeout=cfg.get("shutdown_timeout", 10.0),
+            num_worker_threads=cfg.get("num_worker_threads", 16),
         )
+        start_s = time.monotonic() - started
     except Exception as exc:
         print(f"START-FAILED {type(exc).__name__}: {exc}", flush=True)
         sys.exit(2)
@@ -265,6 +290,7 @@ def main():
         time.sleep(600)
         return
     out = globals()["scenario_" + cfg["scenario"]](rt, cfg)
+    out["start_s"] = start_s
     me = rt.plan.for_rank(0).name  # "driver_<session>": shown as "driver" below
 
     def name(n):

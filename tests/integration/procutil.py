@@ -26,3 +26,21 @@ def kill_pids(pids) -> None:
             os.kill(int(pid), signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` now (children, theirs, ...), read from /proc."""
+    parent_of = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent_of[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found, frontier = [], [pid]
+    while frontier:
+        kids = [p for p, parent in parent_of.items() if parent in frontier]
+        found += kids
+        frontier = kids
+    return found
