@@ -17,7 +17,8 @@ has exited 0; a child that fails is named (rank, pid, exit code) when it does, a
 exit status is then the first failed rank's (1 for one killed by a signal). SIGINT and
 SIGTERM are passed on to the children (the zygote runs in a process group of its own,
 so a terminal's Ctrl-C reaches them once, through here); those still running
-:data:`SIGNAL_GRACE_S` later are killed, and the status is ``128 + signal``. If this
+:data:`SIGNAL_GRACE_S` later are killed, a last line sums up how each ended, and the
+status is ``128 + signal``. If this
 process is killed, its end of the children's stdin closes and they end by themselves
 (the zygote kills those still running after its grace).
 """
@@ -28,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -102,11 +104,13 @@ def run_node(cfg: WorkerConfig, nproc: int) -> int:
 
     named: set[int] = set()
     lock = threading.Lock()
+    forwarded: int | None = None  # the signal passed on, once one was
 
     def on_exit(rank: int) -> None:  # on the zygote's report thread, or here
         pid, code = cluster.exit_of(rank)
         with lock:
-            if not code or rank in named:
+            # Exits after a signal passed on are its doing: summed up at the end.
+            if not code or rank in named or forwarded is not None:
                 return
             named.add(rank)
         _say(f"rank {rank} (pid {pid}) failed: {exit_text(code)}")
@@ -115,34 +119,47 @@ def run_node(cfg: WorkerConfig, nproc: int) -> int:
     for rank in cluster.dead_ranks():  # exits reported before on_exit was set
         on_exit(rank)
     log.info("ranks %d..%d: forked from a zygote, pids %s", first, last, cluster.pids)
-    forwarded: int | None = None
     kill_at = float("inf")
     while (exits := cluster.wait(timeout=_POLL_S)) is None:
         if received:
-            forwarded = received[-1]
+            with lock:
+                forwarded = received[-1]
             received.clear()
             ranks = cluster.signal_all(forwarded)
             kill_at = min(kill_at, time.monotonic() + SIGNAL_GRACE_S)
             log.info("passed %s on to ranks %s", signal.Signals(forwarded).name, ranks)
         if time.monotonic() > kill_at:
             ranks = cluster.signal_all(signal.SIGKILL)
-            _say(f"ranks {ranks} still ran {SIGNAL_GRACE_S:g} s after the signal: killed")
+            _say(f"ranks {_ranks(ranks)} still ran {SIGNAL_GRACE_S:g} s after the signal: killed")
             kill_at = float("inf")
     cluster.stop(timeout=5.0)  # every child has exited: this ends the zygote
     unreported = [r for r in exits if cluster.exit_of(r)[1] is None]
     if unreported:
-        _say(f"the zygote ended before ranks {unreported} did (its error is printed above)")
-    failed = {rank: code for rank, code in exits.items() if code != 0}
+        _say(f"the zygote ended before ranks {_ranks(unreported)} did (see its error above)")
     if forwarded is not None:
+        _say(f"stopped by {signal.Signals(forwarded).name}: {_outcomes(exits)}")
         return 128 + forwarded
+    failed = {rank: code for rank, code in exits.items() if code != 0}
     if not failed:
         return 0
     _say(
-        f"{len(failed)} of the {nproc} worker processes (ranks {first}..{last}) failed: "
-        f"rank(s) {', '.join(map(str, sorted(failed)))}"
+        f"{len(failed)} of the {nproc} worker processes (ranks {first}..{last}) failed; "
+        f"{_outcomes(exits)}"
     )
     code = failed[min(failed)]
     return code if code > 0 else 1
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    return ", ".join(map(str, sorted(ranks)))
+
+
+def _outcomes(exits: Mapping[int, int]) -> str:
+    """``exit code 0: ranks 1, 3; killed by SIGKILL: ranks 2``: the ranks by how they ended."""
+    by_text: dict[str, list[int]] = {}
+    for rank in sorted(exits):
+        by_text.setdefault(exit_text(exits[rank]), []).append(rank)
+    return "; ".join(f"{text}: ranks {_ranks(ranks)}" for text, ranks in by_text.items())
 
 
 def _say(line: str) -> None:

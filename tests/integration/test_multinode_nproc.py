@@ -60,12 +60,19 @@ def test_a_killed_child_is_named_and_sigterm_reaches_the_others(procs):
         os.kill(victim, signal.SIGKILL)
         line = procs.wait_for_line("node", "actorrt worker: rank ", 30)
         assert line.endswith(f"(pid {victim}) failed: killed by SIGKILL"), line
+        dead = int(line.split()[0])
         assert node.poll() is None, procs.logs()  # the others still serve the cluster
         os.kill(node.pid, signal.SIGTERM)
         assert procs.wait("node", 30) == 128 + signal.SIGTERM, procs.logs()
         assert pids_gone(below, 10) == [], procs.logs()
     finally:
         _cleanup(procs, node)
+    others = ", ".join(str(r) for r in (1, 2, 3) if r != dead)
+    # the two others ended by the SIGTERM passed on, not by a kill after the grace
+    summary = procs.wait_for_line("node", "actorrt worker: stopped by SIGTERM: ", 1)
+    assert summary == f"killed by SIGKILL: ranks {dead}; killed by SIGTERM: ranks {others}" or (
+        summary == f"killed by SIGTERM: ranks {others}; killed by SIGKILL: ranks {dead}"
+    ), summary
 
 
 def test_children_and_zygote_end_when_the_command_is_killed(procs):
