@@ -178,22 +178,50 @@ def scenario_output(rt, cfg):
     return {"talker": where, "status": actorrt.status()}
 
 
-def _rss_mb():
-    with open("/proc/self/status") as f:
-        kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return kb / 1024
+def _memory_mb(pid="self"):
+    """(RSS, PSS) of a process in MB, from /proc (PSS splits pages shared by forks)."""
+    got = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                got[key] = int(rest.split()[0]) / 1024
+    return got["Rss"], got["Pss"]
+
+
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def scenario_scale(rt, cfg):
-    """A large world: one actor per worker, each answers where it runs; the driver's RSS."""
+    """A large world: one actor per worker, each answers where it runs; memory by process.
+
+    Memory is read while everything runs: the driver's RSS, and the PSS summed over the
+    workers, over their zygotes (the ``ppid`` the workers report) and over the commands
+    that started those (``actorrt worker --nproc``: the zygotes' parents).
+    """
     t0 = time.monotonic()
     probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
     where = actorrt.get([p.where.remote() for p in probes], timeout=cfg.get("call_timeout", 60))
+    answered_s = time.monotonic() - t0
+    zygotes = sorted({w["ppid"] for w in where})
+    commands = sorted({_ppid(z) for z in zygotes})
+    pss = {
+        name: sum(_memory_mb(p)[1] for p in pids)
+        for name, pids in (
+            ("workers", [w["pid"] for w in where]),
+            ("zygotes", zygotes),
+            ("commands", commands),
+        )
+    }
     return {
         "where": where,
         "workers": sorted({p.worker for p in probes}),
-        "answered_s": time.monotonic() - t0,
-        "driver_rss_mb": _rss_mb(),
+        "answered_s": answered_s,
+        "driver_rss_mb": _memory_mb()[0],
+        "pss_mb": pss,
+        "worker_rss_mb": sorted(_memory_mb(w["pid"])[0] for w in where)[len(where) // 2],
         "nodes_alive": sum(n.alive for n in actorrt.nodes()),
     }
 

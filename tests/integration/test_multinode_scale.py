@@ -65,9 +65,13 @@ def test_128_processes_over_three_hosts_form_answer_and_end(procs):
         kill_pids(below)  # the zygotes have process groups of their own
         procs.close()
         hosts.close()
+    pss = res["pss_mb"]
     print(
         f"world {WORLD} over 3 hosts: start() {res['start_s']:.1f} s, all answered "
-        f"{res['answered_s']:.1f} s later, driver RSS {res['driver_rss_mb']:.0f} MB"
+        f"{res['answered_s']:.1f} s later, driver RSS {res['driver_rss_mb']:.0f} MB, "
+        f"median worker RSS {res['worker_rss_mb']:.0f} MB, PSS summed: workers "
+        f"{pss['workers']:.0f} MB, zygotes {pss['zygotes']:.0f} MB, --nproc commands "
+        f"{pss['commands']:.0f} MB"
     )
 
     assert res["nodes_alive"] == WORLD
