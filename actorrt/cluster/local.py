@@ -58,9 +58,10 @@ class LocalCluster:
         options: Further :class:`~actorrt.cluster.worker.WorkerConfig` fields, the same
             for every worker (``transport``, ``log_level``), except ``local_rank``,
             which counts up from the given one, by worker.
-        process_group: Start the zygote, and so every worker, in a process group of its
-            own: a terminal's Ctrl-C then reaches this process only, which passes it on
-            once (``actorrt worker --nproc``); the driver's local cluster shares its group.
+        own_session: Start the zygote, and so every worker, in a session (and process
+            group) of its own: a terminal's Ctrl-C then reaches this process only, which
+            passes it on once (``actorrt worker --nproc``); the driver's local cluster
+            shares its group.
     """
 
     def __init__(
@@ -80,7 +81,7 @@ class LocalCluster:
         world_size: int | None = None,
         socket_ifname: str | None = "lo",
         options: Mapping[str, Any] | None = None,
-        process_group: bool = False,
+        own_session: bool = False,
     ) -> None:
         # Called with a worker's rank when the zygote reports its exit (on the reader thread).
         self.on_exit: Callable[[int], None] | None = None
@@ -142,7 +143,7 @@ class LocalCluster:
                 pass_fds=(report_w, config_r),
                 env=env,
                 cwd=os.getcwd(),
-                process_group=0 if process_group else None,
+                start_new_session=own_session,
             )
         finally:
             os.close(report_w)

@@ -1,7 +1,7 @@
 """``actorrt worker --nproc N`` on loopback: N ranks from one command, forked from a zygote.
 
 The driver is ``multinode_driver.py`` (a script of its own); the node is one real
-``python -m actorrt worker --nproc 3`` process. Its zygote runs in a process group of its
+``python -m actorrt worker --nproc 3`` process. Its zygote runs in a session of its
 own, so besides ``Procs.close()`` (the command's group) each test kills what is left
 under the command by pid. Every wait is bounded.
 """
@@ -48,9 +48,15 @@ def test_nproc_3_makes_three_ranks_that_each_answer_and_the_command_exits_0(proc
     assert pids_gone([w["pid"] for w in where] + [zygote], 10) == []
 
 
-def test_a_killed_child_is_named_and_sigterm_reaches_the_others(procs):
-    """One child SIGKILLed: the command names it at once and goes on; a SIGTERM to the
-    command reaches the two others, and it exits 128+15 with nothing left under it."""
+@pytest.mark.parametrize(
+    ("sig", "ended"),
+    # a SIGINT is a KeyboardInterrupt in the worker: it ends quietly with 128+2
+    [(signal.SIGTERM, "killed by SIGTERM"), (signal.SIGINT, "exit code 130")],
+)
+def test_a_killed_child_is_named_and_a_signal_reaches_the_others(procs, sig, ended):
+    """One child SIGKILLed: the command names it at once and goes on; a SIGTERM (SIGINT)
+    to the command reaches the two others, and it exits 128+15 (128+2) with nothing
+    left under it."""
     node = _start(procs, "idle")
     try:
         pids = [int(p) for p in procs.wait_for_line("driver", "READY ", 90).strip("[]").split(",")]
@@ -62,17 +68,18 @@ def test_a_killed_child_is_named_and_sigterm_reaches_the_others(procs):
         assert line.endswith(f"(pid {victim}) failed: killed by SIGKILL"), line
         dead = int(line.split()[0])
         assert node.poll() is None, procs.logs()  # the others still serve the cluster
-        os.kill(node.pid, signal.SIGTERM)
-        assert procs.wait("node", 30) == 128 + signal.SIGTERM, procs.logs()
+        os.kill(node.pid, sig)
+        assert procs.wait("node", 30) == 128 + sig, procs.logs()
         assert pids_gone(below, 10) == [], procs.logs()
     finally:
         _cleanup(procs, node)
     others = ", ".join(str(r) for r in (1, 2, 3) if r != dead)
-    # the two others ended by the SIGTERM passed on, not by a kill after the grace
-    summary = procs.wait_for_line("node", "actorrt worker: stopped by SIGTERM: ", 1)
-    assert summary == f"killed by SIGKILL: ranks {dead}; killed by SIGTERM: ranks {others}" or (
-        summary == f"killed by SIGTERM: ranks {others}; killed by SIGKILL: ranks {dead}"
+    # the two others ended by the signal passed on, not by a kill after the grace
+    summary = procs.wait_for_line("node", f"actorrt worker: stopped by {sig.name}: ", 1)
+    assert summary == f"killed by SIGKILL: ranks {dead}; {ended}: ranks {others}" or (
+        summary == f"{ended}: ranks {others}; killed by SIGKILL: ranks {dead}"
     ), summary
+    assert "Traceback" not in procs.log("node"), procs.log("node")
 
 
 def test_children_and_zygote_end_when_the_command_is_killed(procs):

@@ -62,7 +62,7 @@ def test_128_processes_over_three_hosts_form_answer_and_end(procs):
     finally:
         for node in nodes.values():
             below += descendants(node.pid)
-        kill_pids(below)  # the zygotes have process groups of their own
+        kill_pids(below)  # the zygotes have sessions of their own
         procs.close()
         hosts.close()
     pss = res["pss_mb"]
