@@ -30,6 +30,8 @@ from actorrt.errors import ActorRtError, ClusterError
 from actorrt.logs import get_logger
 from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.layout import Layout
+from actorrt.placement.node import ProcessInfo
+from actorrt.placement.plan import Plan
 from actorrt.runtime import group
 from actorrt.runtime.directory import ClusterDirectory
 from actorrt.runtime.host import rpc_ping
@@ -90,6 +92,13 @@ class Driver:
         self._restarts: dict[int, int] = {}  # rank -> replacements so far
         self._joining: set[str] = set()  # replacements forked, not yet admitted
         self._next_rpc_id = 0  # set at launch: the first id after the plan's ranks
+        # Processes growing the cluster, accepted, not yet admitted: name -> (a plan with
+        # it, its rank, what it was planned from).
+        self._growing: dict[str, tuple[Plan, int, ProcessInfo]] = {}
+        self._descriptions: list[dict[str, Any]] = []  # by rank, growers accepted included
+        self._world_size = 0  # set at launch: the ranks the cluster started with
+        self._claimed_by: dict[str, int] = {}  # name -> pid of the late worker taking it
+        self._transport = "auto"  # the cluster's transport mode (late workers must match)
 
     @classmethod
     def launch(
@@ -202,7 +211,9 @@ class Driver:
             max_worker_restarts=max_worker_restarts if local else 0,
             published=published,
         )
-        driver._next_rpc_id = world_size
+        driver._next_rpc_id = driver._world_size = world_size
+        driver._transport = transport
+        driver._descriptions = list(descriptions)
 
         def before_rpc(rt: Runtime) -> None:
             rt.spec = spec
@@ -233,7 +244,7 @@ class Driver:
         driver.rt = rt
         group.set_admitter(driver._admit)
         driver.workers = [p.name for p in the_plan.processes if p.rank != 0]
-        rendezvous.refuse_late_claims(server, rt.stopped)
+        rendezvous.serve_late_claims(server, rt.stopped, driver._late_claim)
         if cluster is not None:
             rt.local_worker_pids = cluster.pids
             driver._watch_local_workers(rt, cluster)
@@ -305,17 +316,129 @@ class Driver:
             name, rank, self._restarts[rank], self.max_worker_restarts,
         )  # fmt: skip
 
+    def _late_claim(self, claim: dict[str, Any], waited: float) -> dict[str, Any] | str | None:
+        """Rank 0's answer to a worker claiming a place in the running cluster.
+
+        A multi-node cluster takes a worker that replaces a dead rank (same ``--rank`` and
+        ``--world-size``), and one that grows it by a rank (``--grow``). A claim for a rank
+        that still runs waits up to two heartbeat timeouts for it to be marked dead (its
+        process may be dying); any other claim is refused, the reason naming the fix.
+
+        Returns:
+            The plan for the claimant (its rank and RPC id under ``"join"``), the reason
+            it is refused, or None: not yet.
+        """
+        rt = self.rt
+        if rt is None or rt.plan is None or rt.stopped.is_set():
+            return "the cluster is shutting down; start a new cluster to join one."
+        if self.cluster is not None:
+            return (
+                "this is a local cluster: its driver replaces its own workers "
+                "(actorrt.start(max_worker_restarts=N)); workers join only a multi-node one."
+            )
+        wanted = claim.get("description", {}).get("transport")
+        if wanted is not None and wanted != self._transport:
+            return (
+                f"this worker asks for --transport {wanted} but the driver uses "
+                f"transport={self._transport!r}; leave --transport out (workers follow the "
+                "driver)."
+            )
+        rank = int(claim["rank"])
+        if rank == rendezvous.GROW_RANK:
+            answer = self._grow(rt, rt.plan, claim["description"])
+            if isinstance(answer, dict):
+                self._note_pid(process_setup.process_name(answer["join"]["rank"]), claim)
+            return answer
+        world = self._world_size
+        if claim.get("world_size") != world or not 0 < rank < world:
+            return (
+                f"rank {rank} of world size {claim.get('world_size')} is not a rank of this "
+                f"cluster (ranks 1..{world - 1} of world size {world}); to add a process to "
+                "the running cluster, start it with --grow instead of --rank/--world-size."
+            )
+        name = process_setup.process_name(rank)
+        if name not in rt.dead_workers:
+            if waited < 2 * self.heartbeat_timeout:
+                return None  # its process may be dying; the heartbeat will tell
+            return (
+                f"rank {rank} ({name}) is running; a worker started with --rank replaces a "
+                "dead one only. To add a process, start it with --grow."
+            )
+        slot = rt.plan.for_rank(rank)
+        offered = {g.get("index") for g in claim.get("description", {}).get("gpus", ())}
+        if not set(slot.gpus) <= offered:
+            return (
+                f"rank {rank}'s plan uses GPU(s) {list(slot.gpus)} and this worker offers "
+                f"{sorted(i for i in offered if i is not None)}; start it where those GPUs are "
+                "(or with --gpus naming them), or add it with --grow."
+            )
+        if name in self._joining:
+            return f"another worker is already replacing rank {rank}; wait for it, or stop it."
+        rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
+        group.evict(self.server.store, name)
+        self._joining.add(name)
+        self._note_pid(name, claim)
+        log.warning("rank %d (%s) is coming back as RPC id %d", rank, name, rpc_id)
+        return {**self.published, "join": {"rank": rank, "rpc_id": rpc_id}}
+
+    def _note_pid(self, name: str, claim: dict[str, Any]) -> None:
+        pid = claim.get("pid")
+        if isinstance(pid, int):
+            self._claimed_by[name] = pid
+
+    def _grow(self, rt: Runtime, plan: Plan, description: dict[str, Any]) -> dict[str, Any] | str:
+        """A new rank for a process growing the cluster, and the plan it joins with."""
+        rank, rpc_id = len(self._descriptions), self._next_rpc_id
+        descriptions = [*self._descriptions, description]
+        try:
+            # Only the new process is taken from this plan (Plan.grown): planned on CPU,
+            # since the running agents' device maps cannot change.
+            spec = process_setup.cluster_spec(
+                descriptions, Layout(), transport="cpu", session=self.server.session
+            )
+            bigger = spec.plan()
+            grown = plan.grown(bigger, rank)
+        except ActorRtError as exc:
+            return f"rank 0 cannot plan it in: {exc}"
+        self._descriptions.append(description)
+        self._next_rpc_id = rpc_id + 1
+        name = process_setup.process_name(rank)
+        self._growing[name] = (bigger, rank, spec.processes[rank])
+        self._joining.add(name)
+        log.warning("a new process joins the cluster as rank %d (%s)", rank, name)
+        published = {**self.published, **grown.to_dict()}
+        return {**published, "join": {"rank": rank, "rpc_id": rpc_id}}
+
     def _admit(self, name: str, rpc_id: int) -> None:
-        """Rank 0's side of a process joining the running group (it replaces ``name``)."""
+        """Rank 0's side of a process joining the running group as ``name``.
+
+        It replaces the dead process of that name, or grows the cluster (:meth:`_grow`).
+        """
         rt = self.rt
         if rt is None or rt.stopped.is_set():
             raise ClusterError("the cluster is shutting down")
         self._last_heard[name] = time.monotonic()  # the heartbeat starts afresh
-        rt.admit(name, rpc_id)
+        growing = self._growing.pop(name, None)
+        if growing is not None and rt.plan is not None:
+            bigger, new_rank, info = growing
+            rt.plan = rt.plan.grown(bigger, new_rank)
+            rt.descriptions = [*rt.descriptions, self._descriptions[new_rank]]
+            if rt.directory is not None:
+                rt.directory.grow(rt.plan, info)
+        rank = _rank_of(rt, name)
+        pid = self._claimed_by.pop(name, None)
+        if rank is not None and pid is not None:
+            rt.pids[rank] = pid
+        rt.admit(name, rpc_id, replaces=growing is None)
+        if growing is not None:
+            self.workers.append(name)  # heartbeats and shutdown reach it from now on
         self._joining.discard(name)
         if self.cluster is not None:
             rt.local_worker_pids = self.cluster.pids
-        log.warning("%s is back (RPC id %d): actors may be placed on it again", name, rpc_id)
+        if growing is None:
+            log.warning("%s is back (RPC id %d): actors may be placed on it again", name, rpc_id)
+        else:
+            log.warning("%s joined the running cluster (RPC id %d)", name, rpc_id)
 
     def _start_heartbeat(self, rt: Runtime) -> None:
         """Pings every worker; one silent for ``heartbeat_timeout`` is marked dead.
@@ -392,6 +515,9 @@ class Driver:
                     self.cluster.kill_rank(rank)
         dead = rt.dead_workers if rt is not None else frozenset()
         live = [name for name in self.workers if name not in dead]
+        lost = rt is not None and rt.ever_lost_a_peer  # a dead or replaced process's leases
+        let_go = not lost and not dead and not self._restarts
+        group.announce_let_go(let_go)  # one word for every process (see group.lets_go)
         # What actors printed before shutdown reaches this terminal before shutdown returns.
         if self.log_to_driver:
             log.info("shutdown: collecting the output of %d worker(s)", len(live))
@@ -402,7 +528,9 @@ class Driver:
         if silent:
             log.info("shutdown: no answer from %s; not waiting for them", ", ".join(silent))
         # All at once: a process's quiesce waits for the others to let go of its RRefs.
-        let_go = not dead and not self._restarts and not silent
+        if silent and let_go:
+            let_go = False  # a hung one would never let go: nobody waits for it
+            group.announce_let_go(False)
         mine = threading.Thread(target=group.quiesce, args=(budget(3.0), let_go), daemon=True)
         mine.start()
         quiesced = group.wait_quiesced(len(answered) + 1, budget(3.0))

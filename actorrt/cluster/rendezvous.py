@@ -14,6 +14,11 @@ has to be decided first. The processes meet in a c10d ``TCPStore`` served by ran
 A process with a bad token is refused and the cluster goes on; ranks that never arrive
 fail ``start`` after ``timeout`` seconds, named. Rank 0 logs each rank as it joins and
 each refused claim with its reason (logger ``actorrt.rendezvous``).
+
+Once the cluster runs, claims still come through the same queue (:func:`serve_late_claims`):
+a worker that replaces a dead rank, or one that grows the cluster by a rank, is
+answered by rank 0's ``decide`` with its own plan (``assigned/<k>``) and joins the running
+RPC group; every other late claim hears why not.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
 
 __all__ = [
+    "GROW_RANK",
+    "LateDecision",
     "RankClaim",
     "StoreServer",
     "connect_store",
@@ -44,10 +51,18 @@ __all__ = [
     "join",
     "publish_abort",
     "publish_plan",
-    "refuse_late_claims",
+    "serve_late_claims",
     "wait_plan",
     "withdraw_plan",
 ]
+
+#: The rank a claim names to grow a running cluster by one process (rank 0 picks its rank).
+GROW_RANK = 0
+
+#: Rank 0's answer to a claim made while the cluster runs, given the claim (its token
+#: checked) and how long it has waited: a plan for the claimant (accepted), a reason
+#: (refused), or None (not yet: asked again at the next round).
+LateDecision = Callable[[dict[str, Any], float], "dict[str, Any] | str | None"]
 
 _POLL_S = 0.02
 _PREFIX = "actorrt/"
@@ -98,7 +113,7 @@ class StoreServer:
         self._sock.detach()
         self.session = uuid.uuid4().hex
         self.store.set(_PREFIX + "session", self.session)
-        self.judge: Any = None  # the _Judge of gather(), kept to refuse late claims
+        self.judge: Any = None  # the _Judge of gather(), kept to answer late claims
 
     def close(self) -> None:
         """Drops the store; its socket closes once RPC (if started) lets go of it too."""
@@ -153,8 +168,10 @@ def _wait_listening(host: str, port: int, timeout: float, deadline: float) -> No
         delay = min(delay * 2, 0.5)
 
 
-def _proof(token: str, session: str, rank: int) -> str:
-    return hmac.new(token.encode(), f"{session}/{rank}".encode(), hashlib.sha256).hexdigest()
+def _proof(token: str, session: str, rank: int, index: int) -> str:
+    # The claim's queue index is in it, so a proof read from the store proves no other claim.
+    message = f"{session}/{rank}/{index}".encode()
+    return hmac.new(token.encode(), message, hashlib.sha256).hexdigest()
 
 
 def new_token() -> str:
@@ -167,6 +184,7 @@ class RankClaim:
 
     Claims go through one queue (``claims`` counter, ``claim/<k>``), whatever rank they
     name, so rank 0 answers every claimant, even one whose rank or world size is wrong.
+    ``rank=GROW_RANK`` asks a running cluster for a new rank.
     """
 
     def __init__(
@@ -184,17 +202,29 @@ class RankClaim:
         payload = {
             "rank": rank,
             "world_size": world_size,
-            "proof": _proof(token, session, rank),
+            "proof": _proof(token, session, rank, self.index),
             "pid": os.getpid(),
             "description": description,
         }
         store.set(f"{_PREFIX}claim/{self.index}", json.dumps(payload))
 
-    def wait_verdict(self, timeout: float) -> None:
-        """Returns once rank 0 accepted the claim; raises ``ClusterError`` otherwise."""
+    def wait_verdict(self, timeout: float) -> dict[str, Any] | None:
+        """Waits for rank 0's verdict; raises ``ClusterError`` if the claim was refused.
+
+        Returns:
+            The plan rank 0 assigned to a claim accepted by a running cluster; None for a
+            claim of a starting one (its plan is published for all: :func:`wait_plan`).
+        """
+        who = "a new rank" if self.rank == GROW_RANK else f"rank {self.rank}"
         verdict = _wait_key(self.store, f"{_PREFIX}verdict/{self.index}", timeout)
         if verdict != "ok":
-            raise ClusterError(f"rank {self.rank} was refused by the cluster: {verdict}")
+            raise ClusterError(f"{who} was refused by the cluster: {verdict}")
+        key = f"{_PREFIX}assigned/{self.index}"
+        if not self.store.check([key]):
+            return None
+        assigned: dict[str, Any] = json.loads(self.store.get(key))
+        self.store.delete_key(key)  # read once, and gone (the store is readable by anyone)
+        return assigned
 
 
 def join(
@@ -205,10 +235,14 @@ def join(
     description: dict[str, Any],
     timeout: float,
 ) -> dict[str, Any]:
-    """Claims ``rank``, waits to be accepted, then returns the published plan."""
+    """Claims ``rank``, waits to be accepted, then returns the plan.
+
+    A claim accepted by a running cluster gets a plan of its own, with ``"join"``:
+    ``{"rank": r, "rpc_id": i}`` (the rank it takes, and its RPC id in the running group).
+    """
     claim = RankClaim(store, rank, world_size, token, description)
-    claim.wait_verdict(timeout)
-    return wait_plan(store, timeout)
+    assigned = claim.wait_verdict(timeout)
+    return assigned if assigned is not None else wait_plan(store, timeout)
 
 
 class _Judge:
@@ -226,9 +260,15 @@ class _Judge:
         self._who: dict[int, str] = {}
         self._read = 0  # claims read so far: claim/1 .. claim/_read
         self._pending: set[int] = set()  # counted but not yet written by the claimant
+        self._undecided: dict[int, tuple[dict[str, Any], float]] = {}  # late: (claim, since)
 
-    def poll(self, closed: str | None = None) -> None:
-        """Judges every claim that arrived; with ``closed``, refuses them all with it."""
+    def poll(self, closed: str | None = None, late: LateDecision | None = None) -> None:
+        """Judges every claim that arrived.
+
+        Args:
+            closed: Refuses every claim with this reason.
+            late: The running cluster's decision on claims (see :data:`LateDecision`).
+        """
         store = self.server.store
         count = store.add(_PREFIX + "claims", 0)
         self._pending.update(range(self._read + 1, count + 1))
@@ -238,13 +278,31 @@ class _Judge:
             if not store.check([key]):
                 continue  # counted, not yet written: look again next round
             self._pending.discard(index)
-            payload = json.loads(store.get(key))
             # Read once, and gone: the store is readable without the token, and a claim
             # holds a description and a proof (docs/fault-tolerance.md, security).
+            self._undecided[index] = (json.loads(store.get(key)), time.monotonic())
             store.delete_key(key)
-            verdict = (self._bad_token(payload) or closed) if closed else self._verdict(payload)
+        for index, (payload, since) in sorted(self._undecided.items()):
+            verdict = self._bad_token(payload, index) or closed
+            if verdict is None and late is not None:
+                try:
+                    answer = late(payload, time.monotonic() - since)
+                except Exception as exc:  # a bug or a bad description: say it, go on
+                    answer = f"rank 0 could not take it in ({type(exc).__name__}: {exc})"
+                if answer is None:
+                    continue  # asked again next round
+                if isinstance(answer, dict):
+                    store.set(f"{_PREFIX}assigned/{index}", json.dumps(answer))
+                    verdict = "ok"
+                else:
+                    verdict = answer
+            elif verdict is None:
+                verdict = self._verdict(payload)
+            del self._undecided[index]
             store.set(f"{_PREFIX}verdict/{index}", verdict)
-            if verdict == "ok":
+            if verdict == "ok" and late is not None:
+                log.info("accepted a claim from %s to join the running cluster", _whom(payload))
+            elif verdict == "ok":
                 rank = int(payload["rank"])
                 self.accepted[rank] = payload["description"]
                 self._who[rank] = _whom(payload)
@@ -261,10 +319,10 @@ class _Judge:
                     payload.get("rank", "?"), _whom(payload), verdict,
                 )  # fmt: skip
 
-    def _bad_token(self, payload: dict[str, Any]) -> str | None:
+    def _bad_token(self, payload: dict[str, Any], index: int) -> str | None:
         rank = payload.get("rank")
         if isinstance(rank, int) and hmac.compare_digest(
-            str(payload.get("proof", "")), _proof(self.token, self.server.session, rank)
+            str(payload.get("proof", "")), _proof(self.token, self.server.session, rank, index)
         ):
             return None
         return (
@@ -273,10 +331,12 @@ class _Judge:
         )
 
     def _verdict(self, payload: dict[str, Any]) -> str:
-        bad = self._bad_token(payload)
-        if bad:
-            return bad
         rank = int(payload["rank"])
+        if rank == GROW_RANK:
+            return (
+                "the cluster is still starting; --grow adds a process to a running cluster: "
+                "start this worker with --rank and --world-size, or once the driver is up."
+            )
         if payload.get("world_size") != self.world_size:
             return (
                 f"world size {payload.get('world_size')} does not match the driver's "
@@ -367,24 +427,27 @@ def gather(
     return [judge.accepted[r] for r in range(1, world_size)]
 
 
-def refuse_late_claims(server: StoreServer, stop: threading.Event, period: float = 0.25) -> None:
-    """On rank 0 after the start: answers claims that come too late, until ``stop``.
+def serve_late_claims(
+    server: StoreServer,
+    stop: threading.Event,
+    decide: LateDecision,
+    period: float = 0.25,
+) -> None:
+    """On rank 0 after the start: answers claims made while the cluster runs, until ``stop``.
 
-    Without it a worker started twice, or one of another job pointed at this address,
-    would wait for a verdict until its timeout instead of hearing why it cannot join.
+    A claim with the right token gets ``decide``'s answer (a replacement of a dead rank or
+    a new rank: accepted with a plan; anything else: refused, with the reason). Without
+    this a worker started twice, or one of another job pointed at this address, would
+    wait for a verdict until its timeout instead of hearing why it cannot join.
     """
     judge = getattr(server, "judge", None)
     if judge is None:
         return
-    reason = (
-        f"the cluster is already running (all {judge.world_size} ranks joined); a worker "
-        "joins only while the driver starts. Start a new cluster to add processes."
-    )
 
     def loop() -> None:
         while not stop.wait(period):
             try:
-                judge.poll(closed=reason)
+                judge.poll(late=decide)
             except Exception:  # the store is closing with the cluster
                 return
         try:  # one last round: who claimed since the last one hears why, not silence

@@ -58,12 +58,15 @@ class WorkerConfig:
     # and a fresh RPC id, to join the running group.
     plan: dict[str, Any] | None = None
     rpc_id: int | None = None
+    # Join a running cluster as a new process (rank 0 gives it the next rank; ``rank`` and
+    # ``world_size`` are unused).
+    grow: bool = False
 
 
 def run_worker(cfg: WorkerConfig) -> int:
     """Runs a worker until the driver shuts the cluster down; returns the exit status."""
     set_fork_safety(os.environ)  # before torch loads ibverbs
-    if not 0 < cfg.rank < cfg.world_size:
+    if not cfg.grow and not 0 < cfg.rank < cfg.world_size:
         raise SystemExit(
             f"actorrt worker: rank {cfg.rank} is out of range for world size {cfg.world_size}: "
             f"workers take ranks 1..{cfg.world_size - 1} (rank 0 is the driver)."
@@ -76,7 +79,8 @@ def run_worker(cfg: WorkerConfig) -> int:
     from actorrt.cluster.join import join
     from actorrt.runtime import context, group, output
 
-    log.info("rank %d: joining the driver's rendezvous at %s:%d", cfg.rank, cfg.host, cfg.port)
+    who = "a new rank" if cfg.grow else f"rank {cfg.rank}"
+    log.info("%s: joining the driver's rendezvous at %s:%d", who, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)
     gpus = cfg.gpus if cfg.gpus is not None else _gpu_of_local_rank(cfg.local_rank)
     description = process_setup.describe_process(cfg.labels, gpus, cfg.cuda_device_map)
@@ -86,7 +90,11 @@ def run_worker(cfg: WorkerConfig) -> int:
     else:
         if cfg.transport is not None:
             description["transport"] = cfg.transport  # rank 0 refuses a mismatch
-        plan = rendezvous.join(store, cfg.rank, cfg.world_size, cfg.token, description, cfg.timeout)
+        claim = rendezvous.GROW_RANK if cfg.grow else cfg.rank
+        plan = rendezvous.join(store, claim, cfg.world_size, cfg.token, description, cfg.timeout)
+        joined = plan.get("join")
+        if joined is not None:  # the cluster runs: this one replaces a dead rank, or grows it
+            cfg = dataclasses.replace(cfg, rank=int(joined["rank"]), rpc_id=int(joined["rpc_id"]))
         log.info("rank %d: accepted; starting RPC", cfg.rank)
     forwarder: output.OutputForwarder | None = None
 
@@ -123,7 +131,8 @@ def run_worker(cfg: WorkerConfig) -> int:
     # Quiesced, this agent takes a peer closing as no error; the driver says end once every
     # worker is, so nobody warns of anybody's closing (see Driver.stop).
     began = time.monotonic()
-    quiet = group.quiesce(cfg.shutdown_timeout / 2, let_go=not rt.ever_lost_a_peer)
+    let_go = group.lets_go(default=not rt.ever_lost_a_peer)
+    quiet = group.quiesce(cfg.shutdown_timeout / 2, let_go=let_go)
     log.debug("rank %d: quiesced (%s) in %.2f s", cfg.rank, quiet, time.monotonic() - began)
     told = group.await_end(cfg.shutdown_timeout)
     group.end_local(cfg.shutdown_timeout / 2)

@@ -6,6 +6,8 @@ By hand::
 
 ``--nproc N`` starts ranks ``--rank``..``--rank``+N-1 on this node instead, forked from
 one zygote (see :mod:`actorrt.cluster.node`), each as if started by its own command.
+Once the cluster runs, the same command replaces rank 1 if it died, and ``--grow`` in
+place of ``--rank``/``--world-size`` adds a process (rank 0 gives it the next rank).
 
 Under torchrun or srun, without flags: the rank, world size, local rank and the driver's
 address come from the launcher's environment (see :mod:`actorrt.cluster.launch_env`;
@@ -54,7 +56,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="tcp://HOST:PORT of the driver's rendezvous (default: ACTORRT_INIT_METHOD, "
         "else MASTER_ADDR with ACTORRT_PORT or MASTER_PORT+1)",
     )
-    p.add_argument("--rank", type=int, help="this worker's rank, 1..W-1 (default: RANK+1)")
+    p.add_argument(
+        "--rank",
+        type=int,
+        help="this worker's rank, 1..W-1 (default: RANK+1); in a running cluster, a dead "
+        "rank to replace",
+    )
+    p.add_argument(
+        "--grow",
+        action="store_true",
+        help="join the running cluster as a new process, with the next rank (no --rank or "
+        "--world-size)",
+    )
     p.add_argument(
         "--nproc",
         type=int,
@@ -122,6 +135,14 @@ def config_from_args(
     launch = from_environ(environ)
     where = f" (from {launch.launcher}'s environment)" if launch else ""
     rank, world = args.rank, args.world_size
+    grow = bool(getattr(args, "grow", False))
+    if grow and (rank is not None or world is not None):
+        raise ValueError(
+            "--grow takes the next rank of the running cluster: leave --rank and "
+            "--world-size out (or, to replace a dead rank, leave --grow out)."
+        )
+    if grow:
+        launch = None  # a launcher's ranks are those of the start, not of growing
     if launch is not None:
         rank = launch.rank if rank is None else rank
         world = launch.world_size if world is None else world
@@ -133,7 +154,9 @@ def config_from_args(
         init_name = (
             "ACTORRT_INIT_METHOD" if explicit else "MASTER_ADDR:(ACTORRT_PORT or MASTER_PORT+1)"
         )
-    if rank is None or world is None:
+    if grow:
+        rank, world = 0, 0
+    elif rank is None or world is None:
         raise ValueError(
             "--rank and --world-size are needed (or run under torchrun / srun, whose RANK / "
             "SLURM_PROCID and WORLD_SIZE / SLURM_NTASKS give them)."
@@ -143,13 +166,13 @@ def config_from_args(
             "the driver's address is needed: --init-method tcp://HOST:PORT, or "
             "ACTORRT_INIT_METHOD, or MASTER_ADDR (+ ACTORRT_PORT, else MASTER_PORT+1)."
         )
-    if not 0 < rank < world:
+    if not grow and not 0 < rank < world:
         raise ValueError(
             f"rank {rank}{where} is out of range for world size {world}: workers take ranks "
             f"1..{world - 1} (rank 0 is the driver)."
         )
     nproc = getattr(args, "nproc", 1)
-    _check_nproc(nproc, rank, world, args, launch)
+    _check_nproc(nproc, rank, world, args, launch, grow)
     if args.timeout is None or not args.timeout > 0:
         raise ValueError(f"--timeout {args.timeout} must be a number of seconds > 0.")
     log_level = getattr(args, "log_level", None)
@@ -159,6 +182,11 @@ def config_from_args(
         parse_level(environ[ENV_VAR], ENV_VAR)
     host, port = parse_tcp_init_method(init, init_name)
     # Checked here, not by rank 0 once every rank has joined: a typo fails this worker now.
+    if grow and args.cuda_device_map:
+        raise ValueError(
+            "--cuda-device-map cannot be used with --grow: a process added to a running "
+            "cluster has no device maps (its tensors travel through CPU memory)."
+        )
     check_cuda_device_map(args.cuda_device_map, rank=rank, world_size=world)
     labels = tuple(x.strip() for item in args.labels for x in item.split(",") if x.strip())
     gpus = _gpus(args.gpus)
@@ -183,6 +211,7 @@ def config_from_args(
         transport=args.transport,
         cuda_device_map=args.cuda_device_map,
         log_level=log_level,
+        grow=grow,
     )
 
 
@@ -196,13 +225,23 @@ def _gpus(flag: str | None) -> tuple[int, ...] | None:
 
 
 def _check_nproc(
-    nproc: int, rank: int, world: int, args: argparse.Namespace, launch: LaunchEnv | None
+    nproc: int,
+    rank: int,
+    world: int,
+    args: argparse.Namespace,
+    launch: LaunchEnv | None,
+    grow: bool,
 ) -> None:
-    """Checks ``--nproc`` against the ranks it takes, the launcher and a device map."""
+    """Checks ``--nproc`` against the ranks it takes, the launcher, --grow and a device map."""
     if nproc < 1:
         raise ValueError(f"--nproc {nproc} must be at least 1 (the worker processes to start).")
     if nproc == 1:
         return
+    if grow:
+        raise ValueError(
+            f"--nproc {nproc} with --grow: a growing process takes whatever rank comes "
+            "next, one command each; start that many `actorrt worker --grow` commands."
+        )
     if launch is not None and (args.rank is None or args.world_size is None):
         raise ValueError(
             f"--nproc {nproc} under {launch.launcher}: the launcher already gives each "

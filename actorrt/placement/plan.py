@@ -11,7 +11,7 @@ import contextlib
 import gc
 import json
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actorrt.errors import PlacementError
@@ -204,6 +204,41 @@ class Plan:
             raise PlacementError(
                 f"rank {rank} is not in the plan (ranks 0..{len(self.processes) - 1})"
             ) from None
+
+    def grown(self, bigger: Plan, rank: int) -> Plan:
+        """This plan with ``bigger``'s process ``rank`` added: a process that joined late.
+
+        ``bigger`` is a plan of the cluster with that process in it; only the new
+        process and its pairs are taken from it (the running ones keep theirs: their
+        agents were started with them). It joins without device maps and layout slots:
+        the running agents' maps were fixed when they started, and a layout's slots at
+        ``start()``; actors reach it through CPU memory, placed outside the slots.
+
+        Raises:
+            PlacementError: ``rank`` is already in this plan, or not in ``bigger``.
+        """
+        if rank in self._by_rank:
+            raise PlacementError(f"rank {rank} is already in the plan")
+        new = replace(
+            bigger.for_rank(rank),
+            labels=(),
+            slots=(),
+            gpus=(),
+            devices=[],
+            device_maps={},
+            guard_tiny_cuda=False,
+        )
+        codes = bigger.pair_reasons or ("",) * len(bigger.pairs)
+        added = [
+            (p, c) for p, c in zip(bigger.pairs, codes, strict=True) if new.name in (p.src, p.dst)
+        ]
+        reasons = self.pair_reasons + tuple(c for _, c in added) if self.pair_reasons else ()
+        return replace(
+            self,
+            processes=(*self.processes, new),
+            pairs=(*self.pairs, *(p for p, _ in added)),
+            pair_reasons=reasons,
+        )
 
     def for_name(self, name: str) -> ProcessPlan:
         """The plan of the process with this RPC name."""

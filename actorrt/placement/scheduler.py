@@ -150,6 +150,36 @@ class Placer:
         """The position in ``procs`` of the process of rank ``rank``."""
         return self._rank_index[rank]
 
+    def add(self, p: ProcessInfo) -> int:
+        """Adds a process that joined the running cluster (a rank after the last).
+
+        It shares the CPUs of a container already known, and comes after every host
+        already known in the strategies' order, as if it had been listed last.
+
+        Returns:
+            Its position in ``procs``.
+
+        Raises:
+            PlacementError: Its rank is already there.
+        """
+        if p.rank in self._rank_index:
+            raise PlacementError(f"rank {p.rank} is already in the placer")
+        i = len(self.procs)
+        self.procs = (*self.procs, p)
+        for g in p.node.gpus:
+            self.gpu_free.setdefault(gpu_key(p.node, g), GPU_UNIT)
+        self.cpu_free.setdefault(container_key(p.node), max(0, p.node.num_cpus) * GPU_UNIT)
+        self.load.append(0)
+        self.alive.append(True)
+        self.slots.append([])
+        hk = host_key(p.node)
+        known = [j for j in range(i) if host_key(self.procs[j].node) == hk]
+        new_host = max(self.host_idx, default=-1) + 1
+        self.host_idx.append(self.host_idx[known[0]] if known else new_host)
+        self.host_pos.append(sum(1 for j in known if self.procs[j].node.hosts_actors))
+        self._rank_index[p.rank] = i
+        return i
+
     # -- eligibility and capacity -------------------------------------------------------
     def accepts(self, i: int, label: str | None) -> bool:
         """Whether process ``i`` may host an actor with ``label`` (None: no label)."""

@@ -302,6 +302,15 @@ class ClusterDirectory:
                     self._free(rec)
                     rec.resources, rec.use, rec.gpus = Resources(), None, ()
 
+    def grow(self, plan: Plan, process: ProcessInfo) -> None:
+        """Adds a process that joined the running cluster; ``plan`` is the plan with it.
+
+        It takes actors the placer places (outside a layout's slots), from empty.
+        """
+        with self._lock:
+            self._placer.add(process)
+            self._plan = plan
+
     def where(self, actor_id: str) -> tuple[str | None, str]:
         """The process an actor was placed on and its state, or (None, "") if it ended."""
         with self._lock:

@@ -34,14 +34,18 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
+from actorrt.runtime import quick_rpc
+
 __all__ = [
     "Member",
     "add_members",
     "announce_end",
+    "announce_let_go",
     "await_end",
     "deepen_listen_queues",
     "end_local",
     "evict",
+    "lets_go",
     "quiesce",
     "rpc_add_member",
     "rpc_admit",
@@ -59,6 +63,7 @@ _WORLD_READY_COUNT = "actorrt/members-ready"
 _WORLD_READY = "actorrt/world-ready"  # every worker knows every member and reached rank 0
 _QUIESCED = "actorrt/quiesced"  # processes that quiesced their agent at shutdown
 _END = "actorrt/end"  # set by rank 0 once they have: every agent may end
+_LET_GO = "actorrt/let-go"  # rank 0's word at shutdown: "1" every process lets go of RRefs
 _ALL_WORKERS = "names/_ALL_WORKER_INFOS"  # torch's list of current members
 
 Member = tuple[str, int]  # (RPC name, RPC id)
@@ -236,14 +241,22 @@ def add_members(members: Iterable[Member]) -> None:
         # Passing this agent's own devices and maps adds nothing to them: they were fixed,
         # for every process of the plan, at construction.
         agent._update_group_membership(rpc.WorkerInfo(name, rpc_id), devices, reverse, True)
+        quick_rpc.forget(name)  # after the join: a send racing it may have kept the old id
 
 
-def rpc_add_member(name: str, rpc_id: int) -> None:
-    """Sent by rank 0 to every member when a process (re)joins the running group."""
+def rpc_add_member(name: str, rpc_id: int, replaces: bool = True) -> None:
+    """Sent by rank 0 to every member when a process joins the running group.
+
+    Args:
+        name: Its name.
+        rpc_id: Its RPC id.
+        replaces: It replaces a dead process of that name (``on_member`` hears of it);
+            False: it is a new one, growing the cluster.
+    """
     add_members([(name, rpc_id)])
     with _lock:
         on_member = _on_member
-    if on_member is not None:
+    if on_member is not None and replaces:
         on_member(name)
 
 
@@ -318,6 +331,31 @@ def quiesce(timeout: float, let_go: bool = True) -> bool:
         except Exception:  # the store is gone: rank 0 is, too
             pass
     return done
+
+
+def announce_let_go(let_go: bool) -> None:
+    """Rank 0, before it stops the workers: whether every process lets go of its RRefs.
+
+    One word for all: an owner waits for the holders of its RRefs to let go of them, so
+    one process that does not (one that knows a peer died) would keep every other waiting
+    until its bound. A process that joined later cannot know what happened before it.
+    """
+    with _lock:
+        store = _store
+    if store is not None:
+        store.set(_LET_GO, "1" if let_go else "0")
+
+
+def lets_go(default: bool) -> bool:
+    """A worker at shutdown: rank 0's word on letting go (``default`` if it said none)."""
+    with _lock:
+        store = _store
+    try:
+        if store is not None and store.check([_LET_GO]):
+            return bool(store.get(_LET_GO) == b"1")
+    except Exception:  # the store is gone: rank 0 is, too
+        pass
+    return default
 
 
 def announce_end() -> None:

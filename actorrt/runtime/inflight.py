@@ -77,6 +77,7 @@ class InFlight:
         self._prune_at: dict[str, int] = {}
         self._pruning = threading.Lock()
         self._dead: dict[str, str] = {}  # worker -> why
+        self._lives: dict[str, int] = {}  # worker -> how many times a new process took it
 
     def track(self, worker: str, future: torch.futures.Future[Any]) -> None:
         """Remembers a message sent to ``worker`` until it is answered or forgotten.
@@ -109,11 +110,29 @@ class InFlight:
         return sum(1 for r in list(self._sent.get(worker, ())) if (f := r()) and not f.done())
 
     def fail_worker_soon(self, worker: str, why: str, grace: float = GRACE_S) -> None:
-        """:meth:`fail_worker` after ``grace`` seconds, on a thread of its own."""
-        timer = threading.Timer(grace, self.fail_worker, args=(worker, why))
+        """:meth:`fail_worker` after ``grace`` seconds, on a thread of its own.
+
+        If a new process takes the worker's name meanwhile (:meth:`revive`), only the
+        messages sent before this call fail: those went to the process marked dead.
+        """
+        life = self._lives.get(worker, 0)
+        sent = self._sent.pop(worker, [])  # appends racing this land in it: failed too
+        self._prune_at.pop(worker, None)
+
+        def fail() -> None:
+            if self._lives.get(worker, 0) == life:
+                self.fail_worker(worker, why)
+            _fail_all(sent, why)
+
+        timer = threading.Timer(grace, fail)
         timer.daemon = True
         timer.name = "actorrt-inflight"
         timer.start()
+
+    def revive(self, worker: str) -> None:
+        """A new process took ``worker``'s name: what is sent from now on goes to it."""
+        self._lives[worker] = self._lives.get(worker, 0) + 1
+        self._dead.pop(worker, None)
 
     def fail_worker(self, worker: str, why: str) -> int:
         """Fails every unanswered message to ``worker``, and later ones; how many failed.
@@ -123,9 +142,12 @@ class InFlight:
         self._dead.setdefault(worker, why)  # first: see track()
         sent = self._sent.pop(worker, [])
         self._prune_at.pop(worker, None)
-        # One error each: an exception raised in several threads at once shares its traceback.
-        return sum(
-            1
-            for r in list(sent)
-            if (f := r()) is not None and fail_future(f, WorkerMarkedDead(why))
-        )
+        return _fail_all(sent, why)
+
+
+def _fail_all(sent: list[weakref.ref[torch.futures.Future[Any]]], why: str) -> int:
+    """Fails every unanswered message in ``sent``; how many failed."""
+    # One error each: an exception raised in several threads at once shares its traceback.
+    return sum(
+        1 for r in list(sent) if (f := r()) is not None and fail_future(f, WorkerMarkedDead(why))
+    )

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-__all__ = ["rpc_async", "quick"]
+__all__ = ["forget", "rpc_async", "quick"]
 
 try:
     from torch._C._autograd import _profiler_enabled
@@ -116,6 +116,11 @@ def _worker_info(worker: str) -> Any:
     info = agent.get_worker_info(worker)  # raises for a name the group lacks
     _infos[worker] = (agent, info)
     return info
+
+
+def forget(worker: str) -> None:
+    """Drops what is known of ``worker``: it joined again, under another RPC id."""
+    _infos.pop(worker, None)
 
 
 def _pickled(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:

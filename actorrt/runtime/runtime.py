@@ -596,12 +596,20 @@ class Runtime:
             self._checked.clear()
             self._dead_workers.discard(worker)
             self._suspects.discard(worker)
+        self.inflight.revive(worker)
 
-    def admit(self, worker: str, rpc_id: int) -> None:
-        """Rank 0: lets a process that replaces the dead ``worker`` into the running group.
+    def admit(self, worker: str, rpc_id: int, replaces: bool = True) -> None:
+        """Rank 0: lets a process into the running group.
 
-        Every live process learns its RPC id (and that it is alive again) before it is
-        placed on, so the first actor on it can be called from anywhere.
+        Every live process learns its RPC id (and, for one that replaces the dead
+        ``worker``, that it is alive again) before it is placed on, so the first actor on
+        it can be called from anywhere.
+
+        Args:
+            worker: Its name.
+            rpc_id: Its RPC id.
+            replaces: It replaces the dead ``worker``; False: it is a new process, already
+                in :attr:`plan`.
         """
         group.add_members([(worker, rpc_id)])
         others = [
@@ -612,7 +620,9 @@ class Runtime:
         futures = []
         for name in others:
             try:
-                futures.append(rpc.rpc_async(name, group.rpc_add_member, args=(worker, rpc_id)))
+                futures.append(
+                    rpc.rpc_async(name, group.rpc_add_member, args=(worker, rpc_id, replaces))
+                )
             except Exception:  # that one is gone too: it learns nothing, it is dead
                 pass
         for fut in futures:
@@ -620,9 +630,10 @@ class Runtime:
                 fut.wait()
             except Exception:
                 pass
-        self.note_alive(worker)
-        if self.directory is not None:
-            self.directory.revive(worker)
+        if replaces:
+            self.note_alive(worker)
+            if self.directory is not None:
+                self.directory.revive(worker)
 
     @property
     def ever_lost_a_peer(self) -> bool:

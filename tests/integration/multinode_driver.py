@@ -252,6 +252,79 @@ def scenario_dead_worker(rt, cfg):
     }
 
 
+def _alive(process):
+    return next((n.alive for n in actorrt.nodes() if n.process == process), None)
+
+
+def _outcome(ref, timeout=10):
+    try:
+        actorrt.get(ref, timeout=timeout)
+        return "answered"
+    except actorrt.ActorDiedError:
+        return "ActorDiedError"
+    except actorrt.GetTimeoutError:
+        return "timed out"
+
+
+def _timed_shutdown():
+    started = time.monotonic()
+    actorrt.shutdown()
+    return time.monotonic() - started
+
+
+def scenario_rejoin(rt, cfg):
+    """Rank 2 dies and a worker started the same way takes its place; then one grows it.
+
+    The test kills rank 2 after READY and starts its replacement at once (the claim waits
+    for the heartbeat to mark it dead), starts a ``--grow`` worker after GROW, and creates
+    the file ``gate`` once it has seen what it waits for after GROWN.
+    """
+    a = Probe.options(label="a").remote()
+    b = Probe.options(label="b").remote()
+    first = actorrt.get(b.where.remote(), timeout=60)
+    print("READY " + json.dumps(first["pid"]), flush=True)
+    deadline = time.monotonic() + 60
+    while _alive(b.worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    marked_dead = _alive(b.worker) is False
+    while not _alive(b.worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    back = bool(_alive(b.worker))
+    old_handle = _outcome(b.where.remote())
+    b2 = Probe.options(label="b").remote()
+    second = actorrt.get(b2.where.remote(), timeout=60)
+    relay_to_b2 = actorrt.get(a.relay.remote(b2, 1 << 16), timeout=60)
+    print("GROW", flush=True)
+    while len(actorrt.nodes()) < cfg["world"] + 1 and time.monotonic() < deadline + 60:
+        time.sleep(0.05)
+    grown = [n.process for n in actorrt.nodes()][cfg["world"] :]
+    c = Probe.options(label="c").remote()
+    third = actorrt.get(c.where.remote(), timeout=60)
+    relay_to_c = actorrt.get(a.relay.remote(c, 1 << 16), timeout=60)
+    relay_from_c = actorrt.get(c.relay.remote(b2, 1 << 16), timeout=60)
+    plan_names = [p["name"] for p in actorrt.plan()["processes"]]
+    print("GROWN", flush=True)
+    while not os.path.exists(cfg["gate"]) and time.monotonic() < deadline + 120:
+        time.sleep(0.05)  # the test checks a refused claim meanwhile
+    shutdown_s = _timed_shutdown()
+    return {
+        "first": first,
+        "marked_dead": marked_dead,
+        "back": back,
+        "old_handle": old_handle,
+        "second": second,
+        "b2_worker": b2.worker,
+        "relay_to_b2": [relay_to_b2[0], relay_to_b2[1]["pid"]],
+        "grown": grown,
+        "third": third,
+        "c_worker": c.worker,
+        "relay_to_c": [relay_to_c[0], relay_to_c[1]["pid"]],
+        "relay_from_c": [relay_from_c[0], relay_from_c[1]["pid"]],
+        "plan_names": plan_names,
+        "shutdown_s": shutdown_s,
+    }
+
+
 def scenario_partition(rt, cfg):
     """The test cuts the worker's link after READY: when is it marked dead, and after."""
     probe = Probe.remote()
@@ -265,27 +338,16 @@ def scenario_partition(rt, cfg):
             marked_after = time.monotonic() - ready
             break
         time.sleep(0.1)
-    try:
-        actorrt.get(pending)  # no timeout: the worker being marked dead must end the wait
-        pending_call = "answered"
-    except actorrt.ActorDiedError:
-        pending_call = "ActorDiedError"
+    # No timeout: the worker being marked dead must end the wait.
+    pending_call = _outcome(pending, timeout=None)
     pending_failed_after = time.monotonic() - ready
-    try:
-        actorrt.get(probe.where.remote(), timeout=10)
-        late_call = "answered"
-    except actorrt.ActorDiedError:
-        late_call = "ActorDiedError"
-    except actorrt.GetTimeoutError:
-        late_call = "timed out"
-    started = time.monotonic()
-    actorrt.shutdown()
+    late_call = _outcome(probe.where.remote())
     return {
         "marked_after": marked_after,
         "pending_call": pending_call,
         "pending_failed_after": pending_failed_after,
         "late_call": late_call,
-        "shutdown_s": time.monotonic() - started,
+        "shutdown_s": _timed_shutdown(),
     }
 
 

@@ -268,3 +268,43 @@ def test_python_dash_m_actorrt_worker_help():
     assert out.returncode == 0
     for flag in ("--init-method", "--rank", "--world-size", "--labels", "--gpus", "--transport"):
         assert flag in out.stdout
+
+
+def test_a_dead_rank_comes_back_and_a_running_cluster_grows(procs, tmp_path):
+    """Was: every claim after the start was refused ("the cluster is already running")."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    gate = tmp_path / "gate"
+    cfg = {"init": init, "world": 3, "scenario": "rejoin", "heartbeat_timeout": 2.0}
+    procs.start("driver", driver_argv({**cfg, "gate": str(gate)}), env)
+    procs.start("worker1", worker_argv(init, 1, 3, "--labels", "a"), env)
+    procs.start("worker2", worker_argv(init, 2, 3, "--labels", "b"), env)
+    victim = int(procs.wait_for_line("driver", "READY ", 60))
+    assert victim == procs.procs["worker2"].pid
+    os.kill(victim, signal.SIGKILL)
+    # Started at once, as a supervisor would: its claim waits until rank 2 is marked dead.
+    procs.start("worker2-again", worker_argv(init, 2, 3, "--labels", "b"), env)
+    # A rank that runs is not taken over (refused once two heartbeat timeouts have passed).
+    procs.start("duplicate", worker_argv(init, 1, 3, "--timeout", "30"), env)
+    procs.wait_for_line("driver", "GROW", 60)
+    procs.start("grower", [PY, "-m", "actorrt", "worker", "--init-method", init, "--grow",
+                           "--labels", "c"], env)  # fmt: skip
+    procs.wait_for_line("driver", "GROWN", 60)
+    assert procs.wait("duplicate", 40) == 2, procs.logs()
+    gate.touch()
+    res = procs.result("driver", 60)
+    again = procs.procs["worker2-again"].pid
+    grower = procs.procs["grower"].pid
+    assert res["marked_dead"] and res["back"], res
+    assert res["old_handle"] == "ActorDiedError", res
+    assert res["b2_worker"] == "worker2" and res["second"]["pid"] == again, res
+    assert res["relay_to_b2"] == [True, again], res
+    assert res["grown"] == ["worker3"] and res["c_worker"] == "worker3", res
+    assert res["third"]["pid"] == grower and res["third"]["rank"] == 3, res
+    assert res["relay_to_c"] == [True, grower] and res["relay_from_c"] == [True, again], res
+    assert res["plan_names"][1:] == ["worker1", "worker2", "worker3"], res
+    assert "rank 1 (worker1) is running" in procs.log("duplicate"), procs.log("duplicate")
+    assert procs.wait("driver", 30) == 0, procs.logs()
+    for name in ("worker1", "worker2-again", "grower"):
+        assert procs.wait(name, 20) == 0, procs.logs()

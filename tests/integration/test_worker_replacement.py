@@ -36,13 +36,6 @@ def wait_for(what, bound):
 """
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flaky (seen 2 of ~5 runs under load): when the killed worker had a "
-    "connection to the driver in its handshake, TensorPipe's accept fails and the driver "
-    "never accepts again (tensorpipe_agent.cpp: 'error when accepting incoming pipe'), so "
-    "the replacement's admission is refused (ECONNREFUSED); see docs/fault-tolerance.md",
-)
 def test_a_killed_local_worker_is_replaced_and_takes_actors_again(tmp_path):
     """One worker, killed: a new process joins under its name, the old actor's handle
     fails with ActorDiedError, and a new actor runs on the new process and answers calls

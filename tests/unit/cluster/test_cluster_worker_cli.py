@@ -81,6 +81,12 @@ def test_bad_nproc_is_refused_naming_the_fix(argv, words):
         worker_cli.config_from_args(_by_hand(*argv), environ={})
 
 
+def test_nproc_with_grow_is_refused_naming_the_fix():
+    with pytest.raises(ValueError, match="--nproc 3 with --grow: .* start that many `actorrt"):
+        worker_cli.config_from_args(_by_hand("--grow", "--nproc", "3"), environ={})
+    assert worker_cli.config_from_args(_by_hand("--grow", "--nproc", "1"), environ={}).grow
+
+
 @pytest.mark.parametrize(
     ("env", "launcher"),
     [
@@ -122,3 +128,21 @@ def test_transport_choices_are_the_planners():
     worker_cli.add_arguments(p)
     action = next(a for a in p._actions if a.dest == "transport")
     assert tuple(action.choices) == TRANSPORT_MODES
+
+
+def _config(*argv, environ=None):
+    p = argparse.ArgumentParser()
+    worker_cli.add_arguments(p)
+    return worker_cli.config_from_args(p.parse_args(list(argv)), environ or {})
+
+
+def test_grow_takes_no_rank_and_ignores_a_launchers_ranks():
+    init = ("--init-method", "tcp://127.0.0.1:29500")
+    cfg = _config(*init, "--grow", environ={"RANK": "3", "WORLD_SIZE": "4"})
+    assert cfg.grow and (cfg.rank, cfg.world_size) == (0, 0)
+    assert not _config(*init, "--rank", "1", "--world-size", "3").grow
+    for extra in (("--rank", "1"), ("--world-size", "3")):
+        with pytest.raises(ValueError, match="--grow takes the next rank"):
+            _config(*init, "--grow", *extra)
+    with pytest.raises(ValueError, match="--cuda-device-map cannot be used with --grow"):
+        _config(*init, "--grow", "--cuda-device-map", "0_0_0")

@@ -141,3 +141,45 @@ def test_names_register_lookup_and_go_with_the_actor():
         d.register_name("svc", record)
     d.release("x")
     assert d.lookup("svc") is None
+
+
+def test_a_process_that_grows_the_cluster_takes_actors_but_no_slot_or_device_map():
+    layout = Layout((LabelSpec("learner", 1, num_gpus=1),))
+    workers = [node("a", 2), node("a", 2)]
+    driver = replace(workers[0], labels=(), hosts_actors=False)
+    ps = [ProcessInfo(0, "driver", driver)]
+    ps += [ProcessInfo(i + 1, f"worker{i + 1}", n) for i, n in enumerate(workers)]
+    plan = make_plan(ps, layout)
+    d = ClusterDirectory(plan, ps)
+    for i in range(2):
+        d.place(f"x{i}", ActorOptions(), "X")  # one each on worker1 and worker2
+    newcomer = ProcessInfo(3, "worker3", node("b", 2, labels=("collector",)))
+    bigger = make_plan([*ps, newcomer], Layout())
+    grown = plan.grown(bigger, 3)
+    d.grow(grown, newcomer)
+    new = grown.for_rank(3)
+    assert [p.name for p in grown.processes] == ["driver", "worker1", "worker2", "worker3"]
+    assert new.device_maps == {} and new.slots == () and new.devices == []
+    assert grown.processes[:3] == plan.processes  # the running ones keep theirs
+    assert {(p.src, p.dst) for p in grown.pairs} - {(p.src, p.dst) for p in plan.pairs} == {
+        (a, b) for a, b in {(p.src, p.dst) for p in bigger.pairs} if "worker3" in (a, b)
+    }
+    # actors outside the slots: the least loaded process, the newcomer
+    assert d.place("y", ActorOptions(), "Y").worker == "worker3"
+    assert [n.process for n in d.nodes()][-1] == "worker3" and d.nodes()[-1].alive
+    # the layout's slots stay where start() put them
+    assert d.place("l", ActorOptions(label="learner", num_gpus=1), "L").worker != "worker3"
+    with pytest.raises(PlacementError, match="rank 3 is already in the plan"):
+        grown.grown(bigger, 3)
+
+
+def test_without_layout_a_grown_process_offers_its_labels():
+    learner = node("a", labels=("learner",))
+    d, plan = _cluster(learner, learner)
+    with pytest.raises(PlacementError, match="no process offers label 'collector'"):
+        d.place("c0", ActorOptions(label="collector"), "C")
+    newcomer = ProcessInfo(3, "w3", node("b", labels=("collector",)))
+    ps = [ProcessInfo(p.rank, p.name, learner) for p in plan.processes]
+    d.grow(plan.grown(make_plan([*ps, newcomer], Layout()), 3), newcomer)
+    assert d.place("c", ActorOptions(label="collector"), "C").worker == "w3"
+    assert d.place("l", ActorOptions(label="learner"), "L").worker == "w1"

@@ -72,3 +72,23 @@ def test_failing_soon_leaves_a_moment_for_the_connection_to_fail_them_first():
         stuck.wait()
     with pytest.raises(RuntimeError, match="eof"):
         closed.wait()
+
+
+def test_a_new_process_under_the_name_keeps_its_messages_when_the_old_one_is_failed():
+    inflight = InFlight()
+    old = torch.futures.Future()
+    inflight.track("w", old)
+    inflight.fail_worker_soon("w", "gone", grace=0.2)
+    inflight.revive("w")  # a replacement joined under the name before the grace ran out
+    new = torch.futures.Future()
+    inflight.track("w", new)
+    deadline = time.monotonic() + 5
+    while not old.done() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with pytest.raises(WorkerMarkedDead, match="gone"):
+        old.wait()
+    time.sleep(0.1)
+    assert not new.done()  # it went to the new process
+    later = torch.futures.Future()
+    inflight.track("w", later)
+    assert not later.done() and inflight.unanswered("w") == 2
