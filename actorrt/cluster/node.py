@@ -15,12 +15,12 @@ driver's local cluster and torchrun's ``LOCAL_RANK`` do. ``--gpus ''`` offers no
 This process imports no torch. It waits for its children and exits 0 once every one
 has exited 0; a child that fails is named (rank, pid, exit code) when it does, and the
 exit status is then the first failed rank's (1 for one killed by a signal). SIGINT and
-SIGTERM are passed on to the children (the zygote runs in a session of its own,
-so a terminal's Ctrl-C reaches them once, through here); those still running
+SIGTERM are passed on to the children (the zygote runs in a session of its own, so a
+terminal's Ctrl-C reaches them once, through here); those still running
 :data:`SIGNAL_GRACE_S` later are killed, a last line sums up how each ended, and the
-status is ``128 + signal``. If this
-process is killed, its end of the children's stdin closes and they end by themselves
-(the zygote kills those still running after its grace).
+status is ``128 + signal``. If this process is killed, its end of the children's stdin
+closes and they end by themselves (the zygote kills those still running after its
+grace).
 """
 
 from __future__ import annotations
