@@ -64,6 +64,13 @@ def test_every_world_size_runs_in_a_child_of_its_own(tmp_path, monkeypatch, caps
         return {"world_size": {str(world): {"world": world, "skipped": "not run: test"}}}
 
     monkeypatch.setattr(cli, "world_job", fake_world_job)
+    # Ray counts as installed (the `bench` extra; CI has only `test`): no Ray runs here.
+    find_spec = cli.importlib.util.find_spec
+    monkeypatch.setattr(
+        cli.importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "ray" else find_spec(name, *a),
+    )
     cli.main(
         ["--suites", "world-size", "--systems", "actorrt,ray", "--world-sizes", "2,8"]
         + ["--out", str(tmp_path)]
