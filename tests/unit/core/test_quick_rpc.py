@@ -98,3 +98,15 @@ def test_a_destination_it_cannot_reach_raises_like_torchs_rpc_async():
     # Without RPC running here, or (when a cluster runs in this process) an unknown name.
     with pytest.raises(RuntimeError):
         quick_rpc.rpc_async("no-such-worker", rpc_ping, (1,))
+
+
+def test_the_threads_pickler_leaves_nothing_behind_for_the_next_request():
+    # A thread keeps one pickler between requests: a request refused half-way (a tensor),
+    # a large one, and the objects the previous one memoised must not show in the next.
+    args = ("0" * 32, "driver-abc", 7, "ping", pack(((1, "s", [2.5]), {})))
+    first = quick_rpc._pickled(rpc_call, args)
+    assert quick_rpc._pickled(rpc_ping, ("x", [1, torch.ones(2)])) is None
+    assert quick_rpc._pickled(rpc_ping, (b"y" * 300_000,)) is not None
+    again = quick_rpc._pickled(rpc_call, args)
+    assert again == first
+    assert _unpickled_by_torch(again) == PythonUDF(rpc_call, args, {})
