@@ -78,12 +78,15 @@ def test_rrefs_are_left_to_torchs_pickler():
     # Pickling an RRef forks it (torch's reference counting): only torch may do it.
     for kind in (rpc.PyRRef, rpc.RRef):
         with pytest.raises(quick_rpc._HasTensors):
-            quick_rpc._Pickler.dispatch_table[kind](object())
+            quick_rpc._table()[kind](object())
 
 
-def test_a_reducer_registered_with_torch_takes_torchs_pickler(monkeypatch):
+def test_a_reducer_registered_with_torch_takes_torchs_pickler_for_its_class_only(monkeypatch):
+    assert quick_rpc._pickled(rpc_ping, (Custom(),)) is not None  # plain pickling, till:
     monkeypatch.setitem(_internal_rpc_pickler._class_reducer_dict, Custom, lambda obj: (Custom, ()))
-    assert quick_rpc._pickled(rpc_ping, (1,)) is None
+    assert quick_rpc._pickled(rpc_ping, ([Custom()],)) is None
+    # Other requests keep the quick road (importing torch.distributed.nn registers two)
+    assert _unpickled_by_torch(quick_rpc._pickled(rpc_ping, (1,))) == PythonUDF(rpc_ping, (1,), {})
 
 
 def test_a_running_profiler_takes_torchs_own_rpc_async(monkeypatch):
