@@ -38,7 +38,7 @@ from actorrt.options import ActorOptions
 from actorrt.refs import ObjectRef, resolved, send_call
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import ActorRecord
-from actorrt.runtime.runtime import current
+from actorrt.runtime.runtime import current, current_or_none
 
 __all__ = [
     "ActorClass",
@@ -676,7 +676,9 @@ class ActorMethod:
         """
         handle = self._handle
         handle._table.check(handle.class_name, self._name, args, kwargs)
-        rt = current(f"{handle.class_name}.{self._name}.remote()")
+        rt = current_or_none()
+        if rt is None:  # raises; its message is made only here, not on every call
+            rt = current(f"{handle.class_name}.{self._name}.remote()")
         return send_call(rt, handle, self._name, args, kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -265,6 +265,8 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
         TypeError: ``timeout`` is not a number.
         ValueError: ``timeout`` is negative.
     """
+    if timeout is None and type(refs) is ObjectRef:  # a sync call's get: nothing to check
+        return _result(refs, None)
     timeout = _check_timeout(timeout)
     if isinstance(refs, ObjectRef):
         return _result(refs, timeout)
@@ -279,7 +281,8 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
 
 
 def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = None) -> Any:
-    sent = _check_ref(ref)._sent
+    """The value of the checked ``ref`` within ``timeout`` (``total``: named in the error)."""
+    sent = ref._sent
     if sent is not None and (timeout is None or sent.done()):
         try:
             sent.wait()
@@ -355,6 +358,18 @@ def resolved(
     return args, kwargs
 
 
+def _has_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    # On every call: a loop without the lists that collecting the refs would make.
+    for a in args:
+        if type(a) is ObjectRef:
+            return True
+    if kwargs:
+        for v in kwargs.values():
+            if type(v) is ObjectRef:
+                return True
+    return False
+
+
 def send_call(
     rt: Runtime, target: Target, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> ObjectRef:
@@ -368,11 +383,11 @@ def send_call(
     """
     seq = rt.next_seq(target)
     ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
-    deps = [a for a in args if type(a) is ObjectRef]
-    deps += [v for v in kwargs.values() if type(v) is ObjectRef]
-    if not deps:
+    if not _has_refs(args, kwargs):
         rt.send(target, seq, method, args, kwargs, ref, raise_now=True)
         return ref
+    deps = [a for a in args if type(a) is ObjectRef]
+    deps += [v for v in kwargs.values() if type(v) is ObjectRef]
     remaining = [len(deps)]
     lock = threading.Lock()
 

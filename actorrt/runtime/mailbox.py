@@ -202,7 +202,7 @@ class Mailbox:
         """Runs a call on one of a sync actor's threads."""
         name = call.method
         assert name is not None  # a skipped seq is never queued (see _release)
-        if not self._begin(call):
+        if self._dead is not None and not self._begin(call):  # read first: no call per call
             return
         token = in_method.set(f"{self._class_name}.{name}")
         try:

@@ -12,10 +12,10 @@ them. On the 2-core VM of docs/performance.md that was 10-18 us of a 35-65 us se
 table, which the callee unpickles with torch's own unpickler, as any other) straight to
 torch's C++ send. When the arguments hold no tensor and no RRef, the request is the two
 names, pickled once per function, then the arguments, pickled by a C pickler with
-torch's dispatch table. Arguments that hold tensors or RRefs, a registered custom
-reducer, or a running RPC profiler take torch's own path, as does everything when this
-torch lacks the names used here (they are private, so the import is guarded and the
-tests check that they are there).
+torch's dispatch table. Arguments that hold tensors, RRefs or objects of a class with a
+reducer registered with torch, and any request while an RPC profiler runs, take torch's
+own path, as does everything when this torch lacks the names used here (they are
+private, so the import is guarded and the tests check that they are there).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import pickle
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -51,18 +52,38 @@ def _refuse(_obj: object) -> Any:
 
 def _dispatch_table() -> dict[type, Callable[[Any], Any]]:
     # torch's own table (copyreg's at torch's import, tensors set aside), with every
-    # entry that needs torch's tables (tensors, RRefs) refusing, so that the request
-    # pickles here exactly as torch would pickle it, or not at all.
+    # entry that needs torch's tables (tensors, RRefs) or that torch's pickler adds
+    # (reducers registered with it: importing torch.distributed.nn registers two)
+    # refusing, so that the request pickles here exactly as torch would pickle it, or
+    # not at all.
     table = dict(_internal_rpc_pickler._dispatch_table)
-    for kind in (torch.Tensor, rpc.PyRRef, rpc.RRef):
+    for kind in (torch.Tensor, rpc.PyRRef, rpc.RRef, *_internal_rpc_pickler._class_reducer_dict):
         table[kind] = _refuse
     return table
 
 
-class _Pickler(pickle.Pickler):
-    """A C pickler with torch's RPC dispatch table."""
+# (how many reducers torch had registered, the table made then); one tuple, so that a
+# thread never reads a count with another count's table. Reducers are only ever added.
+_tables: tuple[int, dict[type, Callable[[Any], Any]]] = (-1, {})
 
-    dispatch_table = _dispatch_table() if _QUICK else {}
+
+def _table() -> dict[type, Callable[[Any], Any]]:
+    """The dispatch table for the reducers torch has now."""
+    global _tables
+    count, table = _tables
+    if count != len(_internal_rpc_pickler._class_reducer_dict):
+        count = len(_internal_rpc_pickler._class_reducer_dict)
+        table = _dispatch_table()
+        _tables = count, table
+    return table
+
+
+class _Pickler(pickle.Pickler):
+    """A C pickler with ``table`` (from :func:`_table`) as its dispatch table."""
+
+    def __init__(self, file: io.BytesIO, table: dict[type, Callable[[Any], Any]]) -> None:
+        self.dispatch_table = table  # read once, by the C pickler's __init__
+        super().__init__(file, _PROTOCOL)
 
 
 # The request is PythonUDF(fn, args, {}): PROTO, two GLOBALs, the arguments, an empty
@@ -99,6 +120,10 @@ def _prefix(fn: Callable[..., Any]) -> bytes | None:
     return prefix
 
 
+# Per thread: a pickler and its buffer, kept between requests (making them was a third of
+# a small request's pickling).
+_local = threading.local()
+
 # worker name -> (the agent it was looked up on, its WorkerInfo)
 _infos: dict[str, tuple[object, Any]] = {}
 
@@ -126,22 +151,36 @@ def forget(worker: str) -> None:
 def _pickled(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
     """The request ``PythonUDF(fn, args, {})`` pickled; None: torch's pickler must do it.
 
-    None when the arguments hold tensors or RRefs (torch sets those aside), when reducers
-    are registered with torch, or when anything else stops pickling here (torch's
-    pickler then raises what it raises).
+    None when the arguments hold tensors, RRefs or objects of a class with a reducer
+    registered with torch (torch sets those aside or reduces them itself), or when
+    anything else stops pickling here (torch's pickler then raises what it raises).
     """
-    if _internal_rpc_pickler._class_reducer_dict:  # reducers registered with torch
-        return None
     prefix = _prefixes.get(fn) or _prefix(fn)
     if prefix is None:
         return None
-    buffer = io.BytesIO()
+    table = _table()
+    # The thread's pickler, taken while in use (a reducer that sends makes its own).
+    pair = getattr(_local, "pickler", None)
+    _local.pickler = None
+    if pair is None or pair[1].dispatch_table is not table:
+        buffer = io.BytesIO()
+        pair = buffer, _Pickler(buffer, table)
+    buffer, pickler = pair
     try:
-        _Pickler(buffer, _PROTOCOL).dump(args)
+        pickler.dump(args)
     except Exception:
         return None
-    body = buffer.getbuffer()  # PROTO 3, the arguments, STOP
-    return b"".join((prefix, body[2:-1], _SUFFIX))
+    else:
+        body = buffer.getbuffer()  # PROTO 3, the arguments, STOP
+        try:
+            return b"".join((prefix, body[2:-1], _SUFFIX))
+        finally:
+            body.release()
+    finally:
+        pickler.clear_memo()
+        buffer.seek(0)
+        buffer.truncate()  # gives a large request's memory back, too
+        _local.pickler = pair
 
 
 def rpc_async(

@@ -74,7 +74,7 @@ def current(what: str = "this call") -> Runtime:
 
 def current_or_none() -> Runtime | None:
     """The process's running ``Runtime``, or None before ``start`` and after ``shutdown``."""
-    return cast("Runtime | None", context.installed())
+    return context.installed()  # type: ignore[return-value]  # no cast(): a call per call
 
 
 class Runtime:
@@ -269,7 +269,11 @@ class Runtime:
         (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it. Numbers
         are per instance: an actor recreated elsewhere (``max_restarts``) starts again.
         """
-        return self.seq_at(target.actor_id, target.worker)
+        key = (target.actor_id, target.worker)
+        try:
+            return next(self._seqs[key])
+        except KeyError:
+            return self.seq_at(*key)
 
     def seq_at(self, actor_id: str, worker: str) -> int:
         """:meth:`next_seq` of the actor's instance on ``worker``."""
@@ -346,7 +350,7 @@ class Runtime:
                 given up (:meth:`skip`), so later calls do not wait for it.
         """
         try:
-            return self.pack(worker, value)
+            return pack(value, self._road(worker))
         except Exception as exc:
             self._skip_at(target.actor_id, worker, seq)
             raise unsendable_argument(f"{target.class_name}.{method}", exc) from exc
@@ -454,14 +458,16 @@ class Runtime:
         """What each tensor sent to ``peer`` goes through (:mod:`actorrt.runtime.roads`)."""
         to_shm = self._shm and shm.peer_ok(peer)  # turns True once the peer's probe passed
         key = (peer, to_shm)
-        if key not in self._roads:
-            self._roads[key] = tensor_road(
+        try:
+            return self._roads[key]
+        except KeyError:
+            road = self._roads[key] = tensor_road(
                 self._device_maps.get(peer),
                 cuda=self._cuda,
                 guard_tiny=self._guard_tiny,
                 to_shm=to_shm,
             )
-        return self._roads[key]
+            return road
 
     def kill(self, handle: Target, timeout: float = 2.0) -> None:
         """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``.

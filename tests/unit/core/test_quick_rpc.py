@@ -78,12 +78,15 @@ def test_rrefs_are_left_to_torchs_pickler():
     # Pickling an RRef forks it (torch's reference counting): only torch may do it.
     for kind in (rpc.PyRRef, rpc.RRef):
         with pytest.raises(quick_rpc._HasTensors):
-            quick_rpc._Pickler.dispatch_table[kind](object())
+            quick_rpc._table()[kind](object())
 
 
-def test_a_reducer_registered_with_torch_takes_torchs_pickler(monkeypatch):
+def test_a_reducer_registered_with_torch_takes_torchs_pickler_for_its_class_only(monkeypatch):
+    assert quick_rpc._pickled(rpc_ping, (Custom(),)) is not None  # plain pickling, till:
     monkeypatch.setitem(_internal_rpc_pickler._class_reducer_dict, Custom, lambda obj: (Custom, ()))
-    assert quick_rpc._pickled(rpc_ping, (1,)) is None
+    assert quick_rpc._pickled(rpc_ping, ([Custom()],)) is None
+    # Other requests keep the quick road (importing torch.distributed.nn registers two)
+    assert _unpickled_by_torch(quick_rpc._pickled(rpc_ping, (1,))) == PythonUDF(rpc_ping, (1,), {})
 
 
 def test_a_running_profiler_takes_torchs_own_rpc_async(monkeypatch):
@@ -98,3 +101,15 @@ def test_a_destination_it_cannot_reach_raises_like_torchs_rpc_async():
     # Without RPC running here, or (when a cluster runs in this process) an unknown name.
     with pytest.raises(RuntimeError):
         quick_rpc.rpc_async("no-such-worker", rpc_ping, (1,))
+
+
+def test_the_threads_pickler_leaves_nothing_behind_for_the_next_request():
+    # A thread keeps one pickler between requests: a request refused half-way (a tensor),
+    # a large one, and the objects the previous one memoised must not show in the next.
+    args = ("0" * 32, "driver-abc", 7, "ping", pack(((1, "s", [2.5]), {})))
+    first = quick_rpc._pickled(rpc_call, args)
+    assert quick_rpc._pickled(rpc_ping, ("x", [1, torch.ones(2)])) is None
+    assert quick_rpc._pickled(rpc_ping, (b"y" * 300_000,)) is not None
+    again = quick_rpc._pickled(rpc_call, args)
+    assert again == first
+    assert _unpickled_by_torch(again) == PythonUDF(rpc_call, args, {})
