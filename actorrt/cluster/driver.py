@@ -98,7 +98,6 @@ class Driver:
         self._descriptions: list[dict[str, Any]] = []  # by rank, growers accepted included
         self._world_size = 0  # set at launch: the ranks the cluster started with
         self._claimed_by: dict[str, int] = {}  # name -> pid of the late worker taking it
-        self._transport = "auto"  # the cluster's transport mode (late workers must match)
 
     @classmethod
     def launch(
@@ -212,7 +211,6 @@ class Driver:
             published=published,
         )
         driver._next_rpc_id = driver._world_size = world_size
-        driver._transport = transport
         driver._descriptions = list(descriptions)
 
         def before_rpc(rt: Runtime) -> None:
@@ -335,13 +333,6 @@ class Driver:
             return (
                 "this is a local cluster: its driver replaces its own workers "
                 "(actorrt.start(max_worker_restarts=N)); workers join only a multi-node one."
-            )
-        wanted = claim.get("description", {}).get("transport")
-        if wanted is not None and wanted != self._transport:
-            return (
-                f"this worker asks for --transport {wanted} but the driver uses "
-                f"transport={self._transport!r}; leave --transport out (workers follow the "
-                "driver)."
             )
         rank = int(claim["rank"])
         if rank == rendezvous.GROW_RANK:

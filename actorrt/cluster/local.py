@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
+from actorrt.cluster import zygote
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
@@ -130,15 +131,7 @@ class LocalCluster:
         config_r, config_w = os.pipe()
         try:
             self._zygote = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "actorrt.cluster.zygote",
-                    "--report-fd",
-                    str(report_w),
-                    "--config-fd",
-                    str(config_r),
-                ],  # fmt: skip
+                zygote.command(report_w, config_r),
                 stdin=subprocess.PIPE,  # our end closing (we died) tells everyone to go
                 pass_fds=(report_w, config_r),
                 env=env,

@@ -284,20 +284,12 @@ class _Judge:
             store.delete_key(key)
         for index, (payload, since) in sorted(self._undecided.items()):
             verdict = self._bad_token(payload, index) or closed
-            if verdict is None and late is not None:
-                try:
-                    answer = late(payload, time.monotonic() - since)
-                except Exception as exc:  # a bug or a bad description: say it, go on
-                    answer = f"rank 0 could not take it in ({type(exc).__name__}: {exc})"
-                if answer is None:
-                    continue  # asked again next round
-                if isinstance(answer, dict):
-                    store.set(f"{_PREFIX}assigned/{index}", json.dumps(answer))
-                    verdict = "ok"
-                else:
-                    verdict = answer
-            elif verdict is None:
+            if verdict is None and late is None:
                 verdict = self._verdict(payload)
+            elif verdict is None and late is not None:
+                verdict = self._wrong_transport(payload) or self._ask(late, payload, since, index)
+            if verdict is None:
+                continue  # not decided yet: asked again next round
             del self._undecided[index]
             store.set(f"{_PREFIX}verdict/{index}", verdict)
             if verdict == "ok" and late is not None:
@@ -318,6 +310,19 @@ class _Judge:
                     "refused a claim for rank %s from %s: %s",
                     payload.get("rank", "?"), _whom(payload), verdict,
                 )  # fmt: skip
+
+    def _ask(
+        self, late: LateDecision, payload: dict[str, Any], since: float, index: int
+    ) -> str | None:
+        """The running cluster's verdict on claim ``index`` (None: not yet)."""
+        try:
+            answer = late(payload, time.monotonic() - since)
+        except Exception as exc:  # a bug or a bad description: say it, go on
+            answer = f"rank 0 could not take it in ({type(exc).__name__}: {exc})"
+        if isinstance(answer, dict):
+            self.server.store.set(f"{_PREFIX}assigned/{index}", json.dumps(answer))
+            return "ok"
+        return answer
 
     def _bad_token(self, payload: dict[str, Any], index: int) -> str | None:
         rank = payload.get("rank")
@@ -352,6 +357,9 @@ class _Judge:
                 f"rank {rank} is already taken by {self._who[rank]}; give every worker its "
                 "own --rank."
             )
+        return self._wrong_transport(payload) or "ok"
+
+    def _wrong_transport(self, payload: dict[str, Any]) -> str | None:
         wanted = payload.get("description", {}).get("transport")
         if wanted is not None and self.transport is not None and wanted != self.transport:
             return (
@@ -359,7 +367,7 @@ class _Judge:
                 f"transport={self.transport!r}; start every process with the same transport "
                 "(or leave --transport out on workers: they follow the driver)."
             )
-        return "ok"
+        return None
 
 
 def _host_of(payload: dict[str, Any]) -> str:

@@ -31,9 +31,22 @@ import time
 import traceback
 from typing import Any, TextIO
 
-__all__ = ["main"]
+__all__ = ["command", "main"]
 
 _GRACE_AFTER_DRIVER_EXIT = 10.0  # seconds workers get to notice EOF and exit by themselves
+
+
+def command(report_fd: int, config_fd: int) -> list[str]:
+    """The command line that runs a zygote reading configs and writing reports on these fds."""
+    return [
+        sys.executable,
+        "-m",
+        "actorrt.cluster.zygote",
+        "--report-fd",
+        str(report_fd),
+        "--config-fd",
+        str(config_fd),
+    ]
 
 
 def _preload() -> None:

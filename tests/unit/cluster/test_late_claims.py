@@ -93,3 +93,14 @@ def test_after_stop_every_claim_hears_the_cluster_is_shutting_down(server):
     stop.set()
     with pytest.raises(ClusterError, match="shutting down"):
         claim.wait_verdict(5)
+
+
+def test_a_late_claim_for_another_transport_is_refused_before_rank_0_is_asked(server):
+    server.judge = rendezvous._Judge(server, 2, TOKEN, "auto")
+    store = rendezvous.connect_store("127.0.0.1", server.port, 10)
+    claim = rendezvous.RankClaim(store, 1, 2, TOKEN, {"hostname": "h", "transport": "cpu"})
+    asked = []
+    server.judge.poll(late=lambda claim, waited: asked.append(claim) or {"join": {}})
+    with pytest.raises(ClusterError, match="asks for --transport cpu but the driver uses"):
+        claim.wait_verdict(5)
+    assert asked == []

@@ -5,22 +5,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+
+from actorrt.cluster import zygote
 
 
 def _run_zygote(configs, timeout=120):
     report_r, report_w = os.pipe()
     config_r, config_w = os.pipe()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "actorrt.cluster.zygote",
-            "--report-fd",
-            str(report_w),
-            "--config-fd",
-            str(config_r),
-        ],  # fmt: skip
+        zygote.command(report_w, config_r),
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         pass_fds=(report_w, config_r),
