@@ -240,7 +240,11 @@ class MethodTable:
     ) -> None:
         """Raises ``TypeError`` when the arguments do not bind to ``method``."""
         binder = self._binders.get(method)
-        if binder is not None and not binder.binds(args, kwargs):
+        if binder is None:
+            return
+        if not kwargs and binder.min_pos <= len(args) <= binder.max_pos and not binder.required_kw:
+            return  # binds()'s common case, without its call
+        if not binder.binds(args, kwargs):
             binder.fail(f"{class_name}.{method}.remote()", args, kwargs)
 
 
@@ -598,7 +602,7 @@ class ActorHandle:
     def __getattr__(self, name: str) -> ActorMethod:
         if name in ActorHandle.__slots__ or name.startswith("__"):
             raise AttributeError(name)
-        if name not in self._table:
+        if name not in self._table._binders:  # MethodTable.__contains__, without its call
             raise AttributeError(
                 f"actor {self.class_name} has no method {name!r}; its methods are: "
                 f"{', '.join(self.methods) or '(none)'}."

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError
 from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import LocalFailure, decode_reply, rpc_failure, unreadable
+from actorrt.runtime.protocol import OK, LocalFailure, decode_reply, rpc_failure, unreadable
 from actorrt.runtime.runtime import current_or_none
 
 if TYPE_CHECKING:
@@ -145,6 +145,9 @@ class ObjectRef(Generic[R_co]):
             if isinstance(error, ActorDiedError) and rt is not None:
                 rt.worker_unreachable(self._worker)  # marked dead before the caller hears
             raise error from None
+        blob, side = wire
+        if blob is None and side[0][0] == OK:  # a plain value: decode_reply(unpack()) inline
+            return side[0][1]
         try:
             reply = unpack(wire)
         except Exception as exc:
@@ -266,7 +269,14 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
         ValueError: ``timeout`` is negative.
     """
     if timeout is None and type(refs) is ObjectRef:  # a sync call's get: nothing to check
-        return _result(refs, None)
+        sent = refs._sent
+        if sent is None:
+            return _result(refs, None)
+        try:  # _result()'s work, without its call
+            sent.wait()
+        except Exception:  # _decode turns the RPC error into the one users see
+            pass
+        return refs._decode(sent)
     timeout = _check_timeout(timeout)
     if isinstance(refs, ObjectRef):
         return _result(refs, timeout)
@@ -383,9 +393,13 @@ def send_call(
     """
     seq = rt.next_seq(target)
     ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
-    if not _has_refs(args, kwargs):
-        rt.send(target, seq, method, args, kwargs, ref, raise_now=True)
-        return ref
+    for a in args:  # _has_refs() inline: this runs on every call
+        if type(a) is ObjectRef:
+            break
+    else:
+        if not kwargs or not _has_refs((), kwargs):
+            rt.send(target, seq, method, args, kwargs, ref, raise_now=True)
+            return ref
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]
     remaining = [len(deps)]

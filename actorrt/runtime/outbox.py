@@ -152,7 +152,8 @@ class KeepAlive:
         if future is None:
             return
         if future.done():
-            self(future)
+            self._future = None
+            self._keep = None
         else:
             future.add_done_callback(self)
 

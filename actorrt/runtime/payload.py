@@ -40,7 +40,7 @@ from torch.distributed.rpc import PyRRef
 
 from actorrt.tensor_tree import map_tensors
 
-__all__ = ["Wire", "pack", "packing", "unpack"]
+__all__ = ["RoadFor", "Wire", "pack", "pack_args", "pack_for", "packing", "unpack"]
 
 Wire = tuple[bytes | None, list[Any]]
 """A packed value: cloudpickle bytes and the tensors/RRefs torch sends alongside, or
@@ -130,6 +130,49 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
     finally:
         _local.packing = outer
     return buffer.getvalue(), pickler.side
+
+
+RoadFor = Callable[[str], Callable[[torch.Tensor], Any] | None]
+"""``road_for(peer)``: the road of each tensor sent to ``peer`` (None: as it is)."""
+
+
+def pack_for(value: Any, peer: str, road_for: RoadFor) -> Wire:
+    """:func:`pack` of ``value`` for ``peer``, asking ``road_for(peer)`` only when needed.
+
+    Most replies are plain values, and finding a peer's road costs more than packing one.
+
+    Raises:
+        Exception: What :func:`pack` raises.
+    """
+    if type(value) is tuple and len(value) == 2 and type(value[1]) in _ATOMS:
+        return None, [value]  # a reply (status, atom): the commonest value of all
+    if _plain(value) == _PLAIN:
+        return None, [value]
+    return pack(value, road_for(peer))
+
+
+def pack_args(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    peer: str,
+    road_for: RoadFor,
+) -> Wire:
+    """:func:`pack_for` of a call's ``(args, kwargs)``, atoms checked in one loop.
+
+    Raises:
+        Exception: What :func:`pack` raises.
+    """
+    if len(args) <= _PLAIN_WIDTH and len(kwargs) <= _PLAIN_WIDTH:
+        for item in args:
+            if type(item) not in _ATOMS:
+                break
+        else:
+            for item in kwargs.values():
+                if type(item) not in _ATOMS:
+                    break
+            else:
+                return None, [(args, kwargs)]
+    return pack_for((args, kwargs), peer, road_for)
 
 
 def packing() -> bool:

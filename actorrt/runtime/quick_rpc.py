@@ -158,7 +158,9 @@ def _pickled(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes | None:
     prefix = _prefixes.get(fn) or _prefix(fn)
     if prefix is None:
         return None
-    table = _table()
+    count, table = _tables  # _table()'s check, without its call
+    if count != len(_internal_rpc_pickler._class_reducer_dict):
+        table = _table()
     # The thread's pickler, taken while in use (a reducer that sends makes its own).
     pair = getattr(_local, "pickler", None)
     _local.pickler = None
@@ -203,7 +205,11 @@ def rpc_async(
     if not _QUICK or _profiler_enabled():
         public: torch.futures.Future[Any] = rpc.rpc_async(worker, fn, args=args, timeout=0)
         return public
-    info = _worker_info(worker)
+    known = _infos.get(worker)  # _worker_info()'s common case, without its call
+    if known is not None and known[0] is _get_current_rpc_agent():
+        info = known[1]
+    else:
+        info = _worker_info(worker)
     blob = _pickled(fn, args)
     tensors: list[torch.Tensor] = []
     if blob is None:

@@ -64,7 +64,15 @@ class Route(Protocol):
         """The next sequence number of this process's calls to the actor's instance there."""
         ...
 
-    def pack_call(self, target: Target, worker: str, seq: int, method: str, value: Any) -> Wire:
+    def pack_call(
+        self,
+        target: Target,
+        worker: str,
+        seq: int,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Wire:
         """Packs arguments for ``worker``; gives up ``seq`` and raises ``TypeError`` if not."""
         ...
 
@@ -145,7 +153,7 @@ class CallRetries:
                 target.worker = worker = new
                 seq = self._route.seq_at(target.actor_id, worker)
             try:
-                wire = self._route.pack_call(target, worker, seq, method, (args, kwargs))
+                wire = self._route.pack_call(target, worker, seq, method, args, kwargs)
             except TypeError as err:
                 if raise_now:
                     raise
@@ -292,7 +300,7 @@ class CallRetries:
         seq = self._route.seq_at(call.target.actor_id, worker)
         try:
             wire = self._route.pack_call(
-                call.target, worker, seq, call.method, (call.args, call.kwargs)
+                call.target, worker, seq, call.method, call.args, call.kwargs
             )
         except TypeError as err:
             self._give_up(call, err)

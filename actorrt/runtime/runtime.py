@@ -46,7 +46,7 @@ from actorrt.runtime.directory import (
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.inflight import InFlight
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
-from actorrt.runtime.payload import Wire, pack
+from actorrt.runtime.payload import Wire, pack, pack_args, pack_for
 from actorrt.runtime.protocol import (
     ActorRecord,
     ReplySlot,
@@ -329,7 +329,7 @@ class Runtime:
                 )
                 return
         try:
-            wire = self.pack_call(target, worker, seq, method, (args, kwargs))
+            wire = self.pack_call(target, worker, seq, method, args, kwargs)
         except TypeError as err:
             if raise_now:
                 raise
@@ -342,7 +342,15 @@ class Runtime:
             return
         slot.attach(fut, worker, keep)
 
-    def pack_call(self, target: Target, worker: str, seq: int, method: str, value: Any) -> Wire:
+    def pack_call(
+        self,
+        target: Target,
+        worker: str,
+        seq: int,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Wire:
         """Packs a call's ``(args, kwargs)`` for ``worker``.
 
         Raises:
@@ -350,7 +358,7 @@ class Runtime:
                 given up (:meth:`skip`), so later calls do not wait for it.
         """
         try:
-            return pack(value, self._road(worker))
+            return pack_args(args, kwargs, worker, self._road)
         except Exception as exc:
             self._skip_at(target.actor_id, worker, seq)
             raise unsendable_argument(f"{target.class_name}.{method}", exc) from exc
@@ -452,7 +460,7 @@ class Runtime:
         return pack(value, self._road(peer))
 
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
-        return pack(reply, self._road(peer))
+        return pack_for(reply, peer, self._road)
 
     def _road(self, peer: str) -> Road | None:
         """What each tensor sent to ``peer`` goes through (:mod:`actorrt.runtime.roads`)."""

@@ -48,8 +48,8 @@ class FakeRuntime:
     def seq_at(self, actor_id, worker):
         return next(self._seqs.setdefault((actor_id, worker), itertools.count()))
 
-    def pack_call(self, target, worker, seq, method, value):
-        return value
+    def pack_call(self, target, worker, seq, method, args, kwargs):
+        return args, kwargs
 
     def post(self, target, worker, seq, method, wire, may_queue):
         fut = torch.futures.Future()

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from actorrt.runtime.payload import pack, unpack
+from actorrt.runtime.payload import pack, pack_args, pack_for, unpack
 
 
 @dataclasses.dataclass
@@ -81,3 +81,33 @@ def test_a_class_of_a_script_unpacks_in_another_process(tmp_path):
     assert made.returncode == 0, made.stderr.decode()[-2000:]
     point = unpack(pickle.loads(made.stdout))
     assert type(point).__name__ == "Point" and point.x == 3
+
+
+def _no_road(peer):
+    raise AssertionError(f"asked for the road to {peer} for a value without tensors")
+
+
+def test_a_call_of_atoms_is_packed_without_asking_for_the_road():
+    args, kwargs = (1, "a", None, 2.5, b"x"), {"flag": True}
+    assert pack_args(args, kwargs, "worker1", _no_road) == (None, [(args, kwargs)])
+    nested = ((1, [2, {"k": "v"}]), {})  # plain, though not atoms: one walk, still no road
+    assert pack_args(*nested, "worker1", _no_road) == (None, [nested])
+    for reply in ((0, 5), (1, ("what", "summary", "text", None)), (2, "gone")):
+        assert pack_for(reply, "worker1", _no_road) == (None, [reply])
+
+
+def test_a_call_or_reply_with_a_tensor_takes_the_peers_road():
+    asked = []
+
+    def road_for(peer):
+        asked.append(peer)
+        return lambda t: t + 1
+
+    blob, side = pack_args((torch.zeros(2),), {}, "worker1", road_for)
+    assert blob is None and asked == ["worker1"]
+    assert torch.equal(side[0][0][0], torch.ones(2))
+    blob, side = pack_for((0, Sample(torch.zeros(2), 0.0)), "worker2", road_for)
+    assert isinstance(blob, bytes) and asked == ["worker1", "worker2"]
+    assert torch.equal(unpack(_over_the_wire((blob, side)))[1].obs, torch.ones(2))
+    too_wide = tuple(range(40))  # past the plain width: cloudpickle, as pack() does
+    assert pack_args(too_wide, {}, "worker3", road_for)[0] is not None

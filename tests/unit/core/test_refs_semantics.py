@@ -103,3 +103,22 @@ def test_zero_and_infinite_timeouts_are_numbers():
     _arrive(reply, 5)
     assert actorrt.get(ref, timeout=float("inf")) == 5
     assert actorrt.wait([ref], timeout=float("inf")) == ([ref], [])
+
+
+def test_get_gives_the_value_or_raises_what_the_reply_stands_for():
+    from actorrt.errors import ActorDiedError, ActorError
+    from actorrt.runtime.protocol import died_reply, error_reply
+
+    for value in (7, "text", None, (1, [2.5]), torch.ones(2)):
+        ref, reply = _sent_ref()
+        _arrive(reply, value)
+        got = actorrt.get(ref)
+        assert torch.equal(got, value) if isinstance(value, torch.Tensor) else got == value
+    ref, reply = _sent_ref()
+    reply.set_result(payload.pack(error_reply("Fake.method", ValueError("bad"))))
+    with pytest.raises(ActorError, match="ValueError: bad"):
+        actorrt.get(ref)
+    ref, reply = _sent_ref()
+    reply.set_result(payload.pack(died_reply("it was killed")))
+    with pytest.raises(ActorDiedError, match="it was killed"):
+        actorrt.get(ref)
