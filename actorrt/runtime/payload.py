@@ -144,8 +144,13 @@ def pack_for(value: Any, peer: str, road_for: RoadFor) -> Wire:
     Raises:
         Exception: What :func:`pack` raises.
     """
-    if type(value) is tuple and len(value) == 2 and type(value[1]) in _ATOMS:
-        return None, [value]  # a reply (status, atom): the commonest value of all
+    if (
+        type(value) is tuple
+        and len(value) == 2
+        and type(value[0]) in _ATOMS
+        and type(value[1]) in _ATOMS
+    ):
+        return None, [value]  # e.g. a reply (status, atom): the commonest value of all
     if _plain(value) == _PLAIN:
         return None, [value]
     return pack(value, road_for(peer))

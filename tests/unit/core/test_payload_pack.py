@@ -109,5 +109,7 @@ def test_a_call_or_reply_with_a_tensor_takes_the_peers_road():
     blob, side = pack_for((0, Sample(torch.zeros(2), 0.0)), "worker2", road_for)
     assert isinstance(blob, bytes) and asked == ["worker1", "worker2"]
     assert torch.equal(unpack(_over_the_wire((blob, side)))[1].obs, torch.ones(2))
+    for pair in ((Sample(torch.zeros(2), 0.0), 1), (object(), "x")):  # not plain: cloudpickle
+        assert pack_for(pair, "worker4", road_for)[0] is not None
     too_wide = tuple(range(40))  # past the plain width: cloudpickle, as pack() does
     assert pack_args(too_wide, {}, "worker3", road_for)[0] is not None
