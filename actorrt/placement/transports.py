@@ -13,7 +13,11 @@ only there does the planner give an explicit list, the union safe for every peer
   GPUDirect-capable), cuda_gdr is left out;
 * cuda_gdr can crash on CUDA tensors under 32 bytes: processes that may use it are
   marked ``guard_tiny_cuda``, and the runtime sends their tiny CUDA tensors through host
-  memory (:mod:`actorrt.runtime.roads`).
+  memory (:mod:`actorrt.runtime.roads`);
+* shm's reactor thread busy-polls, a whole core in every process that enables it, even
+  when idle: on a host planned with more processes than CPUs, the spinning threads would
+  take every core from the work, so shm is left out there and same-host pairs use tcp
+  over loopback (cma still moves CPU tensors; measurements in docs/performance.md).
 
 Each choice is made together with the sentence that says why (``choose_*`` return both,
 :func:`pair_transports` records a reason code per pair), so ``actorrt plan --explain``
@@ -53,6 +57,7 @@ __all__ = [
     "pair_transports",
     "process_facts",
     "registered_tensorpipe_backends",
+    "shm_spins_out",
 ]
 
 TRANSPORTS = ("uv", "shm", "ibv")
@@ -79,6 +84,8 @@ class ProcessFacts:
     gdr_safe: bool  # default channels would not put cuda_gdr on a bad adapter
     cross_container: bool  # shares the host with a process in another container
     gpus: dict[int, GpuInfo]
+    host_processes: int = 1  # processes planned on its host
+    host_cpus: int = 0  # CPUs of its host (the most any of its processes reports); 0: unknown
     # Why ibv / cuda_gdr are usable or not, worded once per process for --explain.
     hostname: str = ""
     ibv_why: str = ""
@@ -159,8 +166,13 @@ def process_facts(
 ) -> list[ProcessFacts]:
     """Collect the per-process facts (one pass; pairs then compare them cheaply)."""
     containers_per_host: dict[str, set[tuple[str, ...]]] = {}
+    processes_per_host: dict[str, int] = {}
+    cpus_per_host: dict[str, int] = {}
     for p in processes:
-        containers_per_host.setdefault(host_key(p.node), set()).add(container_key(p.node))
+        hk = host_key(p.node)
+        containers_per_host.setdefault(hk, set()).add(container_key(p.node))
+        processes_per_host[hk] = processes_per_host.get(hk, 0) + 1
+        cpus_per_host[hk] = max(cpus_per_host.get(hk, 0), p.node.num_cpus)
     out = []
     for p, devs in zip(processes, devices, strict=True):
         node = p.node
@@ -182,6 +194,8 @@ def process_facts(
                 gdr_safe=gdr_safe,
                 cross_container=len(containers_per_host[hk]) > 1,
                 gpus={g.index: g for g in node.gpus},
+                host_processes=processes_per_host[hk],
+                host_cpus=cpus_per_host[hk],
                 hostname=node.hostname,
                 ibv_why=_ibv_why(node),
                 gdr_why=_gdr_why(node, devs, gdr),
@@ -191,8 +205,24 @@ def process_facts(
     return out
 
 
+def shm_spins_out(f: ProcessFacts) -> bool:
+    """Whether shm is left out: its host is planned with more processes than CPUs.
+
+    TensorPipe's shm transport runs a reactor thread that busy-polls (it yields, but never
+    sleeps), so every process that enables it keeps a core busy, idle or not.
+    """
+    return 0 < f.host_cpus < f.host_processes
+
+
 def choose_transports(f: ProcessFacts) -> tuple[list[str] | None, str]:
     """The ``_transports`` list (None where TensorPipe's default is safe) and why."""
+    if shm_spins_out(f):
+        transports = ["uv", "ibv"] if f.ibv else ["uv"]
+        return transports, (
+            f"{','.join(transports)}: shm left out, since {f.hostname} is planned with "
+            f"{f.host_processes} processes on {f.host_cpus} CPUs and shm busy-polls a core "
+            f"in each process that enables it; {f.ibv_why}"
+        )
     if f.has_hca and not f.ibv:
         return ["uv", "shm"], f"uv,shm: {f.ibv_why}"
     if f.has_hca:
@@ -254,6 +284,7 @@ _SAME_NOMAP = "same_container_no_map"
 _XC_GDR = "other_container_gdr"
 _XC_SHM = "other_container_shm"
 _XC_TCP = "other_container_tcp"
+_SPIN_TCP = "same_host_shm_left_out"
 _HOSTS_GDR = "other_host_gdr"
 _HOSTS_IBV = "other_host_ibv"
 _HOSTS_TCP = "other_host_tcp"
@@ -271,6 +302,9 @@ PAIR_REASONS = {
     _XC_SHM: "same host, other container, same network namespace: shm (no cuda_ipc/cuda_xth "
     "across containers); {cuda}",
     _XC_TCP: "same host, other container and network namespace: no shm, no cuda_ipc: tcp; {cuda}",
+    _SPIN_TCP: "same host, where shm is left out (more processes than CPUs; see the "
+    "processes' transports): tcp over loopback, CPU tensors over cma where TensorPipe can "
+    "use it; {cuda}",
     _HOSTS_GDR: "different hosts: no shm/cma; a device map and cuda_gdr usable on both: "
     "CUDA tensors over cuda_gdr (GPUDirect RDMA), CPU tensors over {cpu}",
     _HOSTS_IBV: "different hosts: no shm/cma; ibv usable on both: CPU tensors over ibv; {cuda}",
@@ -362,12 +396,16 @@ def pair_transports(
                             t, why = "nvlink", _SAME_NVLINK
                         else:
                             t, why = "cuda_ipc", _SAME_IPC
+                    elif shm_spins_out(fi):  # facts of one host: fj's verdict is the same
+                        t, why = "tcp", _SPIN_TCP
                     else:
                         t, why = "shm", _SAME_NOMAP
                 elif m and fi.gdr and fj.gdr:
                     t, why = "gdr", _XC_GDR
-                elif fi.net == fj.net:
+                elif fi.net == fj.net and not shm_spins_out(fi):
                     t, why = "shm", _XC_SHM
+                elif fi.net == fj.net:
+                    t, why = "tcp", _SPIN_TCP
                 else:
                     t, why = "tcp", _XC_TCP
             elif m and fi.gdr and fj.gdr:

@@ -8,6 +8,7 @@ Needs root and iproute2 (CI runs as root); skips with the reason otherwise.
 """
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -81,7 +82,10 @@ def test_three_hosts_labels_calls_and_64mb_tensors(procs):
     assert res["relay_learner_to_a"][0] is True
     assert "no process offers label 'nowhere'" in res["missing_label"]
     pairs = {(s, d): t for s, d, t in res["plan_pairs"]}
-    assert pairs[("driver", "worker1")] == "shm"  # same host, same namespaces
+    # same host, same namespaces: shm, unless the host has fewer CPUs than the 4 processes
+    # the plan puts on it (every namespace here is one kernel, one boot id: one host)
+    crowded = len(os.sched_getaffinity(0)) < 4
+    assert pairs[("driver", "worker1")] == ("tcp" if crowded else "shm")
     for other in ("worker2", "worker3"):
         assert pairs[("driver", other)] == "tcp"
     assert pairs[("worker1", "worker2")] == pairs[("worker2", "worker3")] == "tcp"

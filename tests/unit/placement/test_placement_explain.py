@@ -26,6 +26,7 @@ CODE_TRANSPORT = {
     "other_host_gdr": "gdr",
     "other_host_ibv": "ibv",
     "other_host_tcp": "tcp",
+    "same_host_shm_left_out": "tcp",
 }
 
 
@@ -98,6 +99,8 @@ def test_every_branch_records_its_reason_code():
     same_net = replace(ps[1].node.container, net=ps[0].node.container.net)
     ps[1] = replace(ps[1], node=replace(ps[1].node, container=same_net))
     plans.append(make_plan(ps))
+    crowded = replace(node("a"), num_cpus=1)  # two processes on one CPU: shm left out
+    plans.append(make_plan(procs(crowded, crowded)))
     seen = set()
     for plan in plans:
         assert len(plan.pair_reasons) == len(plan.pairs)

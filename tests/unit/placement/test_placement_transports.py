@@ -99,3 +99,43 @@ def test_auto_mode_cpu_slots_keep_gpus_out_of_rpc():
 def test_socket_ifname_env():
     plan = make_plan(procs(node("a")), socket_ifname="lo")
     assert plan.processes[0].env == {"TP_SOCKET_IFNAME": "lo"}
+
+
+def _crowd(host: str, cpus: int, hcas: tuple[HcaInfo, ...] = (), container: str = ""):
+    from dataclasses import replace
+
+    return replace(node(host, hcas=hcas, container=container), num_cpus=cpus)
+
+
+def test_shm_is_left_out_where_a_host_has_more_processes_than_cpus():
+    # 3 processes on a 2-CPU host: each shm reactor would busy-poll a core
+    ps = procs(_crowd("a", 2), _crowd("a", 2), _crowd("a", 2), _crowd("b", 8))
+    plan = make_plan(ps)
+    check_with_torch(plan, ps)
+    a0 = plan.processes[0]
+    assert a0.transports == ["uv"]
+    assert "3 processes on 2 CPUs" in a0.why.transports and "busy-polls" in a0.why.transports
+    assert plan.processes[3].transports is None  # host b runs one process on 8 CPUs
+    assert plan.transport_between("w0", "w1") == "tcp"
+    why = dict(plan.explain_pairs())
+    assert why[next(p for p in plan.pairs if {p.src, p.dst} == {"w0", "w1"})].startswith(
+        "same host, where shm is left out"
+    )
+    # as many processes as CPUs: every reactor has a core, shm stays
+    fits = make_plan(procs(_crowd("a", 2), _crowd("a", 2)))
+    assert all(p.transports is None for p in fits.processes)
+    assert fits.transport_between("w0", "w1") == "shm"
+
+
+def test_a_crowded_host_keeps_ibv_and_tcp_across_containers():
+    down = (HcaInfo("mlx5_0", port_state="DOWN"),)
+    ib = make_plan(procs(*[_crowd("a", 1, hcas=IB)] * 2))
+    assert [p.transports for p in ib.processes] == [["uv", "ibv"]] * 2
+    no_ib = make_plan(procs(*[_crowd("a", 1, hcas=down)] * 2))
+    assert [p.transports for p in no_ib.processes] == [["uv"]] * 2
+    # containers sharing a network namespace would use shm; crowded, they use tcp
+    from dataclasses import replace
+
+    x, y = _crowd("h", 1, container="x"), _crowd("h", 1, container="y")
+    y = replace(y, container=replace(y.container, net=x.container.net))
+    assert make_plan(procs(x, y)).transport_between("w0", "w1") == "tcp"
