@@ -66,6 +66,8 @@ class Driver:
         log_to_driver: Whether workers send their output here (flushed at shutdown).
         max_worker_restarts: How many times a local worker process that died is
             replaced, per rank.
+        join_timeout: How long a process given a rank in the running cluster has to
+            join; after that, another claim for that rank may take it.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class Driver:
         heartbeat_timeout: float = 10.0,
         max_worker_restarts: int = 0,
         published: dict[str, Any] | None = None,
+        join_timeout: float = 120.0,
     ) -> None:
         self.server = server
         self.cluster = cluster
@@ -90,7 +93,10 @@ class Driver:
         self.rt: Runtime | None = None
         self._last_heard: dict[str, float] = {}  # worker -> when it last answered a ping
         self._restarts: dict[int, int] = {}  # rank -> replacements so far
-        self._joining: set[str] = set()  # replacements forked, not yet admitted
+        self.join_timeout = join_timeout
+        # name -> (when, with which RPC id) it was given to a process that has not joined
+        # yet (a replacement forked, a late claim granted)
+        self._joining: dict[str, tuple[float, int]] = {}
         self._next_rpc_id = 0  # set at launch: the first id after the plan's ranks
         # Processes growing the cluster, accepted, not yet admitted: name -> (a plan with
         # it, its rank, what it was planned from).
@@ -209,6 +215,7 @@ class Driver:
             heartbeat_timeout=heartbeat_timeout,
             max_worker_restarts=max_worker_restarts if local else 0,
             published=published,
+            join_timeout=timeout,  # what a starting process is given to join, too
         )
         driver._next_rpc_id = driver._world_size = world_size
         driver._descriptions = list(descriptions)
@@ -303,7 +310,7 @@ class Driver:
         rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
         try:
             group.evict(self.server.store, name)
-            self._joining.add(name)
+            self._joining[name] = (time.monotonic(), rpc_id)
             cluster.respawn(rank, plan=self.published, rpc_id=rpc_id)
         except Exception as exc:  # stopping, or the store is gone: it stays dead
             if not rt.stopped.is_set():
@@ -363,11 +370,21 @@ class Driver:
                 f"{sorted(i for i in offered if i is not None)}; start it where those GPUs are "
                 "(or with --gpus naming them), or add it with --grow."
             )
-        if name in self._joining:
-            return f"another worker is already replacing rank {rank}; wait for it, or stop it."
+        given = self._joining.get(name)
+        if given is not None:
+            since = time.monotonic() - given[0]
+            if since < self.join_timeout:
+                return (
+                    f"another worker is already replacing rank {rank}; wait for it (it has "
+                    f"{self.join_timeout:g} s to join), or stop it."
+                )
+            log.warning(
+                "rank %d (%s) was given to a worker %.0f s ago that never joined; a new "
+                "claim takes it", rank, name, since,
+            )  # fmt: skip
         rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
         group.evict(self.server.store, name)
-        self._joining.add(name)
+        self._joining[name] = (time.monotonic(), rpc_id)
         self._note_pid(name, claim)
         log.warning("rank %d (%s) is coming back as RPC id %d", rank, name, rpc_id)
         return {**self.published, "join": {"rank": rank, "rpc_id": rpc_id}}
@@ -395,7 +412,7 @@ class Driver:
         self._next_rpc_id = rpc_id + 1
         name = process_setup.process_name(rank)
         self._growing[name] = (bigger, rank, spec.processes[rank])
-        self._joining.add(name)
+        self._joining[name] = (time.monotonic(), rpc_id)
         log.warning("a new process joins the cluster as rank %d (%s)", rank, name)
         published = {**self.published, **grown.to_dict()}
         return {**published, "join": {"rank": rank, "rpc_id": rpc_id}}
@@ -408,6 +425,12 @@ class Driver:
         rt = self.rt
         if rt is None or rt.stopped.is_set():
             raise ClusterError("the cluster is shutting down")
+        given = self._joining.get(name)
+        if given is not None and given[1] != rpc_id:
+            raise ClusterError(
+                f"{name} was given to another worker (RPC id {given[1]}) after this one "
+                f"(RPC id {rpc_id}) did not join within {self.join_timeout:g} s"
+            )
         self._last_heard[name] = time.monotonic()  # the heartbeat starts afresh
         growing = self._growing.pop(name, None)
         if growing is not None and rt.plan is not None:
@@ -423,7 +446,7 @@ class Driver:
         rt.admit(name, rpc_id, replaces=growing is None)
         if growing is not None:
             self.workers.append(name)  # heartbeats and shutdown reach it from now on
-        self._joining.discard(name)
+        self._joining.pop(name, None)
         if self.cluster is not None:
             rt.local_worker_pids = self.cluster.pids
         if growing is None:
