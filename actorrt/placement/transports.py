@@ -293,9 +293,11 @@ _HOSTS_TCP = "other_host_tcp"
 #: ``{ibv_off}`` why ibv is off, ``{cpu}`` the CPU transport under cuda_gdr.
 PAIR_REASONS = {
     _SAME_NVLINK: "same host and container; a device map between NVLinked GPUs: "
-    "CUDA tensors over cuda_ipc (NVLink), CPU tensors over shm/cma",
+    "CUDA tensors over cuda_ipc (NVLink), CPU tensors over shm/cma (tcp/cma where shm is "
+    "left out)",
     _SAME_IPC: "same host and container; a device map, GPUs not NVLinked: "
-    "CUDA tensors over cuda_ipc (PCIe), CPU tensors over shm/cma",
+    "CUDA tensors over cuda_ipc (PCIe), CPU tensors over shm/cma (tcp/cma where shm is "
+    "left out)",
     _SAME_NOMAP: "same host and container: CPU tensors over shm/cma; {cuda}",
     _XC_GDR: "same host, other container (no cuda_ipc across containers); a device map "
     "and cuda_gdr usable on both: CUDA tensors over cuda_gdr (GPUDirect RDMA)",
