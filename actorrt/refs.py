@@ -391,14 +391,17 @@ def send_call(
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
     """
-    seq = rt.next_seq(target)
+    # The number is the actor's instance on this worker's; if the actor moves before the
+    # call is sent (another thread found its process dead), send numbers it afresh.
+    worker = target.worker
+    seq = rt.seq_at(target.actor_id, worker)
     ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
     for a in args:  # _has_refs() inline: this runs on every call
         if type(a) is ObjectRef:
             break
     else:
         if not kwargs or not _has_refs((), kwargs):
-            rt.send(target, seq, method, args, kwargs, ref, raise_now=True)
+            rt.send(target, seq, method, args, kwargs, ref, raise_now=True, seq_worker=worker)
             return ref
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]
@@ -413,12 +416,12 @@ def send_call(
         errors = (d.future().exception() for d in deps)
         error = next((e for e in errors if e is not None), None)
         if error is not None:
-            rt.skip(target, seq)
+            rt.skip(target, seq, worker)
             ref.fail(error)
             return
         a = tuple(x.future().result() if type(x) is ObjectRef else x for x in args)
         kw = {k: v.future().result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        rt.send(target, seq, method, a, kw, ref, raise_now=False)
+        rt.send(target, seq, method, a, kw, ref, raise_now=False, seq_worker=worker)
 
     for dep in deps:
         dep.future().add_done_callback(on_dep_done)

@@ -140,11 +140,15 @@ class CallRetries:
         slot: ReplySlot,
         *,
         raise_now: bool,
+        seq_worker: str | None = None,
     ) -> None:
         """Sends a call to an actor with retries (see ``Runtime.send`` for the arguments)."""
         reply: torch.futures.Future[Wire] = torch.futures.Future()
         with self._actor_lock(target.actor_id):
             worker = target.worker
+            if seq_worker is not None and worker != seq_worker:
+                # this thread's _recover moved the actor after the number was taken
+                seq = self._route.seq_at(target.actor_id, worker)
             if self._route.is_down(worker):
                 new, why = self._recover(target.actor_id, worker)  # earlier calls go first
                 if new is None:

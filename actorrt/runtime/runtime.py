@@ -293,23 +293,31 @@ class Runtime:
         slot: ReplySlot,
         *,
         raise_now: bool,
+        seq_worker: str | None = None,
     ) -> None:
         """Sends call ``seq`` of ``target.method``; its outcome goes to ``slot``.
 
         Args:
             target: The actor (its handle, kept alive until the reply).
-            seq: From :meth:`next_seq`.
+            seq: From :meth:`next_seq` (or :meth:`seq_at` of ``seq_worker``).
             method: The method's name.
             args: Positional arguments (values: refs were resolved by the caller side).
             kwargs: Keyword arguments.
             slot: Gets the reply's future, or the failure.
             raise_now: Raise an unsendable argument's ``TypeError`` here (a call made
                 now) instead of putting it in ``slot`` (a call sent once its refs came).
+            seq_worker: The worker ``seq`` was numbered for; if the actor has moved since
+                (``target.worker`` differs), the call is numbered afresh for its new
+                instance, whose mailbox would otherwise wait for that number for ever.
         """
         if target.max_task_retries:  # kept until answered, sent again if its process dies
-            self.retries.send(target, seq, method, args, kwargs, slot, raise_now=raise_now)
+            self.retries.send(
+                target, seq, method, args, kwargs, slot, raise_now=raise_now, seq_worker=seq_worker
+            )
             return
         worker = target.worker
+        if seq_worker is not None and worker != seq_worker:
+            seq = self.seq_at(target.actor_id, worker)
         if worker in self._dead_workers or worker in self._suspects:
             why = self._relocate(target)
             if why is not None:
@@ -440,9 +448,15 @@ class Runtime:
             return None, f"rank 0 could not say where it is ({exc})"
         return (None, why) if record is None else (record.worker, "")
 
-    def skip(self, target: Target, seq: int) -> None:
-        """Gives up call ``seq`` to ``target``: its mailbox moves past the number."""
-        self._skip_at(target.actor_id, target.worker, seq)
+    def skip(self, target: Target, seq: int, worker: str | None = None) -> None:
+        """Gives up call ``seq`` to ``target``: its mailbox moves past the number.
+
+        Args:
+            target: The actor.
+            seq: The number given up.
+            worker: The instance it was numbered for (default: where the actor is now).
+        """
+        self._skip_at(target.actor_id, worker or target.worker, seq)
 
     def _skip_at(self, actor_id: str, worker: str, seq: int) -> None:
         # Without this every later call from this process would wait for it forever.

@@ -129,3 +129,22 @@ def test_an_error_that_is_not_a_lost_process_is_not_retried():
         slot.reply.wait()
     time.sleep(0.1)
     assert len(rt.sent) == 1  # not sent again
+
+
+def test_a_call_numbered_before_its_actor_moved_is_numbered_for_the_new_instance():
+    # Another thread recovered the actor onto w2 between the caller taking the number
+    # (for w1) and sending: w2's mailbox starts at 0 and would wait for 5 for ever.
+    rt = FakeRuntime([])
+    retries = CallRetries(rt, settle=2.0)
+    handle = Handle(retries=1, worker="w1")
+    for _ in range(5):
+        rt.seq_at(handle.actor_id, "w1")
+    seq = rt.seq_at(handle.actor_id, "w1")
+    handle.worker = "w2"
+    slot = Slot()
+    retries.send(handle, seq, "step", (0,), {}, slot, raise_now=True, seq_worker="w1")
+    assert rt.sent[-1][:2] == ("w2", 0)
+    again = Slot()
+    retries.send(handle, rt.seq_at(handle.actor_id, "w2"), "step", (1,), {}, again,
+                 raise_now=True, seq_worker="w2")  # fmt: skip
+    assert rt.sent[-1][:2] == ("w2", 1)
