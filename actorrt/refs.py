@@ -396,13 +396,9 @@ def send_call(
     worker = target.worker
     seq = rt.seq_at(target.actor_id, worker)
     ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
-    for a in args:  # _has_refs() inline: this runs on every call
-        if type(a) is ObjectRef:
-            break
-    else:
-        if not kwargs or not _has_refs((), kwargs):
-            rt.send(target, seq, method, args, kwargs, ref, raise_now=True, seq_worker=worker)
-            return ref
+    if not _has_refs(args, kwargs):
+        rt.send(target, seq, method, args, kwargs, ref, raise_now=True, seq_worker=worker)
+        return ref
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]
     remaining = [len(deps)]

@@ -147,7 +147,7 @@ class CallRetries:
         with self._actor_lock(target.actor_id):
             worker = target.worker
             if seq_worker is not None and worker != seq_worker:
-                # this thread's _recover moved the actor after the number was taken
+                # the retries thread's _recover moved the actor after the number was taken
                 seq = self._route.seq_at(target.actor_id, worker)
             if self._route.is_down(worker):
                 new, why = self._recover(target.actor_id, worker)  # earlier calls go first

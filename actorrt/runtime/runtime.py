@@ -269,11 +269,7 @@ class Runtime:
         (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it. Numbers
         are per instance: an actor recreated elsewhere (``max_restarts``) starts again.
         """
-        key = (target.actor_id, target.worker)
-        try:
-            return next(self._seqs[key])
-        except KeyError:
-            return self.seq_at(*key)
+        return self.seq_at(target.actor_id, target.worker)
 
     def seq_at(self, actor_id: str, worker: str) -> int:
         """:meth:`next_seq` of the actor's instance on ``worker``."""
