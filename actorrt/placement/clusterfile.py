@@ -52,6 +52,7 @@ _NODE_KEYS = {
 }
 _GROUP_KEYS = {"count", "name", "labels", "gpus", "gpus_per_process", "hosts_actors"}
 _WORKER_NAME = re.compile(r"[^A-Za-z0-9_:\-]")  # what torch accepts in an RPC worker name
+_DEFAULT_NUM_CPUS = 8  # a host's CPUs when a cluster file does not say
 
 
 @dataclass(frozen=True)
@@ -239,10 +240,12 @@ def _verbatim_processes(raw: Any, source: str) -> list[ProcessInfo]:
         _check_keys(entry, _PROCESS_KEYS, where)
         if "name" not in entry or not isinstance(entry.get("node"), Mapping):
             raise PlacementError(f"{where}: needs a name and a node table")
-        if "num_cpus" in entry["node"]:
-            _num_cpus(entry["node"]["num_cpus"], f"{where}.node")
+        # Not given: as many CPUs as a [[nodes]] host gets by default (not from_dict's 1,
+        # which would leave shm out of every host with two processes).
+        raw_node = {"num_cpus": _DEFAULT_NUM_CPUS, **entry["node"]}
+        _num_cpus(raw_node["num_cpus"], f"{where}.node")
         try:
-            node = NodeDescription.from_dict(entry["node"])
+            node = NodeDescription.from_dict(raw_node)
         except (KeyError, TypeError, ValueError) as exc:
             raise PlacementError(f"{where}.node: {type(exc).__name__}: {exc}") from None
         out.append(ProcessInfo(rank=int(entry.get("rank", i)), name=str(entry["name"]), node=node))
@@ -258,7 +261,7 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
         _check_keys(node, _NODE_KEYS, where)
         if "hostname" not in node:
             raise PlacementError(f"{where}: needs a hostname")
-        num_cpus = _num_cpus(node.get("num_cpus", 8), where)
+        num_cpus = _num_cpus(node.get("num_cpus", _DEFAULT_NUM_CPUS), where)
         hostname = str(node["hostname"])
         tables = _gpu_tables(node, where)
         container = _container(node, where)

@@ -196,3 +196,23 @@ def test_node_description_round_trip_and_bus_ids():
         ContainerIdentity(net="n", cgroup="a").key() == ContainerIdentity(net="n", cgroup="b").key()
     )
     assert ContainerIdentity(cgroup="a").key() != ContainerIdentity(cgroup="b").key()
+
+
+def test_processes_without_num_cpus_get_the_nodes_default_and_keep_shm(tmp_path):
+    # [[processes]] written by hand may leave num_cpus out: two processes on a host
+    # must not read as a crowded 1-CPU host, whose pairs the plan sends over tcp.
+    f = tmp_path / "c.toml"
+    f.write_text(
+        """
+[[processes]]
+name = "a"
+node = { hostname = "h" }
+
+[[processes]]
+name = "b"
+node = { hostname = "h" }
+"""
+    )
+    c = load_cluster(f)
+    assert [p.node.num_cpus for p in c.processes] == [8, 8]
+    assert c.plan().transport_between("a", "b") == "shm"
