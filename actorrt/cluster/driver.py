@@ -395,9 +395,18 @@ class Driver:
             self._claimed_by[name] = pid
 
     def _grow(self, rt: Runtime, plan: Plan, description: dict[str, Any]) -> dict[str, Any] | str:
-        """A new rank for a process growing the cluster, and the plan it joins with."""
-        rank, rpc_id = len(self._descriptions), self._next_rpc_id
-        descriptions = [*self._descriptions, description]
+        """A new rank for a process growing the cluster, and the plan it joins with.
+
+        The rank is the next one, or one given to a grower that did not join within
+        :attr:`join_timeout` (which then cannot join: its RPC id is not the one given).
+        """
+        rank, rpc_id = self._stale_growth(), self._next_rpc_id
+        descriptions = [*self._descriptions]
+        if rank is None:
+            rank = len(descriptions)
+            descriptions.append(description)
+        else:
+            descriptions[rank] = description
         try:
             # Only the new process is taken from this plan (Plan.grown): planned on CPU,
             # since the running agents' device maps cannot change.
@@ -408,7 +417,7 @@ class Driver:
             grown = plan.grown(bigger, rank)
         except ActorRtError as exc:
             return f"rank 0 cannot plan it in: {exc}"
-        self._descriptions.append(description)
+        self._descriptions = descriptions
         self._next_rpc_id = rpc_id + 1
         name = process_setup.process_name(rank)
         self._growing[name] = (bigger, rank, spec.processes[rank])
@@ -416,6 +425,21 @@ class Driver:
         log.warning("a new process joins the cluster as rank %d (%s)", rank, name)
         published = {**self.published, **grown.to_dict()}
         return {**published, "join": {"rank": rank, "rpc_id": rpc_id}}
+
+    def _stale_growth(self) -> int | None:
+        """The lowest rank given to a growing process that has not joined in time, if any."""
+        now = time.monotonic()
+        stale = [
+            rank
+            for name, (_, rank, _) in self._growing.items()
+            if now - self._joining.get(name, (now, 0))[0] >= self.join_timeout
+        ]
+        if stale:
+            log.warning(
+                "rank %d was given to a growing process that never joined; a new one takes it",
+                min(stale),
+            )
+        return min(stale, default=None)
 
     def _admit(self, name: str, rpc_id: int) -> None:
         """Rank 0's side of a process joining the running group as ``name``.

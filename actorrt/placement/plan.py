@@ -229,8 +229,13 @@ class Plan:
             guard_tiny_cuda=False,
         )
         codes = bigger.pair_reasons or ("",) * len(bigger.pairs)
+        # Its pairs with this plan's processes (``bigger`` may also hold a process that
+        # was given a rank and never joined).
+        names = {p.name for p in self.processes} | {new.name}
         added = [
-            (p, c) for p, c in zip(bigger.pairs, codes, strict=True) if new.name in (p.src, p.dst)
+            (p, c)
+            for p, c in zip(bigger.pairs, codes, strict=True)
+            if new.name in (p.src, p.dst) and p.src in names and p.dst in names
         ]
         reasons = self.pair_reasons + tuple(c for _, c in added) if self.pair_reasons else ()
         return replace(

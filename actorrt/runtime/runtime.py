@@ -139,7 +139,8 @@ class Runtime:
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
         self.plan: Plan | None = None  # the cluster's placement plan (every process)
         self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
-        self.descriptions: list[dict[str, Any]] = []  # node descriptions by rank (driver)
+        # node descriptions (driver): by rank, then growers in the order they joined
+        self.descriptions: list[dict[str, Any]] = []
         self._on_shutdown = on_shutdown
         # Driver only: whether a worker a call could not reach is gone (see
         # worker_unreachable); set by the launch, which knows how to tell.

@@ -1,5 +1,6 @@
 """Rank 0's bookkeeping of ranks given to late workers: a rank whose worker never joins
-is not held for ever, and the worker that lost it cannot join after all."""
+is not held for ever, and the worker that lost it cannot join after all. The same for a
+rank given to a process growing the cluster."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 import torch.distributed as dist
 
+from actorrt.cluster import process_setup
 from actorrt.cluster.driver import Driver
 from actorrt.errors import ClusterError
+from actorrt.placement import Layout, NodeDescription
 from actorrt.runtime import group
 
 
@@ -38,6 +41,7 @@ class _Runtime:  # what _late_claim and _admit read before they act
 @dataclass
 class _Server:
     store: Any
+    session: str = ""
 
 
 def _driver(join_timeout: float) -> Driver:
@@ -79,3 +83,31 @@ def test_within_the_join_timeout_the_rank_stays_with_its_worker():
     assert isinstance(driver._late_claim(CLAIM, waited=0.0), dict)
     for _ in range(3):
         assert "already replacing" in str(driver._late_claim(CLAIM, waited=0.0))
+
+
+def _description(host: str) -> dict[str, Any]:
+    return NodeDescription(hostname=host, boot_id=f"boot-{host}", num_cpus=4).to_dict()
+
+
+def test_a_rank_given_to_a_grower_that_never_joins_goes_to_the_next_grower():
+    driver = _driver(join_timeout=0.2)
+    driver._descriptions = [_description("a"), _description("a"), _description("a")]
+    plan = process_setup.cluster_spec(driver._descriptions, Layout(), transport="cpu").plan()
+    first = driver._grow(driver.rt, plan, _description("b"))  # type: ignore[arg-type]
+    assert isinstance(first, dict) and first["join"] == {"rank": 3, "rpc_id": 3}
+    second = driver._grow(driver.rt, plan, _description("c"))  # type: ignore[arg-type]
+    assert isinstance(second, dict) and second["join"] == {"rank": 4, "rpc_id": 4}
+    time.sleep(0.3)  # neither joined
+    third = driver._grow(driver.rt, plan, _description("d"))  # type: ignore[arg-type]
+    assert isinstance(third, dict) and third["join"] == {"rank": 3, "rpc_id": 5}
+    assert [d["hostname"] for d in driver._descriptions] == ["a", "a", "a", "d", "c"]
+    # the plan the third joins with has it on its own host, and no pair to rank 4's
+    # process, which never joined
+    grown = plan.grown(driver._growing["worker3"][0], 3)
+    assert grown.for_rank(3).name == "worker3"
+    assert all("worker4" not in (p.src, p.dst) for p in grown.pairs)
+    ends = [{p.src, p.dst} for p in grown.pairs if "worker3" in (p.src, p.dst)]
+    peers = set().union(*ends) - {"worker3"}
+    assert peers == {"driver", "worker1", "worker2"}
+    with pytest.raises(ClusterError, match="given to another worker"):
+        driver._admit("worker3", 3)  # the first grower, late after all
