@@ -5,7 +5,8 @@ workers on two cores import it side by side; one zygote imports it once and fork
 workers that have it already. The workers are still not forks of the user's driver: the
 zygote is a fresh ``python -m actorrt.cluster.zygote`` with its environment set at exec
 (``IBV_FORK_SAFE``, ``THP_MEM_ALLOC_ENABLE``, ``OMP_NUM_THREADS``), and it never touches
-CUDA or ibverbs (importing torch does neither); its other threads only wait.
+CUDA or ibverbs (importing torch does neither); its other threads only wait. Its objects
+are frozen before each fork, so the workers' garbage collections leave their pages shared.
 
 Protocol with its parent, the driver or ``actorrt worker --nproc``
 (:class:`~actorrt.cluster.local.LocalCluster`):
@@ -22,6 +23,7 @@ Protocol with its parent, the driver or ``actorrt worker --nproc``
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -59,6 +61,7 @@ def _preload() -> None:
 
 
 def _in_child(config: dict[str, Any], report_fd: int, config_fd: int) -> None:
+    gc.enable()  # the zygote's objects stay frozen: collections here leave their pages shared
     os.close(report_fd)
     os.close(config_fd)
     # Python reseeds `random` after fork by itself; numpy's global generator it does not,
@@ -94,6 +97,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config-fd", type=int, required=True)
     args = p.parse_args(argv)
     report = os.fdopen(args.report_fd, "w", buffering=1)
+    # A full collection in a worker writes to every object it inherited, copying the
+    # page each lives on: at 64 workers that was 37 MB per worker (docs/performance.md).
+    # So the zygote collects nothing while it imports (no freed holes for a worker to
+    # fill) and freezes what it has before each fork, as Python's gc docs advise.
+    gc.disable()
     _preload()
     cond = threading.Condition()  # guards `children` (pid -> rank) and `report`
     children: dict[int, int] = {}
@@ -110,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
                 sys.stderr.flush()
                 # Forked under the lock: the reaper cannot see this child's exit before
                 # it is in `children` (the child never touches the lock).
+                gc.freeze()
                 with cond:
                     pid = os.fork()
                     if pid == 0:
