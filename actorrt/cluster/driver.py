@@ -400,12 +400,13 @@ class Driver:
         The rank is the next one, or one given to a grower that did not join within
         :attr:`join_timeout` (which then cannot join: its RPC id is not the one given).
         """
-        rank, rpc_id = self._stale_growth(), self._next_rpc_id
+        stale, rpc_id = self._stale_growth(), self._next_rpc_id
         descriptions = [*self._descriptions]
-        if rank is None:
+        if stale is None:
             rank = len(descriptions)
             descriptions.append(description)
         else:
+            rank = stale
             descriptions[rank] = description
         try:
             # Only the new process is taken from this plan (Plan.grown): planned on CPU,
@@ -422,6 +423,8 @@ class Driver:
         name = process_setup.process_name(rank)
         self._growing[name] = (bigger, rank, spec.processes[rank])
         self._joining[name] = (time.monotonic(), rpc_id)
+        if stale is not None:
+            log.warning("rank %d was given to a growing process that never joined", rank)
         log.warning("a new process joins the cluster as rank %d (%s)", rank, name)
         published = {**self.published, **grown.to_dict()}
         return {**published, "join": {"rank": rank, "rpc_id": rpc_id}}
@@ -434,11 +437,6 @@ class Driver:
             for name, (_, rank, _) in self._growing.items()
             if now - self._joining.get(name, (now, 0))[0] >= self.join_timeout
         ]
-        if stale:
-            log.warning(
-                "rank %d was given to a growing process that never joined; a new one takes it",
-                min(stale),
-            )
         return min(stale, default=None)
 
     def _admit(self, name: str, rpc_id: int) -> None:
