@@ -60,10 +60,11 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         ClusterError,
         GetTimeoutError,
         NotInitializedError,
+        ObjectLostError,
         PlacementError,
     )
     from actorrt.options import ActorOptions
-    from actorrt.refs import ObjectRef, get, wait
+    from actorrt.refs import ObjectRef, get, put, wait
     from actorrt.runtime.directory import ActorInfo, NodeInfo
     from actorrt.runtime.exits import exit_actor
 
@@ -91,10 +92,12 @@ _EXPORTS = {
     "ClusterError": "actorrt.errors",
     "GetTimeoutError": "actorrt.errors",
     "NotInitializedError": "actorrt.errors",
+    "ObjectLostError": "actorrt.errors",
     "PlacementError": "actorrt.errors",
     "ActorOptions": "actorrt.options",
     "ObjectRef": "actorrt.refs",
     "get": "actorrt.refs",
+    "put": "actorrt.refs",
     "wait": "actorrt.refs",
     "ActorInfo": "actorrt.runtime.directory",
     "NodeInfo": "actorrt.runtime.directory",
@@ -114,6 +117,7 @@ __all__ = [
     "GetTimeoutError",
     "NodeInfo",
     "NotInitializedError",
+    "ObjectLostError",
     "ObjectRef",
     "PlacementError",
     "TypedActor",
@@ -128,6 +132,7 @@ __all__ = [
     "method",
     "nodes",
     "plan",
+    "put",
     "shutdown",
     "start",
     "status",

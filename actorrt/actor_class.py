@@ -35,7 +35,7 @@ from typing import (
 import cloudpickle
 
 from actorrt.options import ActorOptions
-from actorrt.refs import ObjectRef, resolved, send_call
+from actorrt.refs import ObjectRef, send_call
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import ActorRecord
 from actorrt.runtime.runtime import current, current_or_none
@@ -468,8 +468,9 @@ class ActorClass(Generic[T, P]):
         init = self._init
         if init is not None and not init.binds(args, kwargs):
             init.fail(f"{self.__name__}.remote()", args, kwargs)
+        # Ref arguments go as they are: the actor gets their values before __init__ runs,
+        # so the handle comes back at once, as in Ray.
         rt = current(f"{self.__name__}.remote()")
-        args, kwargs = resolved(args, kwargs)
         class_path = f"{self.__module__}.{self.__name__}"  # the same on every process
         record, rref = rt.create_actor(
             self.__name__, class_path, self._table.specs, self.shipment, options, args, kwargs

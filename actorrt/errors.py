@@ -9,6 +9,7 @@ __all__ = [
     "ClusterError",
     "GetTimeoutError",
     "NotInitializedError",
+    "ObjectLostError",
     "PlacementError",
 ]
 
@@ -72,6 +73,17 @@ class ActorDiedError(ActorRtError):
 
     def __reduce__(self) -> tuple[type[ActorDiedError], tuple[str, str | None]]:
         return (type(self), (self.args[0], self.actor_id))
+
+
+class ObjectLostError(ActorRtError):
+    """An object's value cannot be had: its owner process died, or it was freed.
+
+    An object lives in the process that made it (a method's large result, or
+    ``actorrt.put``) for as long as some ``ObjectRef`` to it exists. When that process
+    dies, ``get`` of every ref to it raises this, naming the owner; so does a ref kept
+    past ``actorrt.shutdown()``. Make the value again (call the method again, or ``put``
+    it again) to go on.
+    """
 
 
 class GetTimeoutError(ActorRtError, TimeoutError):

@@ -16,23 +16,34 @@ import math
 import numbers
 import threading
 import time
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
+from collections.abc import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError
-from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import OK, LocalFailure, decode_reply, rpc_failure, unreadable
-from actorrt.runtime.runtime import current_or_none
+import torch
+import torch.distributed.rpc as rpc
+
+from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
+from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
+from actorrt.runtime.payload import ATOMS as _ATOMS
+from actorrt.runtime.payload import packing, unpack, wire_bytes
+from actorrt.runtime.protocol import (
+    OBJECT,
+    OK,
+    RAISE,
+    LocalFailure,
+    decode_reply,
+    rpc_failure,
+    unreadable,
+)
+from actorrt.runtime.runtime import current, current_or_none
 
 if TYPE_CHECKING:
-    import torch
-
     from actorrt.runtime.outbox import KeepAlive
     from actorrt.runtime.payload import Wire
     from actorrt.runtime.protocol import Target
     from actorrt.runtime.runtime import Runtime
 
-__all__ = ["ObjectRef", "get", "resolved", "send_call", "wait"]
+__all__ = ["ObjectRef", "get", "put", "send_call", "wait"]
 
 T = TypeVar("T")
 
@@ -63,11 +74,18 @@ class _RefFuture(cf.Future[Any]):
         return False
 
 
-class ObjectRef(Generic[R_co]):
-    """The future result of ``handle.method.remote(...)``.
+class ObjectRef(ObjectRefBase, Generic[R_co]):
+    """The future result of ``handle.method.remote(...)``, or an object ``actorrt.put`` made.
 
-    Pass it to :func:`actorrt.get` / :func:`actorrt.wait`, ``await`` it, or pass it as a
-    top-level argument of another remote call (it is resolved before that call runs).
+    Pass it to :func:`actorrt.get` / :func:`actorrt.wait`, ``await`` it, or send it to
+    other actors: as a top-level argument of a remote call (its value is fetched by the
+    actor before the method runs) or anywhere inside arguments and return values (the
+    receiver gets an ``ObjectRef`` it can get, wait for, await or pass on).
+
+    A result that holds at least ``ACTORRT_INLINE_BYTES`` (1 MiB) of tensors and pickled
+    bytes stays in the process that made it, and so does a put value: whoever gets the
+    ref fetches the value from that owner in one hop, GPU to GPU where the plan gave the
+    pair a device map. The value lives as long as some ref to it exists anywhere.
 
     For type checkers it is generic in the value: ``ObjectRef[int]`` is the ref of an
     ``int``, which ``get`` returns (see :class:`~actorrt.actor_class.TypedActor`); a bare
@@ -75,16 +93,32 @@ class ObjectRef(Generic[R_co]):
     does not know its value's type.
     """
 
-    __slots__ = ("_call", "_actor_id", "_worker", "_sent", "_cf", "_keep", "__weakref__")
+    __slots__ = (
+        "_call",
+        "_actor_id",
+        "_worker",
+        "_sent",
+        "_cf",
+        "_keep",
+        "_loc",
+        "_loan",
+        "_rf",
+        "_counted",
+        "__weakref__",
+    )
 
     def __init__(self, call: str, actor_id: str | None = None) -> None:
         self._call = call  # "Class.method", named in errors
         self._actor_id = actor_id
         self._worker = ""
-        # torch future of the raw reply, once the call is sent
+        # torch future of the raw reply (of the call, or of the lender's resolve)
         self._sent: torch.futures.Future[Wire] | None = None
-        self._cf: cf.Future[Any] | None = None
+        self._cf: cf.Future[Any] | None = None  # the value, made on demand
         self._keep: KeepAlive | None = None  # a call sent alone: see runtime.outbox.KeepAlive
+        self._loc: ObjectLocation | None = None  # once known: where the value lives
+        self._loan: tuple[str, str, Any] | None = None  # borrowed: (lender, token, rref)
+        self._rf: cf.Future[None] | None = None  # done once the call answered (wait)
+        self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
 
     def __del__(self) -> None:
         keep = self._keep
@@ -110,12 +144,19 @@ class ObjectRef(Generic[R_co]):
             self._sent = reply
             self._keep = keep
             hook = self._cf is not None
+            ready = self._rf
         if hook:
             reply.add_done_callback(self._complete)
+        if ready is not None:
+            reply.add_done_callback(lambda _: _set_ready(ready))
 
     def fail(self, error: BaseException) -> None:
         """The call failed before it went out: ``get`` raises ``error``."""
         self._set_exception(error)
+        with _hook_lock:
+            ready = self._rf
+        if ready is not None:
+            _set_ready(ready)
 
     def _set_result(self, value: Any) -> None:
         fut = self.future()
@@ -128,38 +169,214 @@ class ObjectRef(Generic[R_co]):
             fut.set_exception(exc)
 
     def _complete(self, reply: torch.futures.Future[Wire]) -> None:
+        # On torch's RPC thread: a value kept at its owner is fetched without waiting here.
         try:
-            self._set_result(self._decode(reply))
+            loc, value = self._reply_value(reply)
         except Exception as exc:
             self._set_exception(exc)
+            return
+        if loc is None:
+            self._set_result(value)
+        else:
+            self._fetch_into_future(loc)
 
-    def _decode(self, sent: torch.futures.Future[Wire]) -> Any:
-        """The value of the reply ``sent`` (arrived already), or the error it stands for."""
+    def _reply_value(self, sent: torch.futures.Future[Wire]) -> tuple[ObjectLocation | None, Any]:
+        """The reply ``sent`` (arrived already), read without fetching anything.
+
+        Returns ``(None, value)``, or ``(location, None)`` when the value stayed at its
+        owner; raises the error the reply stands for.
+        """
+        loc = self._loc
+        if loc is not None:
+            return loc, None
         try:
             wire = sent.value()
         except LocalFailure as failure:
             raise failure.error from None
         except Exception as exc:  # the RPC layer failed: the call never ran, or its process died
+            if self._loan is not None:
+                raise ObjectLostError(
+                    f"{self!r} cannot be resolved: the process that lent it, "
+                    f"{self._worker!r}, is unreachable ({str(exc).splitlines()[0]})."
+                ) from None
             error = rpc_failure(self._call, self._worker, exc, self._actor_id)
             rt = current_or_none()
             if isinstance(error, ActorDiedError) and rt is not None:
                 rt.worker_unreachable(self._worker)  # marked dead before the caller hears
             raise error from None
+        if not self._counted:
+            self._count(wire)
         blob, side = wire
-        if blob is None and side[0][0] == OK:  # a plain value: decode_reply(unpack()) inline
-            return side[0][1]
+        if blob is None and side[0][0] == OK:  # a plain value
+            return None, side[0][1]
         try:
             reply = unpack(wire)
         except Exception as exc:
             error = unreadable(f"the reply of {self._call}", exc)
             raise ActorError(str(error), error, "", self._actor_id) from None
-        return decode_reply(reply, self._actor_id)
+        if reply[0] == OBJECT:
+            self._loc = loc = reply[1]
+            return loc, None
+        return None, decode_reply(reply, self._actor_id)
+
+    def _decode(self, sent: torch.futures.Future[Wire]) -> Any:
+        """The value of the reply ``sent`` (arrived already), or the error it stands for.
+
+        A value kept at its owner is fetched from it (this blocks).
+        """
+        if self._loc is None:
+            try:
+                wire = sent.value()
+            except Exception:
+                wire = None
+            if wire is not None and wire[0] is None and wire[1][0][0] == OK:  # plain: inline
+                value = wire[1][0][1]
+                if type(value) not in _ATOMS and not self._counted:
+                    self._count(wire)
+                return value
+        loc, value = self._reply_value(sent)
+        return value if loc is None else self._fetch(loc)
+
+    def _count(self, wire: Wire) -> None:
+        self._counted = True
+        rt = current_or_none()
+        if rt is not None:
+            rt.payload_bytes_in += wire_bytes(wire)
+
+    # -- objects kept at their owner ---------------------------------------------------
+    def _fetch(self, loc: ObjectLocation) -> Any:
+        """The value at ``loc``, fetched from its owner (blocks)."""
+        rt = current_or_none()
+        if rt is None:
+            raise _after_shutdown(loc)
+        if loc.owner == rt.name:
+            return rt.objects.value(loc.object_id)
+        fut = rt.fetch(loc)
+        try:
+            fut.wait()
+        except Exception:  # _fetched words the error
+            pass
+        return _fetched(rt, fut, loc)
+
+    def _fetch_into_future(self, loc: ObjectLocation) -> None:
+        """Fetches the value at ``loc`` into this ref's future, waiting nowhere."""
+        rt = current_or_none()
+        try:
+            if rt is None:
+                raise _after_shutdown(loc)
+            if loc.owner == rt.name:
+                self._set_result(rt.objects.value(loc.object_id))
+                return
+            fut = rt.fetch(loc)
+        except Exception as exc:
+            self._set_exception(exc)
+            return
+
+        def arrived(f: torch.futures.Future[Wire]) -> None:
+            try:
+                self._set_result(_fetched(rt, f, loc))
+            except Exception as exc:
+                self._set_exception(exc)
+
+        fut.add_done_callback(arrived)
+
+    def _borrow(self) -> torch.futures.Future[Wire] | None:
+        """Asks the lender of a borrowed ref for it (once); the future of its answer."""
+        rt = current_or_none()
+        with _hook_lock:
+            if self._sent is not None or self._loan is None or rt is None:
+                return self._sent
+            lender, token, _ = self._loan
+            fut: torch.futures.Future[Wire]
+            try:
+                fut = rpc.rpc_async(lender, rpc_resolve, args=(token, rt.name))
+            except Exception as exc:  # the agent refused at once: the lender is gone
+                fut = torch.futures.Future()
+                fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub is wrong
+            self._sent = fut
+            hook = self._cf is not None
+            ready = self._rf
+        rt.inflight.track(lender, fut)
+        if hook:
+            fut.add_done_callback(self._complete)
+        if ready is not None:
+            fut.add_done_callback(lambda _: _set_ready(ready))
+        return fut
+
+    def _ready_future(self) -> cf.Future[None]:
+        """A future done once the ref is ready to get (its call answered; nothing fetched)."""
+        if self._loan is not None:
+            self._borrow()
+        with _hook_lock:
+            ready = self._rf
+            if ready is not None:
+                return ready
+            ready = self._rf = cf.Future()
+            sent, value = self._sent, self._cf
+        if self._loc is not None:
+            _set_ready(ready)
+        elif sent is not None:
+            sent.add_done_callback(lambda _: _set_ready(ready))
+        elif value is not None:
+            value.add_done_callback(lambda _: _set_ready(ready))
+        # else: attach() or fail() completes it
+        return ready
+
+    def _failure(self) -> BaseException | None:
+        """The error of a ready ref (None if it has a value); never fetches."""
+        if self._loc is not None:
+            return None
+        sent = self._sent
+        if sent is not None:
+            try:
+                self._reply_value(sent)
+            except BaseException as exc:
+                return exc
+            return None
+        fut = self._cf
+        return fut.exception() if fut is not None and fut.done() else None
+
+    # -- what the runtime reads of it (runtime.objects.ObjectRefBase) --------------
+    def _value(self) -> Any:
+        return _result(self, None)
+
+    async def _value_async(self) -> Any:
+        return await self
+
+    def _start(self) -> None:
+        self.future()
+
+    def _when_ready(self, fn: Callable[[], None]) -> None:
+        self._ready_future().add_done_callback(lambda _: fn())
+
+    def _resolution(self, requester: str) -> Wire:
+        rt = current("resolving a lent ObjectRef")
+        error = self._failure()
+        if error is not None:
+            return rt.pack(requester, (RAISE, error))
+        if self._loc is not None:
+            return rt.pack(requester, (OBJECT, self._loc))
+        if self._sent is not None:
+            loc, value = self._reply_value(self._sent)
+            if loc is not None:
+                return rt.pack(requester, (OBJECT, loc))
+        else:
+            value = self._cf.result()  # type: ignore[union-attr]  # ready: set
+        return rt.pack(requester, (OK, value))
 
     # -- the user's side -----------------------------------------------------------
     def done(self) -> bool:
-        """True once the result (or error) has arrived."""
-        if self._sent is not None:
-            return self._sent.done()
+        """True once the result (or error) is ready.
+
+        ``get`` then waits for no call; a value kept at its owner is still fetched from it.
+        """
+        if self._loc is not None:
+            return True
+        sent = self._sent
+        if sent is None and self._loan is not None:
+            sent = self._borrow()
+        if sent is not None:
+            return sent.done()
         return self._cf is not None and self._cf.done()
 
     def future(self) -> cf.Future[R_co]:
@@ -181,6 +398,8 @@ class ObjectRef(Generic[R_co]):
         fut = self._cf
         if fut is not None:
             return fut
+        if self._loan is not None:
+            self._borrow()
         with _hook_lock:
             if self._cf is not None:
                 return self._cf
@@ -188,6 +407,8 @@ class ObjectRef(Generic[R_co]):
             sent = self._sent
         if sent is not None:
             sent.add_done_callback(self._complete)  # runs at once if the reply is here
+        elif self._loc is not None:
+            self._fetch_into_future(self._loc)
         return fut
 
     def __await__(self) -> Generator[Any, None, R_co]:
@@ -209,14 +430,132 @@ class ObjectRef(Generic[R_co]):
         return asyncio.wrap_future(self.future()).__await__()
 
     def __repr__(self) -> str:
-        return f"ObjectRef({self._call}, {'done' if self.done() else 'pending'})"
+        where = f", object {self._loc.object_id[:12]} on {self._loc.owner}" if self._loc else ""
+        return f"ObjectRef({self._call}{where}, {'done' if self.done() else 'pending'})"
 
-    def __reduce__(self) -> NoReturn:
+    def __reduce__(self) -> tuple[Callable[..., ObjectRef[Any]], tuple[Any, ...]]:
+        if not packing():
+            raise TypeError(
+                f"{self!r} can travel only inside the arguments or return values of remote "
+                "calls (anywhere inside them) or inside actorrt.put values, where actorrt "
+                "keeps its object alive for the receiver; it cannot be pickled another way. "
+                "Call actorrt.get(ref) first to send the value itself."
+            )
+        head = (self._call, self._actor_id)
+        loc = self._loc
+        if loc is not None:
+            return _located_ref, (*head, loc)
+        sent = self._sent
+        ready = sent.done() if sent is not None else self._cf is not None and self._cf.done()
+        if ready:
+            error = self._failure()
+            if error is not None:
+                return _failed_ref, (*head, error)
+            if sent is not None:
+                loc, value = self._reply_value(sent)
+                if loc is not None:
+                    return _located_ref, (*head, loc)
+            else:
+                value = self._cf.result()  # type: ignore[union-attr]  # ready: set
+            return _inline_ref, (*head, value)
+        if self._loan is not None:  # still unanswered: the receiver borrows from our lender
+            return _borrowed_ref, (*head, *self._loan)
+        rt = current("sending an ObjectRef")
+        token, rref = rt.objects.lend(self)
+        return _borrowed_ref, (*head, rt.name, token, rref)
+
+
+def _set_ready(ready: cf.Future[None]) -> None:
+    # Not under _hook_lock: set_result runs the callbacks here, and they send calls.
+    try:
+        ready.set_result(None)
+    except cf.InvalidStateError:  # made ready by another road first
+        pass
+
+
+def _after_shutdown(loc: ObjectLocation) -> ObjectLostError:
+    return ObjectLostError(
+        f"object {loc.object_id} (owned by {loc.owner!r}) cannot be read: the cluster was "
+        "shut down, and objects do not outlive it. Get the values you need before "
+        "actorrt.shutdown()."
+    )
+
+
+def _fetched(rt: Runtime, fut: torch.futures.Future[Wire], loc: ObjectLocation) -> Any:
+    """The value a fetch of ``loc`` brought (arrived already), or its error."""
+    try:
+        wire = fut.value()
+    except LocalFailure as failure:
+        raise rt.lost(loc, str(failure.error)) from None
+    except Exception as exc:  # the owner is unreachable: it died
+        rt.worker_unreachable(loc.owner)
+        why = f"its owner process is unreachable ({str(exc).splitlines()[0]})"
+        raise rt.lost(loc, why) from None
+    rt.payload_bytes_in += wire_bytes(wire)
+    return decode_reply(unpack(wire))
+
+
+def _located_ref(call: str, actor_id: str | None, loc: ObjectLocation) -> ObjectRef[Any]:
+    """Rebuilds a ref of an object kept at its owner."""
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    ref._loc = loc
+    ref._worker = loc.owner
+    return ref
+
+
+def _inline_ref(call: str, actor_id: str | None, value: Any) -> ObjectRef[Any]:
+    """Rebuilds a ready ref whose (small) value travelled with it."""
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    fut = ref._cf = _RefFuture()
+    fut.set_result(value)
+    return ref
+
+
+def _failed_ref(call: str, actor_id: str | None, error: BaseException) -> ObjectRef[Any]:
+    """Rebuilds a ready ref whose call failed."""
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    fut = ref._cf = _RefFuture()
+    fut.set_exception(error)
+    return ref
+
+
+def _borrowed_ref(
+    call: str, actor_id: str | None, lender: str, token: str, rref: Any
+) -> ObjectRef[Any]:
+    """Rebuilds a ref whose call had not answered when it was sent: ``lender`` resolves it."""
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    ref._loan = (lender, token, rref)
+    ref._worker = lender
+    return ref
+
+
+def put(value: Any) -> ObjectRef[Any]:
+    """Keeps ``value`` in this process as an object; returns its ref at once.
+
+    As ``ray.put``: pass the ref to any number of actors (as an argument, or inside
+    values), and each fetches the value from this process in one hop (GPU to GPU where
+    the plan gave the pair a device map; CUDA tensors stay on their GPU here). Works on
+    the driver and inside actor methods. The value lives while some ref to it exists.
+
+    Args:
+        value: Anything a remote call could carry (tensors, containers, dataclasses,
+            handles, other refs).
+
+    Returns:
+        The object's ref.
+
+    Raises:
+        TypeError: ``value`` is an ``ObjectRef`` (pass the ref itself), or cannot be sent
+            to another process (a lock, an open file, a socket).
+        NotInitializedError: actorrt is not started.
+    """
+    if isinstance(value, ObjectRef):
         raise TypeError(
-            f"{self!r} cannot be sent to another process inside a value. Pass it as a top-level "
-            "argument of a remote call (actorrt resolves it before the call runs), or call "
-            "actorrt.get(ref) first and send the value."
+            "actorrt.put() of an ObjectRef: the ref can already be passed anywhere; put "
+            "the value itself (actorrt.get(ref)) if you mean to copy it."
         )
+    rt = current("actorrt.put()")
+    return _located_ref("put", None, rt.put(value))
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -283,22 +622,33 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
     if not isinstance(refs, (list, tuple)):
         raise TypeError(f"actorrt.get takes an ObjectRef or a list of them, got {type(refs)!r}.")
     deadline = None if timeout is None else time.monotonic() + timeout
+    refs = [_check_ref(ref) for ref in refs]
+    if len(refs) > 1:  # objects known to live elsewhere: fetch them all at once
+        for ref in refs:
+            if ref._loc is not None:
+                ref.future()
     out = []
     for ref in refs:
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        out.append(_result(_check_ref(ref), left, total=timeout))
+        out.append(_result(ref, left, total=timeout))
     return out
 
 
 def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = None) -> Any:
     """The value of the checked ``ref`` within ``timeout`` (``total``: named in the error)."""
-    sent = ref._sent
-    if sent is not None and (timeout is None or sent.done()):
-        try:
-            sent.wait()
-        except Exception:  # _decode turns the RPC error into the one users see
-            pass
-        return ref._decode(sent)
+    if ref._cf is None:
+        if ref._loc is None:
+            sent = ref._sent if ref._sent is not None else ref._borrow()
+            if sent is not None and (timeout is None or sent.done()):
+                try:
+                    sent.wait()
+                except Exception:  # _decode turns the RPC error into the one users see
+                    pass
+                # With a timeout, only a value already here is read without the future.
+                if timeout is None or ref._failure() is not None or ref._loc is None:
+                    return ref._decode(sent)
+        elif timeout is None:
+            return ref._fetch(ref._loc)
     try:
         return ref.future().result(timeout)
     except cf.TimeoutError:
@@ -339,7 +689,7 @@ def wait(
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending = {r.future() for r in refs}
+    pending = {r._ready_future() for r in refs}  # ready, not fetched (as Ray's fetch_local=False)
     while sum(1 for r in refs if r.done()) < num_returns:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
@@ -350,22 +700,6 @@ def wait(
     for r in refs:
         (ready if r.done() and len(ready) < num_returns else not_ready).append(r)
     return ready, not_ready
-
-
-def resolved(
-    args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``args`` and ``kwargs`` with each top-level ``ObjectRef`` replaced by its value (waits).
-
-    For constructor arguments, which ``Cls.remote()`` resolves before it returns.
-    """
-    if not any(type(a) is ObjectRef for a in args) and not any(
-        type(v) is ObjectRef for v in kwargs.values()
-    ):
-        return args, kwargs
-    args = tuple(get(a) if type(a) is ObjectRef else a for a in args)
-    kwargs = {k: get(v) if type(v) is ObjectRef else v for k, v in kwargs.items()}
-    return args, kwargs
 
 
 def _has_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -385,8 +719,12 @@ def send_call(
 ) -> ObjectRef:
     """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
 
-    As in Ray, top-level ``ObjectRef`` arguments are resolved before the call is sent; the
-    call's sequence number is taken now, so it still runs in the order it was made.
+    As in Ray, a call with top-level ``ObjectRef`` arguments is sent once they are ready
+    (their calls answered), so the actor never waits on a producer that may itself wait
+    on the actor; it then fetches their values from their owners before the method runs,
+    so the bytes go producer -> consumer, not through this process (a small value that
+    came back inline travels with the call). The call's sequence number is taken now, so
+    it still runs in the order it was made. Refs nested inside values travel as they are.
 
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
@@ -404,21 +742,19 @@ def send_call(
     remaining = [len(deps)]
     lock = threading.Lock()
 
-    def on_dep_done(_: object) -> None:
+    def on_dep_ready(_: object) -> None:
         with lock:
             remaining[0] -= 1
             if remaining[0]:
                 return
-        errors = (d.future().exception() for d in deps)
+        errors = (d._failure() for d in deps)
         error = next((e for e in errors if e is not None), None)
         if error is not None:
             rt.skip(target, seq, worker)
             ref.fail(error)
             return
-        a = tuple(x.future().result() if type(x) is ObjectRef else x for x in args)
-        kw = {k: v.future().result() if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        rt.send(target, seq, method, a, kw, ref, raise_now=False, seq_worker=worker)
+        rt.send(target, seq, method, args, kwargs, ref, raise_now=False, seq_worker=worker)
 
     for dep in deps:
-        dep.future().add_done_callback(on_dep_done)
+        dep._ready_future().add_done_callback(on_dep_ready)
     return ref

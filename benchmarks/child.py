@@ -19,6 +19,10 @@ def main() -> None:
         from benchmarks import latency_by_size
 
         result = latency_by_size.run(system, cfg)
+    elif suite == "objects":
+        from benchmarks import objects
+
+        result = objects.run(system, cfg)
     elif suite == "world-size":
         from benchmarks import world_size
 

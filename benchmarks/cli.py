@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import latency_report, report, world_report, world_size
+from benchmarks import latency_report, objects, report, world_report, world_size
 from benchmarks.common import WORLD_SIZES, child_env, config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -50,6 +50,8 @@ JOBS = [
     ("actorrt", "world-size"),
     ("torch", "world-size"),
     ("ray", "world-size"),
+    ("actorrt", "objects"),
+    ("ray", "objects"),
 ]
 SYSTEMS = tuple(dict.fromkeys(system for system, _ in JOBS))
 SUITES = tuple(dict.fromkeys(suite for _, suite in JOBS))
@@ -297,6 +299,10 @@ def main(argv: list[str] | None = None) -> None:
         doc["latency_table"] = latency_report.table(doc)
         print("\nround trip by message size (median [p10-p90], ms):")
         print(doc["latency_table"])
+    if "objects" in ran:
+        doc["objects_table"] = objects.table(doc)
+        print("\nobjects: refs passed, puts fanned out, a state dict broadcast (median s):")
+        print(doc["objects_table"])
     if "world-size" in ran:
         doc["world_table"] = world_report.table(doc)
         print("\nstart-up and memory by world size:")

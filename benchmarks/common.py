@@ -45,6 +45,7 @@ def config(quick: bool) -> dict[str, Any]:
             "latency_min_reps": 2,
             "world_sizes": WORLD_SIZES_QUICK,
             "world_budget_s": 120.0,
+            "objects_reps": 2,
         }
     return {
         "quick": False,
@@ -67,6 +68,7 @@ def config(quick: bool) -> dict[str, Any]:
         "latency_min_reps": 2,
         "world_sizes": WORLD_SIZES_QUICK,
         "world_budget_s": 120.0,
+        "objects_reps": 3,
     }
 
 

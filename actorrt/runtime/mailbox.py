@@ -23,9 +23,18 @@ from typing import Any
 
 import torch
 
+from actorrt.errors import ObjectLostError
 from actorrt.runtime.exits import exit_reason, in_method
+from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
-from actorrt.runtime.protocol import OK, died_reply, error_reply, unreadable, unsendable_reply
+from actorrt.runtime.protocol import (
+    LOST,
+    OK,
+    died_reply,
+    error_reply,
+    unreadable,
+    unsendable_reply,
+)
 from actorrt.runtime.threads import ActorThreads
 
 __all__ = ["Call", "Mailbox", "PackReply"]
@@ -137,6 +146,9 @@ class Mailbox:
                 args, kwargs = unpack(wire)
             except Exception as exc:
                 raise unreadable("the constructor arguments", exc) from exc
+            # Ref arguments of a constructor travel unresolved (Cls.remote() returns at
+            # once, as in Ray): the actor's thread gets their values before __init__ runs.
+            args, kwargs = resolve_args(args, kwargs)
             self._instance = cls(*args, **kwargs)
         except BaseException as exc:  # the actor never existed: every call reports why
             _, (_, summary, text, _) = error_reply(self.what, exc)
@@ -217,9 +229,11 @@ class Mailbox:
             wire = call.wire
             if wire is not None and wire[0] is None:  # plain: unpack()'s work, without its call
                 args, kwargs = wire[1][0]
-            else:
-                args, kwargs = call.arguments()
+            else:  # top-level refs: fetched here, from their owners, before the method runs
+                args, kwargs = resolve_args(*call.arguments())
             reply = (OK, method(*args, **kwargs))
+        except ObjectLostError as exc:  # an argument's object is gone: the caller hears so
+            reply = (LOST, str(exc))
         except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
             self.kill(exit_reason(self.what, name, exc))
             return
@@ -246,11 +260,13 @@ class Mailbox:
             in_method.set(f"{self._class_name}.{name}")
             try:
                 method = getattr(self._instance, name)
-                args, kwargs = call.arguments()
+                args, kwargs = await resolve_args_async(*call.arguments())
                 result = method(*args, **kwargs)
                 if inspect.iscoroutine(result):  # not any awaitable: a returned ref is a value
                     result = await result
                 reply = (OK, result)
+            except ObjectLostError as exc:
+                reply = (LOST, str(exc))
             except SystemExit as exc:  # caught here: out of a task it would stop the loop
                 self.kill(exit_reason(self.what, name, exc))
                 return

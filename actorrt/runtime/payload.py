@@ -40,13 +40,26 @@ from torch.distributed.rpc import PyRRef
 
 from actorrt.tensor_tree import map_tensors
 
-__all__ = ["RoadFor", "Wire", "pack", "pack_args", "pack_for", "packing", "unpack"]
+__all__ = [
+    "ATOMS",
+    "RoadFor",
+    "Wire",
+    "pack",
+    "pack_args",
+    "pack_for",
+    "pack_or_measure",
+    "packing",
+    "unpack",
+    "wire_bytes",
+]
 
 Wire = tuple[bytes | None, list[Any]]
 """A packed value: cloudpickle bytes and the tensors/RRefs torch sends alongside, or
 ``(None, [value])`` for a plain value, which torch sends as it is."""
 
-_ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+ATOMS = frozenset({int, float, bool, str, bytes, type(None)})
+"""The types of plain atoms: they travel as they are, with nothing to pickle or count."""
+_ATOMS = ATOMS
 # How deep (the (args, kwargs) tuple counts) and wide the containers of a plain value are.
 _PLAIN_DEPTH = 4
 _PLAIN_WIDTH = 32
@@ -121,6 +134,10 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
         return None, [value]
     if plain == _PLAIN_WITH_TENSORS:
         return None, [value if road is None else map_tensors(value, road)]
+    return _pickle(value, road)
+
+
+def _pickle(value: Any, road: Callable[[torch.Tensor], Any] | None) -> Wire:
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, road)
     outer = getattr(_local, "packing", False)
@@ -130,6 +147,47 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
     finally:
         _local.packing = outer
     return buffer.getvalue(), pickler.side
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors inside a plain value (see :func:`_plain`)."""
+    if type(value) is torch.Tensor:
+        return int(value.nbytes)
+    if type(value) is dict:
+        value = value.values()
+    elif type(value) not in (tuple, list):
+        return 0
+    return sum(_tensor_bytes(item) for item in value)
+
+
+def pack_or_measure(value: Any, peer: str, road_for: RoadFor, keep_from: int) -> Wire | int:
+    """:func:`pack_for` of ``value``, or its size when that is at least ``keep_from`` bytes.
+
+    The size is its tensors' bytes plus its pickled bytes, measured before any tensor
+    takes the peer's road, so a value that is then kept (not sent) cost no copy.
+
+    Raises:
+        Exception: What :func:`pack` raises.
+    """
+    if type(value) is tuple and len(value) == 2 and type(value[1]) in _ATOMS:
+        return None, [value]  # a reply (status, atom): nothing to measure
+    plain = _plain(value)
+    if plain == _PLAIN:
+        return None, [value]
+    if plain == _PLAIN_WITH_TENSORS:
+        size = _tensor_bytes(value)
+        if size >= keep_from:
+            return size
+        road = road_for(peer)
+        return None, [value if road is None else map_tensors(value, road)]
+    blob, side = _pickle(value, None)
+    size = len(blob or b"") + sum(int(t.nbytes) for t in side if isinstance(t, torch.Tensor))
+    if size >= keep_from:
+        return size
+    road = road_for(peer)
+    if road is not None:  # the road is per tensor: taking it after pickling is the same
+        side = [road(t) if isinstance(t, torch.Tensor) else t for t in side]
+    return blob, side
 
 
 RoadFor = Callable[[str], Callable[[torch.Tensor], Any] | None]
@@ -178,6 +236,14 @@ def pack_args(
             else:
                 return None, [(args, kwargs)]
     return pack_for((args, kwargs), peer, road_for)
+
+
+def wire_bytes(wire: Wire) -> int:
+    """The payload bytes of a packed value: its pickled bytes and its tensors' bytes."""
+    blob, side = wire
+    if blob is None:
+        return _tensor_bytes(side[0])
+    return len(blob) + sum(int(t.nbytes) for t in side if isinstance(t, torch.Tensor))
 
 
 def packing() -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import cloudpickle
 
-from actorrt.errors import ActorDiedError, ActorError
+from actorrt.errors import ActorDiedError, ActorError, ObjectLostError
 
 if TYPE_CHECKING:
     import torch
@@ -26,8 +26,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DIED",
     "ERROR",
+    "LOST",
+    "OBJECT",
     "OK",
     "PICKLING_ERRORS",
+    "RAISE",
     "ActorRecord",
     "LocalFailure",
     "ReplySlot",
@@ -45,6 +48,9 @@ __all__ = [
 OK = 0
 ERROR = 1
 DIED = 2
+LOST = 3  # an object the call needed (or a fetch asked for) is gone: payload says why
+OBJECT = 4  # the value stayed where it was made: payload is its ObjectLocation
+RAISE = 5  # payload is an exception to raise as it is (a lent ref whose call failed)
 
 
 class ActorRecord(NamedTuple):
@@ -175,13 +181,20 @@ def died_reply(reason: str) -> tuple[int, Any]:
 
 
 def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
-    """Returns the value of an ``OK`` reply; raises what the others stand for."""
+    """Returns the value of an ``OK`` (or ``OBJECT``) reply; raises what the others stand for.
+
+    An ``OBJECT`` reply's value is its ``ObjectLocation``: the caller fetches it.
+    """
     status, payload = reply
-    if status == OK:
+    if status == OK or status == OBJECT:
         return payload
     if status == ERROR:
         what, summary, text, cause = payload
         raise ActorError(f"{what} raised {summary}", cause, text, actor_id)
+    if status == LOST:
+        raise ObjectLostError(payload)
+    if status == RAISE:
+        raise payload
     raise ActorDiedError(payload, actor_id)
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.errors import ActorDiedError, NotInitializedError
+from actorrt.errors import ActorDiedError, NotInitializedError, ObjectLostError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
@@ -45,9 +45,12 @@ from actorrt.runtime.directory import (
 )
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.inflight import InFlight
+from actorrt.runtime.objects import INLINE_BYTES, ObjectLocation, ObjectStore, rpc_fetch
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
-from actorrt.runtime.payload import Wire, pack, pack_args, pack_for
+from actorrt.runtime.payload import Wire, pack, pack_args, pack_for, pack_or_measure
 from actorrt.runtime.protocol import (
+    OBJECT,
+    OK,
     ActorRecord,
     ReplySlot,
     Target,
@@ -114,6 +117,12 @@ class Runtime:
         self._shm = shm.enabled()  # same-host zero-copy road for large CPU tensors
         self._roads: dict[tuple[str, bool], Road | None] = {}
         self.host = ActorHost(self._pack_reply, on_actor_end=self._actor_ended)
+        # The objects this process owns (large results, puts) and the refs it lent.
+        self.objects = ObjectStore(name, self.pack, driver_name, directory is not None)
+        self.inline_bytes = INLINE_BYTES
+        # Payload bytes of the replies and fetched objects this process received: shows
+        # where a value's bytes went (the driver's stays small when refs pass it by).
+        self.payload_bytes_in = 0
         # What this process sent and has no answer to, per worker: failed when the
         # driver marks the worker dead (a hung one holds its connections open).
         self.inflight = InFlight()
@@ -161,7 +170,7 @@ class Runtime:
         Raises:
             RuntimeError: Another runtime is installed in this process.
         """
-        parts: list[object] = [self.host, self.calls, self.replies]
+        parts: list[object] = [self.host, self.calls, self.replies, self.objects]
         if self.directory is not None:
             parts.append(self.directory)
         if self.restarts is not None:
@@ -471,7 +480,64 @@ class Runtime:
         return pack(value, self._road(peer))
 
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
-        return pack_for(reply, peer, self._road)
+        """Packs a method's reply for ``peer``; a large value stays here as an object.
+
+        The caller then gets the object's location, and whoever needs the value fetches
+        it from here (:meth:`fetch`), so a result passed on to another actor never
+        crosses the caller's link.
+        """
+        if reply[0] != OK:
+            return pack_for(reply, peer, self._road)
+        packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
+        if type(packed) is not int:
+            return packed  # type: ignore[return-value]  # a Wire
+        return pack((OBJECT, self.objects.keep(reply[1], packed)))
+
+    def put(self, value: Any) -> ObjectLocation:
+        """Keeps ``value`` here as an object (``actorrt.put``).
+
+        Raises:
+            TypeError: ``value`` cannot be sent to another process.
+        """
+        try:
+            packed = pack_or_measure(value, self.name, lambda _: None, 0)
+        except Exception as exc:
+            raise TypeError(
+                f"actorrt.put(): the value cannot be sent to another process "
+                f"({type(exc).__name__}: {exc}). Values travel by cloudpickle with tensors "
+                "out of band; locks, open files, sockets and ctypes pointers cannot. Put "
+                "plain data or tensors, or make such state inside the actor that needs it."
+            ) from exc
+        nbytes = packed if type(packed) is int else len(packed[0] or b"")  # type: ignore[index]
+        return self.objects.keep(value, nbytes)
+
+    def fetch(self, loc: ObjectLocation) -> torch.futures.Future[Wire]:
+        """Asks the owner of ``loc`` for its value; the future of the packed reply.
+
+        Raises:
+            ObjectLostError: The owner is known to be dead (or this runtime stopped).
+        """
+        owner = loc.owner
+        if owner in self._dead_workers or self.stopped.is_set():
+            raise self.lost(loc, "its owner process died" if not self.stopped.is_set() else "")
+        fut: torch.futures.Future[Wire] = rpc.rpc_async(
+            owner, rpc_fetch, args=(loc.object_id, self.name)
+        )
+        self.inflight.track(owner, fut)  # failed when rank 0 marks the owner dead
+        return fut
+
+    def lost(self, loc: ObjectLocation, why: str) -> Exception:
+        """The error of a ref to ``loc`` that cannot be fetched (``why``: the cause)."""
+        if self.stopped.is_set():
+            return ObjectLostError(
+                f"object {loc.object_id} (owned by {loc.owner!r}) cannot be read: the "
+                "cluster was shut down, and objects do not outlive it. Get the values you "
+                "need before actorrt.shutdown()."
+            )
+        return ObjectLostError(
+            f"object {loc.object_id} is lost: {why} (owner {loc.owner!r}). Objects live in "
+            "the process that made them; make the value again to go on."
+        )
 
     def _road(self, peer: str) -> Road | None:
         """What each tensor sent to ``peer`` goes through (:mod:`actorrt.runtime.roads`)."""
@@ -674,6 +740,7 @@ class Runtime:
         """Stops the actors here; the caller (api.shutdown / worker main) ends RPC."""
         self.stopped.set()
         self.host.kill_all("the cluster is shutting down")
+        self.objects.clear()
         self.calls.close("the cluster is shutting down")
         self.retries.close()
         self.replies.close()

@@ -14,9 +14,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from actorrt.errors import NotInitializedError
 from actorrt.runtime import context
 from actorrt.runtime.directory import ActorInfo, NodeInfo
 from actorrt.runtime.host import ActorHost
+from actorrt.runtime.objects import ObjectStore
 
 __all__ = ["cluster_status", "format_status", "local_stats", "rpc_process_stats"]
 
@@ -24,12 +26,16 @@ QUERY_TIMEOUT_S = 2.0
 
 
 def local_stats(host: ActorHost) -> dict[str, Any]:
-    """This process's pid and, per actor it hosts, the calls queued or running on it.
+    """This process's pid, its actors' calls queued or running, and the objects it owns.
 
     Returns:
-        ``{"pid": int, "calls": {actor_id: int}}``.
+        ``{"pid": int, "calls": {actor_id: int}, "objects": [count, bytes]}``.
     """
-    return {"pid": os.getpid(), "calls": host.calls_in_flight()}
+    try:
+        objects = list(context.part(ObjectStore).stats())
+    except NotInitializedError:  # no runtime installed (a bare host in tests)
+        objects = [0, 0]
+    return {"pid": os.getpid(), "calls": host.calls_in_flight(), "objects": objects}
 
 
 def rpc_process_stats() -> dict[str, Any]:
@@ -135,6 +141,8 @@ def format_status(
             in_flight = str(sum(s["calls"].values()))
         elif n.alive:
             in_flight = "?"
+        owned = s.get("objects") if s is not None else None
+        objects = f"{owned[0]} ({_size(owned[1])})" if owned and owned[0] else "-"
         rows.append(
             [
                 n.process,
@@ -145,6 +153,7 @@ def format_status(
                 _gpus(n.gpus),
                 _actor_summary(mine) if n.hosts_actors else "-",
                 in_flight,
+                objects,
                 state,
             ]
         )
@@ -166,7 +175,18 @@ def format_status(
         summary,
         "",
         _table(
-            ["PROCESS", "RANK", "PID", "HOST", "LABELS", "GPUS", "ACTORS", "CALLS", "STATE"],
+            [
+                "PROCESS",
+                "RANK",
+                "PID",
+                "HOST",
+                "LABELS",
+                "GPUS",
+                "ACTORS",
+                "CALLS",
+                "OBJECTS",
+                "STATE",
+            ],
             rows,
         ),
     ]
@@ -197,7 +217,17 @@ def format_status(
             parts.append(f"... and {len(shown) - max_actors} more actor(s)")
     parts.append("")
     parts.append("CALLS: calls queued or running on the actors (- : unknown or none to ask).")
+    parts.append("OBJECTS: objects the process owns (large results, puts) and their bytes.")
     return "\n".join(parts)
+
+
+def _size(nbytes: int) -> str:
+    size = float(nbytes)
+    for unit in ("B", "KB", "MB"):
+        if size < 1000:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} GB"
 
 
 def _gpus(gpus: Iterable[int]) -> str:

@@ -2,7 +2,7 @@
 
 The learner and the collectors are plain classes; what makes them actors, and the waits
 the collectors and the driver do on their calls, go through a :class:`Backend`:
-``actor`` (create one), ``get``, ``wait``, ``kill``, and ``died`` and ``restarting``
+``actor`` (create one), ``get``, ``put``, ``wait``, ``kill``, and ``died`` and ``restarting``
 (which actor an error says is gone, and whether it is coming back). A call itself is
 written the same on both (``handle.method.remote(...)`` returns a ref), so the seam has
 no operation for it. Starting and stopping the runtime stays with the driver: actorrt's
@@ -53,6 +53,9 @@ class Backend(Protocol):
     def get(self, refs: Any, timeout: float) -> Any:
         """The result of a ref (or a list of refs); raises TimeoutError past ``timeout``."""
 
+    def put(self, value: Any) -> Any:
+        """Keeps ``value`` in this process as an object; its ref, for any actor to get."""
+
     def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
         """``(ready, not_ready)`` once ``num_returns`` refs are done or ``timeout`` passed."""
 
@@ -99,6 +102,9 @@ class _Actorrt:
 
     def get(self, refs: Any, timeout: float) -> Any:
         return self._rt.get(refs, timeout=timeout)
+
+    def put(self, value: Any) -> Any:
+        return self._rt.put(value)
 
     def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
         return self._rt.wait(refs, num_returns=num_returns, timeout=timeout)
@@ -151,6 +157,9 @@ class _Ray:
 
     def get(self, refs: Any, timeout: float) -> Any:
         return self._ray.get(refs, timeout=timeout)
+
+    def put(self, value: Any) -> Any:
+        return self._ray.put(value)
 
     def wait(self, refs: list[Any], num_returns: int, timeout: float) -> tuple[list, list]:
         return self._ray.wait(refs, num_returns=num_returns, timeout=timeout)

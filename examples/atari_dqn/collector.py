@@ -230,7 +230,11 @@ class ActorLink:
         return bool(self._rt.wait([handle], 1, 0)[0])
 
     def result(self, handle: Any, timeout: float) -> Any:
-        return self._rt.get(handle, timeout)
+        reply = self._rt.get(handle, timeout)
+        if isinstance(reply, tuple) and len(reply) == 2 and not isinstance(reply[1], dict):
+            # (version, ref) of weights the learner published: fetched from its process
+            return reply[0], self._rt.get(reply[1], timeout)
+        return reply
 
 
 class TimedLink:

@@ -414,7 +414,16 @@ def _learner_actor(
 ) -> Any:
     """Creates the learner actor (its constructor may still be running)."""
     spec = ActorSpec(label=label, num_gpus=learner_gpus, max_concurrency=1)
-    return rt.actor(Learner, spec, cfg_dict, transport=transport, num_threads=learner_threads)
+    # publish: each weight version is one object in the learner's process, which the
+    # collectors fetch from there (the driver reads weights only to evaluate).
+    return rt.actor(
+        Learner,
+        spec,
+        cfg_dict,
+        transport=transport,
+        num_threads=learner_threads,
+        publish=rt.name,
+    )
 
 
 def launch_actors(

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from examples.atari_dqn.backend import backend
 from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.envs import obs_spec
 from examples.atari_dqn.losses import dqn_loss
@@ -58,6 +59,10 @@ class Learner:
             with device maps receive them GPU-to-GPU); ``"cpu"``: as CPU tensors.
         device: Override the device (default: the current CUDA device, else CPU).
         num_threads: ``torch.set_num_threads`` for this process (None: leave as is).
+        publish: The backend's name (``"actorrt"``, ``"ray"``): each weight version is
+            put once as an object and collectors fetch it from the learner's process
+            (one copy per version, however many collectors); None: every
+            ``get_weights`` reply carries the weights (a learner called directly).
     """
 
     def __init__(
@@ -67,6 +72,7 @@ class Learner:
         transport: str = "cpu",
         device: str | torch.device | None = None,
         num_threads: int | None = None,
+        publish: str | None = None,
     ) -> None:
         if isinstance(cfg, dict):
             cfg = DQNConfig.from_dict(cfg)
@@ -102,6 +108,9 @@ class Learner:
         self.weight_version = 0  # bumped by every gradient step
         self.pushes = 0
         self.weights_served = 0
+        self.weights_published = 0  # versions put as objects (see publish)
+        self._publish = publish
+        self._published: tuple[int, Any] | None = None  # (version, ref) of the last put
         self._credit = 0  # transitions not yet paid for with a gradient step
         self._losses: list[float] = []  # since the last stats() call
         self._q_means: list[float] = []
@@ -177,28 +186,38 @@ class Learner:
         return value
 
     # ----------------------------------------------------------------- data out
-    def get_weights(
-        self, known_version: int = -1, cpu: bool = False
-    ) -> tuple[int, dict[str, torch.Tensor]] | None:
+    def get_weights(self, known_version: int = -1, cpu: bool = False) -> tuple[int, Any] | None:
         """The online network's weights, unless the caller already has this version.
 
         Args:
             known_version: Version the caller holds; None comes back when it is current,
                 so idle refreshes cost a tiny reply instead of the whole network.
-            cpu: Always answer with CPU tensors (the driver, which may have no GPU).
+            cpu: Always answer with CPU tensors inline (the driver, which evaluates and
+                may have no GPU).
 
         Returns:
-            ``(version, state_dict)`` or None. Tensors are copies (training may continue
-            while the reply is on the wire): on the learner's GPU with
+            ``(version, state_dict)``, ``(version, ref of the state_dict)`` when the
+            learner publishes (see ``publish``: the caller gets the ref), or None. Tensors
+            are copies (training goes on while they are read): on the learner's GPU with
             ``transport="cuda"``, on the CPU otherwise.
         """
         if known_version == self.weight_version:
             return None
         self.weights_served += 1
         state = self.q_net.state_dict()
-        if self.transport == "cuda" and self.device.type == "cuda" and not cpu:
-            return self.weight_version, {k: v.detach().clone() for k, v in state.items()}
-        return self.weight_version, to_cpu(state)
+        if cpu:
+            return self.weight_version, to_cpu(state)
+        if self.transport == "cuda" and self.device.type == "cuda":
+            copy_ = {k: v.detach().clone() for k, v in state.items()}
+        else:
+            copy_ = to_cpu(state)
+        if self._publish is None:
+            return self.weight_version, copy_
+        if self._published is None or self._published[0] != self.weight_version:
+            # Once per version: the collectors that ask for it fetch this one object.
+            self._published = (self.weight_version, backend(self._publish).put(copy_))
+            self.weights_published += 1
+        return self._published
 
     def stats(self, episodes_since: int = 0) -> dict[str, Any]:
         """Counters for progress bars, logs and tests.
@@ -223,6 +242,7 @@ class Learner:
             "updates": self.updates,
             "weight_version": self.weight_version,
             "weights_served": self.weights_served,
+            "weights_published": self.weights_published,
             "pushes": self.pushes,
             "replay_size": len(self.replay),
             "replay_bytes": self.replay.nbytes,

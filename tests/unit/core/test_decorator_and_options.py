@@ -124,7 +124,7 @@ def test_get_timeout_and_results_on_local_refs():
 def test_object_ref_cannot_be_pickled_inside_values():
     import pickle
 
-    with pytest.raises(TypeError, match="top-level argument"):
+    with pytest.raises(TypeError, match="cannot be pickled another way"):
         pickle.dumps({"r": ObjectRef("x")})
 
 

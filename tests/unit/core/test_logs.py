@@ -313,8 +313,8 @@ def test_status_table():
         _actor("d" * 32, "Probe", 3, host="n1", state="DEAD"),
     ]
     stats = {
-        "driver-ab": {"pid": 100, "calls": {}},
-        "worker1": {"pid": 101, "calls": {"a" * 32: 2}},
+        "driver-ab": {"pid": 100, "calls": {}, "objects": [0, 0]},
+        "worker1": {"pid": 101, "calls": {"a" * 32: 2}, "objects": [3, 67_200_000]},
         # worker2 did not answer
     }
     text = format_status(nodes, actors, stats, pids={2: 102})
@@ -333,6 +333,7 @@ def test_status_table():
         "-",
         "-",
         "-",
+        "-",
         "alive",
         "(driver)",
     ]
@@ -346,12 +347,16 @@ def test_status_table():
         "1:",
         "Learner",
         "2",
+        "3",
+        "(67.2",
+        "MB)",
         "alive",
     ]
     assert rows["worker2"] == [
-        "worker2", "2", "102", "n1", "collector", "-", "2:", "Collector", "x2", "?", "unresponsive",
+        "worker2", "2", "102", "n1", "collector", "-", "2:", "Collector", "x2", "?", "-",
+        "unresponsive",
     ]  # fmt: skip
-    assert rows["worker3"] == ["worker3", "3", "?", "n1", "-", "-", "1:", "Probe", "-", "dead"]
+    assert rows["worker3"] == ["worker3", "3", "?", "n1", "-", "-", "1:", "Probe", "-", "-", "dead"]
     actor_rows = [line.split() for line in lines if line[:8] in ("a" * 8, "b" * 8, "d" * 8)]
     assert ["a" * 32, "Learner", "learner", "learner/0", "worker1", "n0", "0", "2", "alive"] in (
         actor_rows

@@ -1,0 +1,351 @@
+"""Objects: values that live in the process that made them, fetched from it in one hop.
+
+An object is a value kept in its owner's :class:`ObjectStore`: a method's result too large
+to come back inline (see :data:`INLINE_BYTES`), or a value given to ``actorrt.put``. What
+travels instead is its :class:`ObjectLocation` (id, owner, size, and an RRef), inside an
+``ObjectRef``. Whoever needs the value sends ``rpc_fetch`` to the owner, whose reply is
+packed for that requester by the one payload pipeline, so it takes the pair's road:
+GPU to GPU where the plan gave the pair a device map, host staging where it did not, the
+shared-memory road on one host. The bytes never pass through a third process.
+
+Lifetime rides on torch's distributed reference counting: each object has an RRef whose
+value is an :class:`ObjectLease` (owned by rank 0, see there), and every ``ObjectRef`` of
+the object, wherever it went (inside call arguments, replies, other objects), holds a
+fork of that RRef. When the last fork is gone, torch drops the lease, and rank 0 tells
+the object's owner to drop the value.
+
+A ref whose call has not answered yet can travel too. Its process lends it
+(:meth:`ObjectStore.lend`): the receiver gets the lender's name, a token and an RRef that
+keeps the loan open, and asks the lender (``rpc_resolve``) when it needs the ref; the
+lender answers once its call has, with the value inline (small) or the location (large).
+
+This module imports nothing of the caller side: it sees an ``ObjectRef`` as an
+:class:`ObjectRefBase`, which :mod:`actorrt.refs` implements.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import torch
+import torch.distributed.rpc as rpc
+
+from actorrt.errors import ObjectLostError
+from actorrt.runtime import context
+from actorrt.runtime.protocol import LOST, OK
+
+if TYPE_CHECKING:
+    from actorrt.runtime.payload import Wire
+
+__all__ = [
+    "INLINE_BYTES",
+    "ObjectLease",
+    "ObjectLocation",
+    "ObjectRefBase",
+    "ObjectStore",
+    "resolve_args",
+    "rpc_fetch",
+    "rpc_lease",
+    "rpc_let_go",
+    "rpc_resolve",
+]
+
+
+def _inline_bytes() -> int:
+    raw = os.environ.get("ACTORRT_INLINE_BYTES", "")
+    return int(raw) if raw.strip() else 1 << 20
+
+
+INLINE_BYTES = _inline_bytes()
+"""A result whose tensors and pickled bytes add up to at least this many bytes stays at
+the process that made it (``ACTORRT_INLINE_BYTES``; default 1 MiB). Smaller results come
+back inline with the reply, as Ray inlines small objects."""
+
+
+class ObjectLocation(NamedTuple):
+    """Where an object lives: what an ``ObjectRef`` of it carries, as plain data."""
+
+    object_id: str
+    owner: str  # RPC name of the process that keeps the value
+    nbytes: int  # its tensors and pickled bytes, as measured when it was kept
+    rref: Any  # a fork of the owner's RRef of the lease: keeps the value alive
+
+
+class ObjectLease:
+    """What an object's (or a loan's) RRef holds on rank 0; dropped, it frees the value.
+
+    When torch drops it (no ref is left anywhere), the owner is told to let the value (or
+    the loan) go.
+
+    Rank 0 owns every such RRef, not the process that keeps the value: torch's fork
+    protocol has each receiver of an RRef confirm it with the RRef's owner before the
+    message that carried it is handled, and a message confirming with a dead process
+    would wait for ever. Rank 0 lives as long as the cluster, so a ref whose owner died
+    still arrives, and getting it raises ``ObjectLostError``.
+    """
+
+    __slots__ = ("_store", "owner", "key", "loan")
+
+    def __init__(self, store: ObjectStore, owner: str, key: str, loan: bool) -> None:
+        self._store = store
+        self.owner = owner
+        self.key = key
+        self.loan = loan
+
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:
+        # torch pickles an RRef's value to find tensors in it (agents with device maps);
+        # a lease holds none, and must not drag the store along.
+        return (str, (self.key,))
+
+    def __del__(self) -> None:
+        try:
+            self._store.released(self.owner, self.key, self.loan)
+        except Exception:  # interpreter teardown
+            pass
+
+
+class ObjectRefBase:
+    """What the runtime needs of an ``ObjectRef`` (:class:`actorrt.refs.ObjectRef`)."""
+
+    __slots__ = ()
+
+    def _value(self) -> Any:
+        """The ref's value, fetched from its owner if need be (blocks; raises its error)."""
+        raise NotImplementedError
+
+    async def _value_async(self) -> Any:
+        """:meth:`_value` without blocking an event loop."""
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        """Starts getting the value (fetching it), without waiting for it."""
+        raise NotImplementedError
+
+    def _when_ready(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` once the ref's call has answered (at once if it has)."""
+        raise NotImplementedError
+
+    def _resolution(self, requester: str) -> Wire:
+        """The answered ref, packed for ``requester``: an inline reply or the location."""
+        raise NotImplementedError
+
+
+class ObjectStore:
+    """The objects this process owns, and the refs it lent before their calls answered.
+
+    Args:
+        name: This process's RPC name (every object kept here names it as owner).
+        pack: The payload pipeline: ``pack(peer, value)`` packs a value for ``peer``.
+    """
+
+    def __init__(
+        self, name: str, pack: Callable[[str, Any], Wire], driver_name: str, is_driver: bool
+    ) -> None:
+        self.name = name
+        self._pack = pack
+        self._driver = driver_name
+        self._is_driver = is_driver
+        self._lock = threading.Lock()
+        self._values: dict[str, Any] = {}
+        self._sizes: dict[str, int] = {}
+        self._loans: dict[str, ObjectRefBase] = {}
+        self.fetches_served = 0  # fetches answered with a value (tests, status)
+        self.bytes_served = 0
+        self._closed = False
+        # Rank 0: leases torch dropped, whose owners are told by one thread (a lease may
+        # be dropped inside torch's RRef bookkeeping, where sending is no place to be).
+        # Started now: a lease may be dropped as the interpreter ends, too late to start one.
+        self._released: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
+        if is_driver:
+            threading.Thread(target=self._tell_owners, name="actorrt-objects", daemon=True).start()
+
+    def keep(self, value: Any, nbytes: int) -> ObjectLocation:
+        """Keeps ``value`` here as a new object; its location holds an RRef of its lease."""
+        object_id = uuid.uuid4().hex
+        with self._lock:
+            self._values[object_id] = value
+            self._sizes[object_id] = nbytes
+        return ObjectLocation(object_id, self.name, nbytes, self._lease(object_id, loan=False))
+
+    def _lease(self, key: str, loan: bool) -> Any:
+        """An RRef, owned by rank 0, whose lease lets ``key`` go here when torch drops it."""
+        if self._is_driver:
+            return rpc.RRef(ObjectLease(self, self.name, key, loan))
+        return rpc.remote(self._driver, rpc_lease, args=(self.name, key, loan))
+
+    def released(self, owner: str, key: str, loan: bool) -> None:
+        """Rank 0: the lease of ``key`` (kept by ``owner``) is gone; the owner lets go."""
+        if owner == self.name:
+            (self.end_loan if loan else self.free)(key)
+        elif not self._closed:
+            self._released.put((owner, key, loan))
+
+    def _tell_owners(self) -> None:
+        while True:
+            owner, key, loan = self._released.get()
+            try:
+                rpc.rpc_async(owner, rpc_let_go, args=(key, loan))
+            except Exception:  # the owner is gone (its objects with it) or RPC is ending
+                pass
+
+    def value(self, object_id: str) -> Any:
+        """The value of an object kept here.
+
+        Raises:
+            ObjectLostError: It is not here (freed: no ref to it was left).
+        """
+        try:
+            return self._values[object_id]
+        except KeyError:
+            raise ObjectLostError(
+                f"object {object_id} is no longer kept by its owner {self.name!r}: every "
+                "ref to it was dropped (keep an ObjectRef while you need its value)."
+            ) from None
+
+    def free(self, object_id: str) -> None:
+        """Drops an object (its lease is gone: no ref to it is left anywhere)."""
+        with self._lock:
+            self._values.pop(object_id, None)
+            self._sizes.pop(object_id, None)
+
+    def stats(self) -> tuple[int, int]:
+        """How many objects this process keeps, and their bytes."""
+        with self._lock:
+            return len(self._sizes), sum(self._sizes.values())
+
+    def clear(self) -> None:
+        """Drops every object and loan (at shutdown)."""
+        self._closed = True
+        with self._lock:
+            self._values.clear()
+            self._sizes.clear()
+            self._loans.clear()
+
+    # -- refs lent before their calls answered ---------------------------------------
+    def lend(self, ref: ObjectRefBase) -> tuple[str, Any]:
+        """Lends a ref whose call has not answered: its token and the RRef of the loan."""
+        token = uuid.uuid4().hex
+        with self._lock:
+            self._loans[token] = ref
+        return token, self._lease(token, loan=True)
+
+    def end_loan(self, token: str) -> None:
+        """Ends a loan (no borrower is left)."""
+        with self._lock:
+            self._loans.pop(token, None)
+
+    def loaned(self, token: str) -> ObjectRefBase | None:
+        """The ref lent under ``token``, if the loan is open."""
+        return self._loans.get(token)
+
+    def answer_fetch(self, object_id: str, requester: str) -> Wire:
+        """The packed reply to a fetch: ``(OK, value)``, or ``(LOST, why)``."""
+        try:
+            value = self.value(object_id)
+        except ObjectLostError as exc:
+            return self._pack(requester, (LOST, str(exc)))
+        with self._lock:
+            self.fetches_served += 1
+            self.bytes_served += self._sizes.get(object_id, 0)
+        return self._pack(requester, (OK, value))
+
+
+# -- RPC entry points --------------------------------------------------------------
+
+
+def rpc_lease(owner: str, key: str, loan: bool) -> ObjectLease:
+    """Runs on rank 0 under ``rpc.remote``: the lease of an object (or loan) of ``owner``."""
+    return ObjectLease(context.part(ObjectStore), owner, key, loan)
+
+
+def rpc_let_go(key: str, loan: bool) -> None:
+    """Sent by rank 0 to an owner: no ref to its object ``key`` (or loan) is left."""
+    store = context.part(ObjectStore)
+    (store.end_loan if loan else store.free)(key)
+
+
+def rpc_fetch(object_id: str, requester: str) -> Wire:
+    """Runs on an object's owner: the value, packed for ``requester`` (its pair's road)."""
+    return context.part(ObjectStore).answer_fetch(object_id, requester)
+
+
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
+def rpc_resolve(token: str, requester: str) -> torch.futures.Future[Wire]:
+    """Runs on a lender: answers once the lent ref's call has (never blocks an RPC thread)."""
+    store = context.part(ObjectStore)
+    future: torch.futures.Future[Wire] = torch.futures.Future()
+    ref = store.loaned(token)
+    if ref is None:
+        future.set_result(
+            store._pack(
+                requester,
+                (LOST, f"the ref lent by {store.name!r} was released before it was asked for"),
+            )
+        )
+        return future
+
+    def answer() -> None:
+        try:
+            future.set_result(ref._resolution(requester))
+        except Exception as exc:  # packing failed: the borrower hears why
+            future.set_result(store._pack(requester, (LOST, f"{type(exc).__name__}: {exc}")))
+
+    ref._when_ready(answer)
+    return future
+
+
+def rpc_object_stats() -> tuple[int, int]:
+    """Runs on each process for ``actorrt.status()``: its objects' count and bytes."""
+    return context.part(ObjectStore).stats()
+
+
+# -- the callee's side: top-level ref arguments are resolved before the method runs ---
+
+
+def _has_ref(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    for a in args:
+        if isinstance(a, ObjectRefBase):
+            return True
+    return any(isinstance(v, ObjectRefBase) for v in kwargs.values())
+
+
+def _start_all(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    refs = [x for x in (*args, *kwargs.values()) if isinstance(x, ObjectRefBase)]
+    if len(refs) > 1:  # several objects: their fetches run at once
+        for ref in refs:
+            ref._start()
+
+
+def resolve_args(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``args`` / ``kwargs`` with each top-level ref replaced by its value (fetches; blocks).
+
+    Raises:
+        Exception: What getting a ref raises (``ObjectLostError``, the producer's error).
+    """
+    if not _has_ref(args, kwargs):
+        return args, kwargs
+    _start_all(args, kwargs)
+    a = tuple(x._value() if isinstance(x, ObjectRefBase) else x for x in args)
+    kw = {k: v._value() if isinstance(v, ObjectRefBase) else v for k, v in kwargs.items()}
+    return a, kw
+
+
+async def resolve_args_async(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """:func:`resolve_args` for an async actor: awaits instead of blocking its loop."""
+    if not _has_ref(args, kwargs):
+        return args, kwargs
+    _start_all(args, kwargs)
+    a = tuple([await x._value_async() if isinstance(x, ObjectRefBase) else x for x in args])
+    kw = {
+        k: await v._value_async() if isinstance(v, ObjectRefBase) else v for k, v in kwargs.items()
+    }
+    return a, kw

@@ -1,0 +1,191 @@
+"""Objects suite: refs passed actor to actor, puts fanned out, a state dict broadcast.
+
+Run with the others (``python -m benchmarks --suites objects``), each system in its own
+child process, side by side with Ray:
+
+- ``pass``: actor A holds a CPU tensor of 1, 64 or 256 MB; the driver passes the ref of
+  A's result to actor B (``B.nbytes(A.tensor())``), against A calling B with the tensor
+  itself (the direct call). Ray does the same with its actors and object store.
+- ``fanout``: the driver puts 256 MB once and N = 1, 4, 8 actors each get it.
+- ``broadcast``: a learner actor publishes a 100 MB state dict (10 tensors of 10 MB) as
+  one object and 8 collector actors each load it.
+
+Each figure is the median of ``objects_reps`` rounds, in seconds; the report prints
+actorrt/Ray ratios (below 1: actorrt is faster) and ref/direct for the pass.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+MB = 1 << 20
+PASS_SIZES = (1 * MB, 64 * MB, 256 * MB)
+FANOUT_BYTES = 256 * MB
+FANOUT_NS = (1, 4, 8)
+BROADCAST_TENSORS = 10  # of 10 MB: a 100 MB state dict
+WORKERS = 4
+
+
+class Holder:
+    """Actor A: holds a tensor, returns it, or sends it to B itself (the direct call)."""
+
+    def __init__(self) -> None:
+        self.t: dict[int, torch.Tensor] = {}
+
+    def make(self, nbytes: int) -> int:
+        self.t[nbytes] = torch.ones(nbytes, dtype=torch.uint8)
+        return nbytes
+
+    def tensor(self, nbytes: int) -> torch.Tensor:
+        return self.t[nbytes]
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {f"layer{i}": torch.ones(10 * MB // 4) for i in range(BROADCAST_TENSORS)}
+
+
+class Sink:
+    """Actor B (and the fan-out consumers): reads what it was given."""
+
+    def nbytes(self, t: Any) -> int:
+        if isinstance(t, dict):
+            return sum(v.nbytes for v in t.values())
+        return int(t.nbytes)
+
+    def ping(self) -> int:
+        return 0
+
+
+def _median(fn: Callable[[], Any], reps: int) -> float:
+    fn()  # warm-up: connections, pools, first allocations
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def run(system: str, cfg: dict) -> dict:
+    """The suite for ``system`` (``actorrt`` or ``ray``)."""
+    reps = cfg.get("objects_reps", 3)
+    return {"objects": (_actorrt if system == "actorrt" else _ray)(reps)}
+
+
+def _actorrt(reps: int) -> dict:
+    import actorrt
+
+    @actorrt.actor
+    class A(Holder):
+        def direct(self, sink: Any, nbytes: int) -> int:
+            return actorrt.get(sink.nbytes.remote(self.t[nbytes]), timeout=300)
+
+        def publish(self) -> Any:
+            return actorrt.put(self.state())
+
+    B = actorrt.actor(Sink)
+    out: dict[str, Any] = {"pass": {}, "fanout": {}}
+    with actorrt.start(num_workers=WORKERS):
+        a, b = A.remote(), B.remote()
+        sinks = [B.remote() for _ in range(max(FANOUT_NS))]
+        actorrt.get([s.ping.remote() for s in [b, *sinks]], timeout=120)
+        for n in PASS_SIZES:
+            actorrt.get(a.make.remote(n), timeout=120)
+            ref = _median(lambda n=n: actorrt.get(b.nbytes.remote(a.tensor.remote(n))), reps)
+            direct = _median(lambda n=n: actorrt.get(a.direct.remote(b, n)), reps)
+            out["pass"][str(n)] = {"ref": ref, "direct": direct}
+        value = torch.ones(FANOUT_BYTES, dtype=torch.uint8)
+        for k in FANOUT_NS:
+            out["fanout"][str(k)] = _median(
+                lambda k=k: actorrt.get(
+                    [s.nbytes.remote(r) for r in [actorrt.put(value)] for s in sinks[:k]]
+                ),
+                reps,
+            )
+        out["broadcast"] = _median(
+            lambda: actorrt.get([s.nbytes.remote(r) for r in [a.publish.remote()] for s in sinks]),
+            reps,
+        )
+    return out
+
+
+def _ray(reps: int) -> dict:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class A(Holder):
+        def direct(self, sink: Any, nbytes: int) -> int:
+            return ray.get(sink.nbytes.remote(self.t[nbytes]))
+
+        def publish(self) -> Any:
+            return [ray.put(self.state())]  # in a list: the ref itself, not its value
+
+    B = ray.remote(num_cpus=0)(Sink)
+    out: dict[str, Any] = {"pass": {}, "fanout": {}}
+    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
+    try:
+        a, b = A.remote(), B.remote()
+        sinks = [B.remote() for _ in range(max(FANOUT_NS))]
+        ray.get([s.ping.remote() for s in [b, *sinks]])
+        for n in PASS_SIZES:
+            ray.get(a.make.remote(n))
+            ref = _median(lambda n=n: ray.get(b.nbytes.remote(a.tensor.remote(n))), reps)
+            direct = _median(lambda n=n: ray.get(a.direct.remote(b, n)), reps)
+            out["pass"][str(n)] = {"ref": ref, "direct": direct}
+        value = torch.ones(FANOUT_BYTES, dtype=torch.uint8)
+        for k in FANOUT_NS:
+            out["fanout"][str(k)] = _median(
+                lambda k=k: ray.get(
+                    [s.nbytes.remote(r) for r in [ray.put(value)] for s in sinks[:k]]
+                ),
+                reps,
+            )
+        out["broadcast"] = _median(
+            lambda: ray.get(
+                [s.nbytes.remote(r) for r in ray.get(a.publish.remote()) for s in sinks]
+            ),
+            reps,
+        )
+    finally:
+        ray.shutdown()
+    return out
+
+
+def table(doc: dict) -> str:
+    """The suite's figures for every system that ran it, with actorrt/Ray ratios."""
+    res = {s: r["objects"] for s, r in doc["results"].items() if "objects" in r}
+    ours, ray_ = res.get("actorrt"), res.get("ray")
+    lines = ["what                          actorrt s   ray s   actorrt/ray   ref/direct (actorrt)"]
+
+    def row(what: str, mine: float | None, theirs: float | None, extra: str = "") -> None:
+        ratio = f"{mine / theirs:.2f}x" if mine and theirs else "-"
+        m = f"{mine:.4f}" if mine is not None else "-"
+        t = f"{theirs:.4f}" if theirs is not None else "-"
+        lines.append(f"{what:<30}{m:>9}{t:>9}{ratio:>13}   {extra}")
+
+    for n in PASS_SIZES:
+        mine = ours["pass"][str(n)] if ours else None
+        theirs = ray_["pass"][str(n)] if ray_ else None
+        extra = f"{mine['ref'] / mine['direct']:.2f}x" if mine else ""
+        row(
+            f"pass A->B {n // MB} MB",
+            mine["ref"] if mine else None,
+            theirs["ref"] if theirs else None,
+            extra,
+        )
+    for k in FANOUT_NS:
+        row(
+            f"put 256 MB, get by {k}",
+            ours["fanout"][str(k)] if ours else None,
+            ray_["fanout"][str(k)] if ray_ else None,
+        )
+    row(
+        "100 MB state dict to 8",
+        ours["broadcast"] if ours else None,
+        ray_["broadcast"] if ray_ else None,
+    )
+    return "\n".join(lines)

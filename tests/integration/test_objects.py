@@ -1,0 +1,367 @@
+"""Objects live where they are made: large results and puts, fetched from their owner.
+
+On the shared 3-worker local cluster: a 64 MB result passed from one actor to another
+(top-level and nested) arrives intact without its bytes reaching the driver; puts on the
+driver and in actors serve 8 consumers; refs travel inside values and back; objects are
+freed when the last ref goes (the owner's RSS stays bounded over 200 puts of 100 MB).
+Owner death and shutdown run in their own driver processes (tests/integration/scripts.py).
+"""
+
+import dataclasses
+import os
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+from scripts import run_script
+
+import actorrt
+from actorrt.runtime.runtime import current_or_none
+
+pytestmark = pytest.mark.timeout(240)
+
+MB = 1 << 20
+
+
+def _rss() -> int:
+    return psutil.Process().memory_info().rss
+
+
+@actorrt.actor
+class Producer:
+    def make(self, nbytes, fill=1):
+        return torch.full((nbytes,), fill, dtype=torch.uint8)
+
+    def make_nested(self, nbytes):
+        return {"t": torch.full((nbytes,), 3, dtype=torch.uint8), "note": "x"}
+
+    def small(self):
+        return torch.arange(4)
+
+    def make_refs(self, nbytes, k):
+        # refs made here travel back inside the return value
+        return [actorrt.put(torch.full((nbytes,), i, dtype=torch.uint8)) for i in range(k)]
+
+    def pid(self):
+        return os.getpid()
+
+    def owned(self):
+        return current_or_none().objects.stats()
+
+    def keeps(self, object_id):
+        return object_id in current_or_none().objects._values
+
+    def put_loop(self, rounds, nbytes, limit):
+        """Puts ``rounds`` values of ``nbytes`` and drops each ref; the peak RSS growth."""
+        me = psutil.Process()
+        base = peak = me.memory_info().rss
+        for _ in range(rounds):
+            ref = actorrt.put(torch.ones(nbytes, dtype=torch.uint8))
+            del ref
+            peak = max(peak, me.memory_info().rss)
+            if peak - base > limit:  # stop before the machine runs out of memory
+                break
+        return peak - base, current_or_none().objects.stats()[0]
+
+
+@actorrt.actor
+class Consumer:
+    def __init__(self):
+        self.kept = []
+
+    def total(self, t):
+        return int(t.sum()), t.numel()
+
+    def total_nested(self, box):
+        return int(actorrt.get(box["ref"]).sum())
+
+    def total_dict(self, box):
+        return int(actorrt.get(box["ref"])["t"].sum())
+
+    def total_list(self, refs):
+        return [int(t.sum()) for t in actorrt.get(refs, timeout=60)]
+
+    def keep(self, box):
+        self.kept.append(box["ref"])
+        return len(self.kept)
+
+    def drop(self):
+        self.kept.clear()
+        return True
+
+    def pass_on(self, box, other):
+        # a borrowed ref travels on, to a third actor
+        return actorrt.get(other.total.remote(box.ref), timeout=60)
+
+    def pid(self):
+        return os.getpid()
+
+    def bytes_in(self):
+        return current_or_none().payload_bytes_in
+
+
+@dataclasses.dataclass
+class Box:
+    ref: object
+    tag: str
+
+
+def _apart(cluster):
+    """A producer and a consumer on different worker processes."""
+    for _ in range(6):
+        p, c = Producer.remote(), Consumer.remote()
+        if actorrt.get(p.pid.remote(), timeout=60) != actorrt.get(c.pid.remote(), timeout=60):
+            return p, c
+    pytest.fail("the placer kept a producer and a consumer on one process")
+
+
+def _wait_for(predicate, within=20.0):
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_large_result_goes_producer_to_consumer_without_the_driver(cluster):
+    p, c = _apart(cluster)
+    before_bytes, before_rss = cluster.payload_bytes_in, _rss()
+    ref = p.make.remote(64 * MB, 1)
+    assert actorrt.get(c.total.remote(ref), timeout=120) == (64 * MB, 64 * MB)  # top-level
+    assert actorrt.get(c.total_nested.remote({"ref": ref}), timeout=120) == 64 * MB  # nested
+    nested = p.make_nested.remote(64 * MB)
+    assert actorrt.get(c.total_dict.remote({"ref": nested}), timeout=120) == 3 * 64 * MB
+    received = cluster.payload_bytes_in - before_bytes
+    assert received < 1 * MB, f"the driver received {received} payload bytes"
+    assert _rss() - before_rss < 48 * MB
+    assert ref.done() and "object" in repr(ref)
+    # The control: getting the value here does bring its bytes to the driver.
+    assert int(actorrt.get(ref, timeout=120).sum()) == 64 * MB
+    assert cluster.payload_bytes_in - before_bytes >= 64 * MB
+
+
+def test_a_nested_large_result_keeps_its_shape(cluster):
+    p, c = _apart(cluster)
+    ref = p.make_nested.remote(8 * MB)
+    value = actorrt.get(ref, timeout=60)
+    assert value["note"] == "x" and int(value["t"].sum()) == 3 * 8 * MB
+
+
+def test_a_small_result_still_comes_back_inline(cluster):
+    p = Producer.remote()
+    ref = p.small.remote()
+    assert actorrt.get(ref, timeout=30).tolist() == [0, 1, 2, 3]
+    assert ref._loc is None  # nothing kept at the producer
+
+
+def test_a_put_on_the_driver_serves_eight_consumers(cluster):
+    value = torch.arange(4 * MB, dtype=torch.int32)
+    ref = actorrt.put(value)
+    assert actorrt.get(ref) is value  # the owner reads its own object in place
+    assert cluster.objects.stats()[0] >= 1
+    consumers = [Consumer.remote() for _ in range(8)]
+    out = actorrt.get([c.total.remote(ref) for c in consumers], timeout=120)
+    assert out == [(int(value.sum()), 4 * MB)] * 8
+
+
+def test_a_put_in_an_actor_serves_eight_consumers_directly(cluster):
+    p = Producer.remote()
+    refs = actorrt.get(p.make_refs.remote(2 * MB, 3), timeout=60)
+    assert [r._loc.owner for r in refs] == [refs[0]._loc.owner] * 3
+    assert refs[0]._loc.owner != cluster.name  # owned by the actor's process
+    consumers = [Consumer.remote() for _ in range(8)]
+    before = cluster.payload_bytes_in
+    got = actorrt.get([c.total_list.remote(refs) for c in consumers], timeout=120)
+    assert got == [[0, 2 * MB, 4 * MB]] * 8
+    assert cluster.payload_bytes_in - before < 1 * MB
+
+
+def test_refs_travel_inside_values_to_a_third_actor(cluster):
+    p, c = _apart(cluster)
+    other = Consumer.remote()
+    ref = p.make.remote(8 * MB, 2)
+    assert actorrt.get(c.pass_on.remote(Box(ref, "t"), other), timeout=120) == (16 * MB, 8 * MB)
+    # a pending ref inside a value: the receiver borrows it from this process
+    slow = p.make.remote(8 * MB, 1)
+    assert actorrt.get(c.total_nested.remote({"ref": slow}), timeout=120) == 8 * MB
+
+
+def test_wait_says_ready_without_fetching(cluster):
+    p = Producer.remote()
+    ref = p.make.remote(16 * MB)
+    before = cluster.payload_bytes_in
+    ready, _ = actorrt.wait([ref], timeout=60)
+    assert ready == [ref]
+    assert cluster.payload_bytes_in - before < MB
+
+
+def test_an_object_is_freed_when_its_last_ref_goes(cluster):
+    c = Consumer.remote()
+    ref = actorrt.put(torch.ones(MB))
+    oid = ref._loc.object_id
+    assert actorrt.get(c.keep.remote({"ref": ref}), timeout=30) == 1
+    del ref
+    time.sleep(0.5)
+    assert oid in cluster.objects._values  # the consumer still holds a ref
+    assert actorrt.get(c.drop.remote(), timeout=30)
+    assert _wait_for(lambda: oid not in cluster.objects._values), "it outlived its refs"
+
+
+def test_a_result_object_is_freed_at_its_producer(cluster):
+    p = Producer.remote()
+    ref = p.make.remote(4 * MB)
+    assert actorrt.get(ref, timeout=60).numel() == 4 * MB
+    oid = ref._loc.object_id
+    assert actorrt.get(p.keeps.remote(oid), timeout=30)
+    del ref
+    assert _wait_for(lambda: not actorrt.get(p.keeps.remote(oid), timeout=30))
+
+
+def test_two_hundred_puts_of_100_mb_keep_the_owner_bounded(cluster):
+    p = Producer.remote()
+    base = actorrt.get(p.owned.remote(), timeout=30)[0]
+    growth, _ = actorrt.get(p.put_loop.remote(200, 100 * MB, 4 << 30), timeout=200)
+    assert growth < 1 << 30, f"the owner's RSS grew by {growth / MB:.0f} MB"
+    # rank 0 tells the owner to let the last ones go (leases are rank 0's RRefs)
+    assert _wait_for(lambda: actorrt.get(p.owned.remote(), timeout=30)[0] == base)
+
+
+def test_a_constructor_with_a_pending_ref_returns_at_once(cluster):
+    @actorrt.actor
+    class Slow:
+        def value(self, s):
+            time.sleep(s)
+            return 5
+
+    @actorrt.actor
+    class Holder:
+        def __init__(self, x):
+            self.x = x
+
+        def get(self):
+            return self.x
+
+    slow = Slow.remote()
+    start = time.monotonic()
+    h = Holder.remote(slow.value.remote(2.0))
+    assert time.monotonic() - start < 1.5  # the handle came at once
+    assert actorrt.get(h.get.remote(), timeout=60) == 5
+
+
+def test_a_constructor_whose_ref_failed_fails_its_calls(cluster):
+    @actorrt.actor
+    class Bad:
+        def boom(self):
+            raise ValueError("upstream broke")
+
+    @actorrt.actor
+    class Holder:
+        def __init__(self, x):
+            self.x = x
+
+        def get(self):
+            return self.x
+
+    h = Holder.remote(Bad.remote().boom.remote())
+    with pytest.raises(actorrt.ActorDiedError, match="upstream broke"):
+        actorrt.get(h.get.remote(), timeout=60)
+
+
+def test_status_counts_each_process_objects(cluster):
+    ref = actorrt.put(torch.ones(2 * MB, dtype=torch.uint8))
+    text = actorrt.status()
+    assert "OBJECTS" in text
+    driver_row = next(line for line in text.splitlines() if line.startswith(cluster.name))
+    assert "MB)" in driver_row
+    del ref
+
+
+def test_bad_input_fails_at_the_call(cluster):
+    with pytest.raises(TypeError, match="cannot be sent"):
+        actorrt.put(threading.Lock())
+    ref = actorrt.put(1)
+    with pytest.raises(TypeError, match="pass the ref itself|already be passed"):
+        actorrt.put(ref)
+    with pytest.raises(TypeError, match="expected an ObjectRef"):
+        actorrt.get([ref, 5])
+    with pytest.raises(TypeError):
+        actorrt.get(5)
+
+
+OWN_CLUSTER = """
+import os, signal, time
+import torch
+import actorrt
+
+@actorrt.actor
+class Producer:
+    def make(self, n):
+        return torch.ones(n, dtype=torch.uint8)
+    def pid(self):
+        return os.getpid()
+
+@actorrt.actor
+class Consumer:
+    def total(self, t):
+        return int(t.sum())
+    def pid(self):
+        return os.getpid()
+"""
+
+
+def test_owner_death_makes_get_raise_object_lost(tmp_path):
+    body = """
+    rt = actorrt.start(num_workers=2, heartbeat_timeout=5)
+    pids = list(rt.local_worker_pids)
+    report(pids=pids)
+    p, c = Producer.remote(), Consumer.remote()
+    while actorrt.get(p.pid.remote(), timeout=30) == actorrt.get(c.pid.remote(), timeout=30):
+        c = Consumer.remote()
+    ref = p.make.remote(8 << 20)
+    assert actorrt.wait([ref], timeout=30)[0] == [ref]
+    os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
+    start = time.monotonic()
+    try:
+        actorrt.get(ref, timeout=60)
+        outcome = "value"
+    except actorrt.ObjectLostError as exc:
+        outcome = str(exc)
+    took = time.monotonic() - start
+    try:
+        actorrt.get(c.total.remote(ref), timeout=60)
+        passed = "value"
+    except actorrt.ObjectLostError as exc:
+        passed = str(exc)
+    report(outcome=outcome, took=took, passed=passed, owner=ref._loc.owner)
+    actorrt.shutdown()
+    """
+    reports = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)
+    final = reports[-1]
+    assert final["owner"] in final["outcome"] and "lost" in final["outcome"]
+    assert final["took"] < 10, final
+    assert final["owner"] in final["passed"]
+
+
+def test_a_ref_kept_past_shutdown_raises_a_clear_error(tmp_path):
+    body = """
+    rt = actorrt.start(num_workers=1)
+    report(pids=list(rt.local_worker_pids))
+    p = Producer.remote()
+    ref = p.make.remote(4 << 20)
+    mine = actorrt.put(torch.ones(4 << 20))
+    actorrt.wait([ref], timeout=30)
+    actorrt.shutdown()
+    errors = []
+    for r in (ref, mine):
+        try:
+            actorrt.get(r, timeout=10)
+            errors.append("value")
+        except actorrt.ObjectLostError as exc:
+            errors.append(str(exc))
+    report(errors=errors)
+    """
+    reports = run_script(tmp_path, OWN_CLUSTER, body, timeout=120)
+    assert all("shut down" in e for e in reports[-1]["errors"]), reports[-1]

@@ -1,0 +1,138 @@
+"""Objects without a cluster: what stays at its owner, how refs pack, lifetime bookkeeping."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+import torch
+
+import actorrt
+from actorrt.errors import ActorError, ObjectLostError
+from actorrt.refs import ObjectRef, _failed_ref, _inline_ref, _located_ref
+from actorrt.runtime import payload
+from actorrt.runtime.objects import ObjectLocation, ObjectStore, resolve_args
+from actorrt.runtime.protocol import LOST, OBJECT, OK, RAISE, decode_reply
+
+MB = 1 << 20
+
+
+@dataclasses.dataclass
+class Batch:
+    obs: torch.Tensor
+    note: str
+
+
+def _no_road(_peer):
+    return None
+
+
+def test_a_small_value_is_packed_and_a_large_one_is_measured_instead():
+    small = (OK, {"t": torch.zeros(16)})
+    assert isinstance(payload.pack_or_measure(small, "p", _no_road, MB), tuple)
+    big = (OK, {"t": torch.zeros(MB // 4 + 1)})  # float32: just over 1 MiB
+    assert payload.pack_or_measure(big, "p", _no_road, MB) == MB + 4
+    # a value that is not plain (a dataclass) is measured by its pickle and its tensors
+    other = (OK, Batch(torch.zeros(MB, dtype=torch.uint8), "n"))
+    size = payload.pack_or_measure(other, "p", _no_road, MB)
+    assert isinstance(size, int) and size >= MB
+    # an atom reply is never measured
+    assert payload.pack_or_measure((OK, 5), "p", _no_road, 0) == (None, [(OK, 5)])
+
+
+def test_a_kept_value_never_took_the_road():
+    taken = []
+
+    def road_for(_peer):
+        def road(t):
+            taken.append(t.nbytes)
+            return t
+
+        return road
+
+    payload.pack_or_measure(
+        (OK, Batch(torch.zeros(2 * MB, dtype=torch.uint8), "x")), "p", road_for, MB
+    )
+    assert taken == []  # measured before any tensor went to the peer's road (no copy)
+    wire = payload.pack_or_measure((OK, Batch(torch.zeros(8), "x")), "p", road_for, MB)
+    assert taken == [32]  # small: packed, each tensor through the road once
+    blob, side = wire
+    assert payload.unpack((blob, side))[1].note == "x"
+
+
+def test_wire_bytes_counts_pickled_and_tensor_bytes():
+    assert payload.wire_bytes(payload.pack({"t": torch.zeros(10)})) == 40
+    wire = payload.pack(Batch(torch.zeros(100, dtype=torch.uint8), "n"))
+    assert payload.wire_bytes(wire) == len(wire[0]) + 100
+
+
+def test_refs_of_each_state_travel_inside_a_packed_value():
+    loc = ObjectLocation("a" * 32, "worker3", 64 * MB, None)
+    located = _located_ref("A.make", "f" * 32, loc)
+    inline = _inline_ref("A.small", None, torch.arange(3))
+    failed = _failed_ref("A.bad", None, ActorError("A.bad raised ValueError: no", None, "tb"))
+    wire = payload.pack({"refs": [located, inline, failed]})
+    assert wire[0] is not None  # refs are never plain: they go through the pickler
+    back = payload.unpack(wire)["refs"]
+    assert back[0]._loc == loc and back[0].done()
+    assert actorrt.get(back[1], timeout=1).tolist() == [0, 1, 2]
+    with pytest.raises(ActorError, match="no"):
+        actorrt.get(back[2], timeout=1)
+
+
+def test_a_ref_pickled_outside_a_call_says_where_it_can_travel():
+    loc = ObjectLocation("a" * 32, "worker3", 1, None)
+    with pytest.raises(TypeError, match="inside the arguments or return values"):
+        pickle.dumps(_located_ref("A.make", None, loc))
+
+
+def test_a_located_ref_is_ready_without_being_fetched():
+    ref = _located_ref("A.make", None, ObjectLocation("b" * 32, "worker1", 1, None))
+    ready, not_ready = actorrt.wait([ref], timeout=0)
+    assert ready == [ref] and not_ready == []
+    assert ref._failure() is None
+
+
+def test_replies_decode_to_their_errors():
+    loc = ObjectLocation("c" * 32, "w", 1, None)
+    assert decode_reply((OBJECT, loc)) == loc
+    with pytest.raises(ObjectLostError, match="gone"):
+        decode_reply((LOST, "object x is gone"))
+    with pytest.raises(KeyError):
+        decode_reply((RAISE, KeyError("k")))
+
+
+def test_top_level_refs_are_resolved_and_nested_ones_kept():
+    inline = _inline_ref("A.small", None, 7)
+    nested = _inline_ref("A.small", None, 8)
+    args, kwargs = resolve_args((inline, [nested]), {"k": inline, "n": {"r": nested}})
+    assert args[0] == 7 and args[1][0] is nested
+    assert kwargs == {"k": 7, "n": {"r": nested}}
+
+
+def test_the_store_frees_objects_and_loans_when_their_lease_goes():
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    store._values["x"] = torch.ones(4)
+    store._sizes["x"] = 16
+    assert store.stats() == (1, 16)
+    store.released("worker1", "x", loan=False)  # rank 0 said: no ref is left
+    assert store.stats() == (0, 0)
+    with pytest.raises(ObjectLostError, match="no longer kept"):
+        store.value("x")
+    store._loans["t"] = ObjectRef("A.m")
+    store.released("worker1", "t", loan=True)
+    assert store.loaned("t") is None
+
+
+def test_a_fetch_of_a_freed_object_answers_lost():
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    with pytest.raises(ObjectLostError):
+        decode_reply(payload.unpack(store.answer_fetch("gone", "worker2")))
+
+
+def test_put_refuses_a_ref_and_needs_a_cluster():
+    with pytest.raises(TypeError, match="already be passed"):
+        actorrt.put(ObjectRef("A.m"))
+    with pytest.raises(actorrt.NotInitializedError):
+        actorrt.put(1)
