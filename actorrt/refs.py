@@ -27,6 +27,7 @@ from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, unpack, wire_bytes
 from actorrt.runtime.protocol import (
+    COPY,
     OBJECT,
     OK,
     RAISE,
@@ -184,11 +185,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         """The reply ``sent`` (arrived already), read without fetching anything.
 
         Returns ``(None, value)``, or ``(location, None)`` when the value stayed at its
-        owner; raises the error the reply stands for.
+        owner (a copy that came along is a value: the location is kept in ``_loc``, for
+        the ref to travel with); raises the error the reply stands for.
         """
-        loc = self._loc
-        if loc is not None:
-            return loc, None
         try:
             wire = sent.value()
         except LocalFailure as failure:
@@ -217,6 +216,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         if reply[0] == OBJECT:
             self._loc = loc = reply[1]
             return loc, None
+        if reply[0] == COPY:
+            self._loc, value = reply[1]
+            return None, value
         return None, decode_reply(reply, self._actor_id)
 
     def _decode(self, sent: torch.futures.Future[Wire]) -> Any:
@@ -224,16 +226,15 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
 
         A value kept at its owner is fetched from it (this blocks).
         """
-        if self._loc is None:
-            try:
-                wire = sent.value()
-            except Exception:
-                wire = None
-            if wire is not None and wire[0] is None and wire[1][0][0] == OK:  # plain: inline
-                value = wire[1][0][1]
-                if type(value) not in _ATOMS and not self._counted:
-                    self._count(wire)
-                return value
+        try:
+            wire = sent.value()
+        except Exception:
+            wire = None
+        if wire is not None and wire[0] is None and wire[1][0][0] == OK:  # plain: inline
+            value = wire[1][0][1]
+            if type(value) not in _ATOMS and not self._counted:
+                self._count(wire)
+            return value
         loc, value = self._reply_value(sent)
         return value if loc is None else self._fetch(loc)
 
@@ -354,12 +355,10 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         error = self._failure()
         if error is not None:
             return rt.pack(requester, (RAISE, error))
-        if self._loc is not None:
+        if self._loc is not None:  # known (_failure() read the reply)
             return rt.pack(requester, (OBJECT, self._loc))
         if self._sent is not None:
-            loc, value = self._reply_value(self._sent)
-            if loc is not None:
-                return rt.pack(requester, (OBJECT, loc))
+            _, value = self._reply_value(self._sent)
         else:
             value = self._cf.result()  # type: ignore[union-attr]  # ready: set
         return rt.pack(requester, (OK, value))
@@ -448,13 +447,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         sent = self._sent
         ready = sent.done() if sent is not None else self._cf is not None and self._cf.done()
         if ready:
-            error = self._failure()
+            error = self._failure()  # reads the reply: _loc is known from here on
             if error is not None:
                 return _failed_ref, (*head, error)
+            if self._loc is not None:
+                return _located_ref, (*head, self._loc)
             if sent is not None:
-                loc, value = self._reply_value(sent)
-                if loc is not None:
-                    return _located_ref, (*head, loc)
+                _, value = self._reply_value(sent)
             else:
                 value = self._cf.result()  # type: ignore[union-attr]  # ready: set
             return _inline_ref, (*head, value)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INLINE_BYTES",
+    "PULL_BYTES",
     "ObjectLease",
     "ObjectLocation",
     "ObjectRefBase",
@@ -56,15 +57,22 @@ __all__ = [
 ]
 
 
-def _inline_bytes() -> int:
-    raw = os.environ.get("ACTORRT_INLINE_BYTES", "")
-    return int(raw) if raw.strip() else 1 << 20
+def _bytes(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    return int(raw) if raw.strip() else default
 
 
-INLINE_BYTES = _inline_bytes()
+INLINE_BYTES = _bytes("ACTORRT_INLINE_BYTES", 1 << 20)
 """A result whose tensors and pickled bytes add up to at least this many bytes stays at
-the process that made it (``ACTORRT_INLINE_BYTES``; default 1 MiB). Smaller results come
-back inline with the reply, as Ray inlines small objects."""
+the process that made it (``ACTORRT_INLINE_BYTES``; default 1 MiB), so that a ref passed
+on is fetched from there. Smaller results only come back inline with the reply, as Ray
+inlines small objects."""
+
+PULL_BYTES = _bytes("ACTORRT_PULL_BYTES", 32 << 20)
+"""A kept result under this many bytes (``ACTORRT_PULL_BYTES``; default 32 MiB) also
+comes back with its reply, so the caller's own ``get`` costs what a plain reply does; a
+larger one does not, and the caller fetches it only if it gets it (one more round trip,
+a few percent of moving that many bytes)."""
 
 
 class ObjectLocation(NamedTuple):

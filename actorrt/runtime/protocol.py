@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
 
 __all__ = [
+    "COPY",
     "DIED",
     "ERROR",
     "LOST",
@@ -51,6 +52,7 @@ DIED = 2
 LOST = 3  # an object the call needed (or a fetch asked for) is gone: payload says why
 OBJECT = 4  # the value stayed where it was made: payload is its ObjectLocation
 RAISE = 5  # payload is an exception to raise as it is (a lent ref whose call failed)
+COPY = 6  # the value stayed where it was made, and a copy came along: (location, value)
 
 
 class ActorRecord(NamedTuple):
@@ -181,12 +183,13 @@ def died_reply(reason: str) -> tuple[int, Any]:
 
 
 def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
-    """Returns the value of an ``OK`` (or ``OBJECT``) reply; raises what the others stand for.
+    """Returns the value of an ``OK`` reply; raises what the others stand for.
 
-    An ``OBJECT`` reply's value is its ``ObjectLocation``: the caller fetches it.
+    An ``OBJECT`` reply's value is its ``ObjectLocation`` (the caller fetches it), a
+    ``COPY`` reply's ``(location, value)``.
     """
     status, payload = reply
-    if status == OK or status == OBJECT:
+    if status == OK or status == OBJECT or status == COPY:
         return payload
     if status == ERROR:
         what, summary, text, cause = payload

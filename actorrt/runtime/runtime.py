@@ -45,10 +45,17 @@ from actorrt.runtime.directory import (
 )
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.inflight import InFlight
-from actorrt.runtime.objects import INLINE_BYTES, ObjectLocation, ObjectStore, rpc_fetch
+from actorrt.runtime.objects import (
+    INLINE_BYTES,
+    PULL_BYTES,
+    ObjectLocation,
+    ObjectStore,
+    rpc_fetch,
+)
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
 from actorrt.runtime.payload import Wire, pack, pack_args, pack_for, pack_or_measure
 from actorrt.runtime.protocol import (
+    COPY,
     OBJECT,
     OK,
     ActorRecord,
@@ -120,6 +127,7 @@ class Runtime:
         # The objects this process owns (large results, puts) and the refs it lent.
         self.objects = ObjectStore(name, self.pack, driver_name, directory is not None)
         self.inline_bytes = INLINE_BYTES
+        self.pull_bytes = PULL_BYTES
         # Payload bytes of the replies and fetched objects this process received: shows
         # where a value's bytes went (the driver's stays small when refs pass it by).
         self.payload_bytes_in = 0
@@ -482,16 +490,19 @@ class Runtime:
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
         """Packs a method's reply for ``peer``; a large value stays here as an object.
 
-        The caller then gets the object's location, and whoever needs the value fetches
-        it from here (:meth:`fetch`), so a result passed on to another actor never
-        crosses the caller's link.
+        The caller gets the object's location, and whoever needs the value fetches it
+        from here (:meth:`fetch`), so a result passed on to another actor never crosses
+        the caller's link. Under :attr:`pull_bytes` a copy comes along for the caller.
         """
         if reply[0] != OK:
             return pack_for(reply, peer, self._road)
         packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
         if type(packed) is not int:
             return packed  # type: ignore[return-value]  # a Wire
-        return pack((OBJECT, self.objects.keep(reply[1], packed)))
+        loc = self.objects.keep(reply[1], packed)
+        if packed >= self.pull_bytes:
+            return pack((OBJECT, loc))
+        return self.pack(peer, (COPY, (loc, reply[1])))
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).

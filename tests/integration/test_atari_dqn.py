@@ -51,12 +51,15 @@ def test_pong_collectors_stream_to_learner(cluster, tmp_path):
         replay_capacity=4096,
     )
     learner, collectors = launch_actors(cfg, 2, learner_threads=1)
-    _, w0 = actorrt.get(learner.get_weights.remote(-1), timeout=_T)
+    _, w0 = actorrt.get(learner.get_weights.remote(-1, cpu=True), timeout=_T)
 
     frames_each = 800  # 200 agent steps per collector
     results = actorrt.get([c.run.remote(frames_each) for c in collectors], timeout=_T)
     stats = actorrt.get(learner.stats.remote(), timeout=_T)
-    version, w1 = actorrt.get(learner.get_weights.remote(-1), timeout=_T)
+    version, w1_ref = actorrt.get(learner.get_weights.remote(-1), timeout=_T)
+    # The learner publishes weights: the reply holds a ref to the object in its process.
+    assert isinstance(w1_ref, actorrt.ObjectRef) and w1_ref._loc.owner == learner.worker
+    w1 = actorrt.get(w1_ref, timeout=_T)
 
     # Transitions reached the learner: every agent step of every collector, none lost.
     agent_steps = sum(r["agent_steps"] for r in results)
@@ -76,6 +79,8 @@ def test_pong_collectors_stream_to_learner(cluster, tmp_path):
         assert 0 < r["weight_version"] <= version
         assert 1 <= r["max_in_flight_seen"] <= cfg.max_in_flight
     assert stats["weights_served"] >= sum(r["weight_refreshes"] for r in results)
+    # each version was put once, however many collectors asked for it
+    assert 0 < stats["weights_published"] <= stats["weights_served"]
 
     # Checkpoint round trip: save, load into a fresh learner actor, same weights.
     state = actorrt.get(learner.checkpoint_state.remote(), timeout=_T)

@@ -50,6 +50,9 @@ class Producer:
     def owned(self):
         return current_or_none().objects.stats()
 
+    def served(self):
+        return current_or_none().objects.fetches_served
+
     def keeps(self, object_id):
         return object_id in current_or_none().objects._values
 
@@ -150,6 +153,18 @@ def test_a_nested_large_result_keeps_its_shape(cluster):
     assert value["note"] == "x" and int(value["t"].sum()) == 3 * 8 * MB
 
 
+def test_a_mid_size_result_comes_back_and_is_still_fetched_from_its_producer(cluster):
+    p, c = _apart(cluster)
+    before = cluster.payload_bytes_in
+    ref = p.make.remote(4 * MB, 1)  # between ACTORRT_INLINE_BYTES and ACTORRT_PULL_BYTES
+    assert int(actorrt.get(ref, timeout=60).sum()) == 4 * MB
+    assert cluster.payload_bytes_in - before >= 4 * MB  # the copy came with the reply
+    assert ref._loc is not None and ref._loc.owner != cluster.name  # and it stayed there
+    served = actorrt.get(p.served.remote(), timeout=30)
+    assert actorrt.get(c.total.remote(ref), timeout=60) == (4 * MB, 4 * MB)
+    assert actorrt.get(p.served.remote(), timeout=30) == served + 1  # fetched from p
+
+
 def test_a_small_result_still_comes_back_inline(cluster):
     p = Producer.remote()
     ref = p.small.remote()
@@ -191,7 +206,7 @@ def test_refs_travel_inside_values_to_a_third_actor(cluster):
 
 def test_wait_says_ready_without_fetching(cluster):
     p = Producer.remote()
-    ref = p.make.remote(16 * MB)
+    ref = p.make.remote(64 * MB)  # at least ACTORRT_PULL_BYTES: no copy comes along
     before = cluster.payload_bytes_in
     ready, _ = actorrt.wait([ref], timeout=60)
     assert ready == [ref]
@@ -320,7 +335,7 @@ def test_owner_death_makes_get_raise_object_lost(tmp_path):
     p, c = Producer.remote(), Consumer.remote()
     while actorrt.get(p.pid.remote(), timeout=30) == actorrt.get(c.pid.remote(), timeout=30):
         c = Consumer.remote()
-    ref = p.make.remote(8 << 20)
+    ref = p.make.remote(40 << 20)  # over ACTORRT_PULL_BYTES: only the producer has it
     assert actorrt.wait([ref], timeout=30)[0] == [ref]
     os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
     start = time.monotonic()
@@ -350,7 +365,7 @@ def test_a_ref_kept_past_shutdown_raises_a_clear_error(tmp_path):
     rt = actorrt.start(num_workers=1)
     report(pids=list(rt.local_worker_pids))
     p = Producer.remote()
-    ref = p.make.remote(4 << 20)
+    ref = p.make.remote(40 << 20)  # over ACTORRT_PULL_BYTES: only the producer has it
     mine = actorrt.put(torch.ones(4 << 20))
     actorrt.wait([ref], timeout=30)
     actorrt.shutdown()
