@@ -46,9 +46,11 @@ _started_before = False  # torch's RRef context stays bound to this process's fi
 
 _RESTART_WARNING = (
     "actorrt was already started once in this process. torch binds its RRef context to "
-    "the first RPC agent of a process, so in this new cluster actor handles passed between "
-    "processes and the release of unnamed actors can fail ('RPC is no longer running'). "
-    "Start each cluster in a fresh process (e.g. one script run per cluster)."
+    "the first RPC agent of a process, so in this cluster the driver holds no RRefs: the "
+    "unnamed actors it creates live until they are killed or the cluster shuts down, and "
+    "the handle of an unnamed actor that another actor created cannot be sent to the "
+    "driver (that call fails). Start each cluster in a fresh process for the full "
+    "semantics (e.g. one script run per cluster)."
 )
 
 

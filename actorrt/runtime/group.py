@@ -47,6 +47,7 @@ __all__ = [
     "evict",
     "lets_go",
     "quiesce",
+    "rrefs_work",
     "rpc_add_member",
     "rpc_admit",
     "set_admitter",
@@ -74,6 +75,21 @@ _reverse_maps: dict[str, dict[torch.device, torch.device]] = {}
 _on_member: Callable[[str], None] | None = None
 _admitter: Callable[[str, int], None] | None = None  # rank 0's (set_admitter)
 _store: dist.Store | None = None  # the cluster's store
+_agents_started = 0  # agents this process started, for rrefs_work()
+
+
+def rrefs_work() -> bool:
+    """Whether this process's RRefs can reach its current agent.
+
+    torch builds its RRef context once per process, bound to the first agent started
+    (docs/architecture.md, "One cluster per process"). From a process's second agent on
+    (a driver that called ``start()`` after ``shutdown()``), every RRef message it sends
+    goes to the stopped first agent and is lost: the owners keep forks they then report
+    as leaks when they end, and the graceful end waits for acknowledgements that never
+    come. Such a process must hold no RRef of the new cluster's values.
+    """
+    with _lock:
+        return _agents_started <= 1
 
 
 def rpc_store(store: dist.Store) -> dist.Store:
@@ -114,7 +130,7 @@ def start_agent(
     from torch.distributed.rpc._utils import _group_membership_management
     from torch.distributed.rpc.backend_registry import _create_device_list
 
-    global _devices, _reverse_maps, _on_member, _store
+    global _devices, _reverse_maps, _on_member, _store, _agents_started
     options = rpc.TensorPipeRpcBackendOptions(
         num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, **backend_kwargs
     )
@@ -128,6 +144,7 @@ def start_agent(
         torch.cuda.init()  # type: ignore[no-untyped-call]  # before CUDA tensors come in
     with _lock:
         _devices, _reverse_maps, _on_member, _store = devices, reverse, on_member, store
+        _agents_started += 1
     import torch.distributed.autograd as dist_autograd
 
     dist_autograd._init(rpc_id)  # type: ignore[attr-defined]  # as init_rpc does

@@ -245,13 +245,12 @@ class Runtime:
                     else self.pack(self.driver_name, (args, kwargs))
                 )
                 self._directory_call(rpc_keep_recipe, record, key, blob, recipe_wire, options, meta)
-            rref = rpc.remote(
-                placement.worker, host_mod.rpc_create, args=(actor_id, key, blob, wire, meta)
-            )
+            rref = host_mod.create_remote(placement.worker, actor_id, key, blob, wire, meta)
         except BaseException:
             self._directory_call(rpc_released, actor_id)
             raise
-        # The RRef keeps an unnamed actor alive (Ray's semantics); a pinned one lives on.
+        # The RRef keeps an unnamed actor alive (Ray's semantics); a pinned one lives on,
+        # as does one created without an RRef (create_remote: a second cluster's driver).
         return record, (None if meta["pinned"] else rref)
 
     def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
