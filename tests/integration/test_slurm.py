@@ -34,6 +34,12 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "multinode.md"
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "scontrol", "squeue")
 START_S = 30  # for the daemons to come up and the node to be idle
 JOB_S = 180  # for the whole job: the workers, the driver, the actors
+# The daemons live in sbin, which a non-login PATH may leave out.
+SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
+def tool(name: str) -> str | None:
+    return shutil.which(name, path=SEARCH)
 
 
 def doc_recipe() -> tuple[str, str]:
@@ -117,14 +123,14 @@ PartitionName=actorrt Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
         )
         munged = [
-            "munged", "-F", f"--socket={sock}", f"--key-file={key}",
+            tool("munged"), "-F", f"--socket={sock}", f"--key-file={key}",
             f"--pid-file={root}/munged.pid", f"--log-file={root}/munged.log",
             f"--seed-file={root}/munged.seed",
         ]  # fmt: skip
         for name, cmd in (
             ("munged", munged),
-            ("slurmctld", ["slurmctld", "-D", "-f", str(self.conf)]),
-            ("slurmd", ["slurmd", "-D", "-f", str(self.conf), "-N", host]),
+            ("slurmctld", [tool("slurmctld"), "-D", "-f", str(self.conf)]),
+            ("slurmd", [tool("slurmd"), "-D", "-f", str(self.conf), "-N", host]),
         ):
             with open(root / f"{name}.out", "wb") as out:
                 self.procs.append(
@@ -193,7 +199,7 @@ PartitionName=actorrt Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 @pytest.fixture
 def slurm():
     """A one-node SLURM cluster of this test's own; skips where it cannot run."""
-    missing = [t for t in TOOLS if shutil.which(t) is None]
+    missing = [t for t in TOOLS if tool(t) is None]
     if missing:
         pytest.skip(
             f"SLURM is not installed (no {', '.join(missing)}): apt-get install slurm-wlm "
