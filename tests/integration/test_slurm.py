@@ -1,11 +1,13 @@
 """docs/multinode.md's SLURM recipe, run for real on a one-node SLURM cluster.
 
 The test starts its own cluster: munged, slurmctld and slurmd (Debian's ``slurm-wlm``),
-with a configuration, key, state and logs of their own in a fresh directory, on loopback
-ports it picked, so nothing of a system SLURM is read or touched (clients find it through
-``SLURM_CONF``). It then submits the documentation's batch script and driver, as they
-are written there, with ``sbatch --wait``: three srun-started workers beside the driver,
-one actor answering from each, and every process gone after the job.
+with a configuration, key, state and logs of their own in a fresh directory, on ports it
+picked, so nothing of a system SLURM is read or touched (clients find it through
+``SLURM_CONF``). Every address in it is 127.0.0.1, so all its traffic stays on loopback
+(the daemons still listen on every interface, as SLURM does). It then submits the
+documentation's batch script and driver, as they are written there, with ``sbatch
+--wait``: three srun-started workers beside the driver, one actor answering from each,
+and every process gone after the job.
 
 slurmd launches jobs as their users, so it needs root; CI runs as root and installs
 ``slurm-wlm`` (.ci/run). Elsewhere, or when a daemon does not start, the test skips and
