@@ -138,6 +138,7 @@ class Runtime:
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
         self.plan: Plan | None = None  # the cluster's placement plan (every process)
+        self._rrefless: frozenset[str] = frozenset()  # peers that cannot receive RRefs
         self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
         # node descriptions (driver): by rank, then growers in the order they joined
         self.descriptions: list[dict[str, Any]] = []
@@ -469,7 +470,18 @@ class Runtime:
         """
         return pack(value, self._road(peer))
 
+    def driver_holds_no_rrefs(self) -> None:
+        """The driver is on its second agent (``group.rrefs_work``): it cannot receive RRefs.
+
+        Replies to it then carry actor handles without their RRefs; this process keeps
+        them instead, so those actors live until the cluster ends.
+        """
+        self._rrefless = frozenset({self.driver_name})
+
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
+        if peer in self._rrefless:
+            with group.rrefs_kept_here():
+                return pack_for(reply, peer, self._road)
         return pack_for(reply, peer, self._road)
 
     def _road(self, peer: str) -> Road | None:

@@ -118,6 +118,7 @@ def test_context_manager_restart_and_shutdown_with_calls_in_flight(tmp_path):
 
 
 RESTARTS = """
+import time
 import actorrt
 
 @actorrt.actor
@@ -143,6 +144,9 @@ class Holder:
     def make(self):  # an actor of its own, used and kept inside (not sent to the driver)
         self.mine = Counter.remote()
         return actorrt.get(self.mine.add.remote(), timeout=30)
+
+    def make_for_driver(self):  # an actor of its own whose only handle goes to the driver
+        return Counter.remote()
 """
 
 # What torch prints when a process ends its agent with RRefs still held somewhere, or
@@ -175,13 +179,16 @@ def test_three_restarts_in_one_process_print_nothing_with_handles_kept(tmp_path)
                 actorrt.get(h.make.remote(), timeout=30),
                 actorrt.get(actorrt.get_actor(f"c{round}").add.remote(), timeout=30),
             ]
-            kept += [c, named, h]
+            made = actorrt.get(h.make_for_driver.remote(), timeout=30)
+            time.sleep(0.5)  # time for the actor to be released, were nothing holding it
+            got.append(actorrt.get(made.add.remote(), timeout=30))
+            kept += [c, named, h, made]
             actorrt.shutdown()
             report(round=round, got=got, pids=pids)
         """,
         timeout=240,
     )
-    assert [r["got"] for r in reports] == [[1, 2, 3, 1, 1]] * 3
+    assert [r["got"] for r in reports] == [[1, 2, 3, 1, 1, 1]] * 3
     noise = TORCH_NOISE.findall(stderr)
     assert not noise, f"stderr of three start/shutdown rounds holds {noise}:\n{stderr[-6000:]}"
     # Nothing else either, but start()'s warning about the second cluster's limits (its
