@@ -36,6 +36,7 @@ import cloudpickle
 
 from actorrt.options import ActorOptions
 from actorrt.refs import ObjectRef, send_call
+from actorrt.runtime import group
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import ActorRecord
 from actorrt.runtime.runtime import current, current_or_none
@@ -625,6 +626,12 @@ class ActorHandle:
                 "(Cls.options(name=...).remote()) and use actorrt.get_actor(name); "
                 "handles of named actors pickle anywhere."
             )
+        rref = self._rref
+        if rref is not None and group.keeping_rrefs():
+            # To a peer that cannot receive RRefs (a second cluster's driver): the handle
+            # goes without it, and this process keeps the actor alive in its stead.
+            group.keep_rref(self.actor_id, rref)
+            rref = None
         # The table travels as its specs string: many handles of a class in one message
         # carry it once (pickle's memo), and the receiver looks it up in one dict access.
         return (
@@ -634,7 +641,7 @@ class ActorHandle:
                 self.worker,
                 self.class_name,
                 self._table.specs,
-                self._rref,
+                rref,
                 self.max_task_retries,
             ),
         )

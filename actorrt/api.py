@@ -19,6 +19,7 @@ from actorrt.cluster.launch_env import check_cuda_device_map, parse_tcp_init_met
 from actorrt.errors import PlacementError
 from actorrt.logs import configure as _configure_logging
 from actorrt.logs import level_name
+from actorrt.options import check_actor_name
 from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.device_flags import parse_local_cuda_devices
 from actorrt.placement.layout import Layout, parse_layout
@@ -309,7 +310,13 @@ def dump_cluster(path: str | os.PathLike[str] | None = None) -> str:
 
 
 def get_actor(name: str) -> ActorHandle:
-    """Returns the handle of the live actor registered as ``name``."""
+    """Returns the handle of the live actor registered as ``name``.
+
+    Raises:
+        TypeError: ``name`` is not a string.
+        ValueError: ``name`` is not a valid actor name, or no live actor has it.
+    """
+    check_actor_name(name)  # before the cluster is asked, as for Cls.options(name=...)
     return handle_of(current("actorrt.get_actor()").get_actor(name))
 
 

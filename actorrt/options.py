@@ -12,7 +12,38 @@ from typing import Any
 from actorrt.placement.layout import LABEL_PATTERN
 from actorrt.placement.resources import Resources
 
-__all__ = ["ActorOptions"]
+__all__ = ["ActorOptions", "check_actor_name"]
+
+
+def check_actor_name(name: object, where: str = "name") -> None:
+    """Checks an actor name: the wrong type is a ``TypeError``, a bad string a ``ValueError``.
+
+    As in Ray. Besides the empty string (Ray's one refusal), a name that is only whitespace or holds
+    a control character is refused: names are shown in ``actorrt.status()`` rows and log
+    lines, where such a name would look empty or break the row.
+
+    Args:
+        name: The name given.
+        where: How the caller named the argument, for the message.
+
+    Raises:
+        TypeError: ``name`` is not a ``str``.
+        ValueError: ``name`` is empty, only whitespace, or holds a control character.
+    """
+    if not isinstance(name, str):
+        raise TypeError(
+            f"{where}={name!r} must be a string, not {type(name).__name__}, e.g. {where}='learner'."
+        )
+    if not name.strip():
+        raise ValueError(
+            f"{where}={name!r} must be a non-empty string (not only whitespace), "
+            f"e.g. {where}='learner'."
+        )
+    if not name.isprintable():
+        raise ValueError(
+            f"{where}={name!r} holds a control character (newline, tab, NUL...); "
+            f"use printable characters, e.g. {where}='learner'."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +96,8 @@ class ActorOptions:
                 "(starting with a letter or '_'), e.g. label='learner'."
             )
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
-        if self.name is not None and (not isinstance(self.name, str) or not self.name):
-            raise ValueError(f"name={self.name!r} must be a non-empty string.")
+        if self.name is not None:
+            check_actor_name(self.name)
         mc = self.max_concurrency
         if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
             raise ValueError(

@@ -46,9 +46,10 @@ _started_before = False  # torch's RRef context stays bound to this process's fi
 
 _RESTART_WARNING = (
     "actorrt was already started once in this process. torch binds its RRef context to "
-    "the first RPC agent of a process, so in this new cluster actor handles passed between "
-    "processes and the release of unnamed actors can fail ('RPC is no longer running'). "
-    "Start each cluster in a fresh process (e.g. one script run per cluster)."
+    "the first RPC agent of a process, so in this cluster the driver holds no RRefs: the "
+    "unnamed actors it creates, and those whose handles reach it, live until they are "
+    "killed or the cluster shuts down. Start each cluster in a fresh process for the full "
+    "semantics (e.g. one script run per cluster)."
 )
 
 
@@ -206,6 +207,9 @@ class Driver:
         published = the_plan.to_dict()
         published["log_to_driver"] = log_to_driver  # workers send their output here, or not
         published["heartbeat_timeout"] = heartbeat_timeout  # workers exit when pings stop
+        # A driver on its second agent cannot receive RRefs (group.rrefs_work): workers
+        # then send it handles without theirs (Runtime.driver_holds_no_rrefs).
+        published["driver_holds_rrefs"] = group.rrefs_will_work()
         rendezvous.publish_plan(server.store, published)
         driver = cls(
             server,

@@ -79,6 +79,8 @@ def join(
         on_shutdown=on_shutdown,
     )
     rt.plan = setup.plan
+    if directory is not None and not group.rrefs_will_work():
+        rt.objects.leases = False  # a second agent here: the leases (rank 0's RRefs) cannot work
     rt.install()
     try:
         if before_rpc is not None:

@@ -102,6 +102,8 @@ def run_worker(cfg: WorkerConfig) -> int:
         nonlocal forwarder
         # A driver dying during start-up ends us too; one that stops pinging, later.
         _watch_driver(cfg, rt, float(plan.get("heartbeat_timeout", 0.0)))
+        if not plan.get("driver_holds_rrefs", True):
+            rt.driver_holds_no_rrefs()
         if plan.get("log_to_driver", True):
             # Installed before init_rpc, started after: the driver may call our actors as
             # soon as its own init_rpc returns, before ours does; their lines wait meanwhile.

@@ -25,9 +25,10 @@ torch's for dynamic groups (``agent_utils.cpp``, checked on torch 2.13); only
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import torch
@@ -47,6 +48,11 @@ __all__ = [
     "evict",
     "lets_go",
     "quiesce",
+    "keep_rref",
+    "keeping_rrefs",
+    "rrefs_kept_here",
+    "rrefs_will_work",
+    "rrefs_work",
     "rpc_add_member",
     "rpc_admit",
     "set_admitter",
@@ -74,6 +80,57 @@ _reverse_maps: dict[str, dict[torch.device, torch.device]] = {}
 _on_member: Callable[[str], None] | None = None
 _admitter: Callable[[str, int], None] | None = None  # rank 0's (set_admitter)
 _store: dist.Store | None = None  # the cluster's store
+_agents_started = 0  # agents this process started, for rrefs_work()
+
+
+def rrefs_will_work() -> bool:
+    """Before this process starts an agent: whether its RRefs will work (the first agent)."""
+    with _lock:
+        return _agents_started == 0
+
+
+_keeping = threading.local()  # .on: packing for a peer that cannot hold RRefs
+_kept: dict[str, Any] = {}  # actor id -> an RRef kept here for such a peer
+
+
+@contextlib.contextmanager
+def rrefs_kept_here() -> Iterator[None]:
+    """While packing a value for a peer whose RRefs do not work (a second cluster's driver).
+
+    An actor handle pickled meanwhile leaves its RRef here (:func:`keep_rref`) and travels
+    without it: the peer could not receive it, and this process holding it keeps the
+    actor alive for the peer until the cluster ends.
+    """
+    _keeping.on = True
+    try:
+        yield
+    finally:
+        _keeping.on = False
+
+
+def keeping_rrefs() -> bool:
+    """True inside :func:`rrefs_kept_here` on this thread."""
+    return bool(getattr(_keeping, "on", False))
+
+
+def keep_rref(key: str, rref: Any) -> None:
+    """Keeps ``rref`` (one per ``key``) until this process ends its agent."""
+    with _lock:
+        _kept.setdefault(key, rref)
+
+
+def rrefs_work() -> bool:
+    """Whether this process's RRefs can reach its current agent.
+
+    torch builds its RRef context once per process, bound to the first agent started
+    (docs/architecture.md, "One cluster per process"). From a process's second agent on
+    (a driver that called ``start()`` after ``shutdown()``), every RRef message it sends
+    goes to the stopped first agent and is lost: the owners keep forks they then report
+    as leaks when they end, and the graceful end waits for acknowledgements that never
+    come. Such a process must hold no RRef of the new cluster's values.
+    """
+    with _lock:
+        return _agents_started <= 1
 
 
 def rpc_store(store: dist.Store) -> dist.Store:
@@ -114,7 +171,7 @@ def start_agent(
     from torch.distributed.rpc._utils import _group_membership_management
     from torch.distributed.rpc.backend_registry import _create_device_list
 
-    global _devices, _reverse_maps, _on_member, _store
+    global _devices, _reverse_maps, _on_member, _store, _agents_started
     options = rpc.TensorPipeRpcBackendOptions(
         num_worker_threads=num_worker_threads, rpc_timeout=rpc_timeout, **backend_kwargs
     )
@@ -128,6 +185,7 @@ def start_agent(
         torch.cuda.init()  # type: ignore[no-untyped-call]  # before CUDA tensors come in
     with _lock:
         _devices, _reverse_maps, _on_member, _store = devices, reverse, on_member, store
+        _agents_started += 1
     import torch.distributed.autograd as dist_autograd
 
     dist_autograd._init(rpc_id)  # type: ignore[attr-defined]  # as init_rpc does

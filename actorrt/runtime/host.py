@@ -17,7 +17,7 @@ import cloudpickle
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import context, quick_rpc
+from actorrt.runtime import context, group, quick_rpc
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
 
@@ -185,6 +185,30 @@ def rpc_create(
 ) -> ActorLease:
     """Runs on the chosen process under ``rpc.remote``; returns the lease the RRef holds."""
     return _host().create(actor_id, class_key, class_blob, wire, **meta)
+
+
+def create_remote(
+    worker: str,
+    actor_id: str,
+    class_key: str,
+    class_blob: bytes | None,
+    wire: Wire,
+    meta: dict[str, Any],
+) -> Any:
+    """Creates an actor on ``worker``; returns the RRef that holds its lease, or None.
+
+    None where this process's RRefs cannot work (``group.rrefs_work()``: a driver that
+    started a second cluster): the actor is then created by a plain call and pinned (it
+    lives until killed or the cluster stops), since an RRef held here would never be let
+    go. Otherwise ``rpc.remote``, as before, whatever ``meta["pinned"]`` says.
+    """
+    args = (actor_id, class_key, class_blob, wire, meta)
+    if group.rrefs_work():
+        return rpc.remote(worker, rpc_create, args=args)
+    # Failures show on the actor's calls (a dead mailbox, or its process gone), as with
+    # an RRef nobody reads.
+    rpc.rpc_async(worker, rpc_create, args=(*args[:4], {**meta, "pinned": True}))
+    return None
 
 
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from actorrt.errors import ObjectLostError
-from actorrt.runtime.exits import exit_reason, in_method
+from actorrt.runtime.exits import exit_asked, exit_reason, in_method, take_exit
 from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
@@ -155,6 +155,9 @@ class Mailbox:
             self.kill(f"{self.what} failed in __init__: {summary}\n\nRemote traceback:\n{text}")
         finally:
             in_method.reset(token)
+        asked = take_exit()  # cleared either way: an async actor's calls copy this context
+        if asked is not None:  # __init__ caught its exit_actor(); after a failure, a no-op
+            self.kill(exit_reason(self.what, "__init__", asked))
 
     def _serve(self, gpu_ids: tuple[int, ...]) -> None:
         """The async actor's loop thread."""
@@ -235,12 +238,18 @@ class Mailbox:
         except ObjectLostError as exc:  # an argument's object is gone: the caller hears so
             reply = (LOST, str(exc))
         except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
+            take_exit()  # this thread's context outlives the call
             self.kill(exit_reason(self.what, name, exc))
             return
         except BaseException as exc:
             reply = error_reply(f"{self.what}.{name}", exc)
         finally:
             in_method.reset(token)
+        asked = exit_asked.get()  # not take_exit(): one read per call on this road
+        if asked is not None:  # the method caught its exit_actor(): end anyway
+            exit_asked.set(None)
+            self.kill(exit_reason(self.what, name, asked))
+            return
         self._finish(call, reply)
 
     def _start_task(self, call: Call) -> None:
@@ -272,6 +281,10 @@ class Mailbox:
                 return
             except BaseException as exc:
                 reply = error_reply(f"{self.what}.{name}", exc)
+            asked = take_exit()  # the task's own context: set only by its own method
+            if asked is not None:  # the method caught its exit_actor(): end anyway
+                self.kill(exit_reason(self.what, name, asked))
+                return
         self._finish(call, reply)
 
     def _begin(self, call: Call) -> bool:

@@ -165,6 +165,9 @@ class ObjectStore:
         self.fetches_served = 0  # fetches answered with a value (tests, status)
         self.bytes_served = 0
         self._closed = False
+        # False where rank 0 cannot keep leases (its second agent in one process, see
+        # group.rrefs_work): objects then live until the cluster ends.
+        self.leases = True
         # Rank 0: leases torch dropped, whose owners are told by one thread (a lease may
         # be dropped inside torch's RRef bookkeeping, where sending is no place to be).
         # Started now: a lease may be dropped as the interpreter ends, too late to start one.
@@ -181,7 +184,12 @@ class ObjectStore:
         return ObjectLocation(object_id, self.name, nbytes, self._lease(object_id, loan=False))
 
     def _lease(self, key: str, loan: bool) -> Any:
-        """An RRef, owned by rank 0, whose lease lets ``key`` go here when torch drops it."""
+        """An RRef, owned by rank 0, whose lease lets ``key`` go here when torch drops it.
+
+        None where leases do not work (:attr:`leases`): the object stays until shutdown.
+        """
+        if not self.leases:
+            return None
         if self._is_driver:
             return rpc.RRef(ObjectLease(self, self.name, key, loan))
         return rpc.remote(self._driver, rpc_lease, args=(self.name, key, loan))

@@ -19,14 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch.distributed.rpc as rpc
-
 from actorrt.errors import PlacementError
 from actorrt.logs import get_logger
 from actorrt.options import ActorOptions
 from actorrt.runtime import context
 from actorrt.runtime.directory import ClusterDirectory
-from actorrt.runtime.host import rpc_create
+from actorrt.runtime.host import create_remote
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import ActorRecord
 
@@ -116,10 +114,8 @@ class Restarts:
             placement = self._directory.replace(actor_id, recipe.options, recipe.record.class_name)
             wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
             meta = {**recipe.meta, "gpu_ids": placement.gpu_ids}
-            lease = rpc.remote(
-                placement.worker,
-                rpc_create,
-                args=(actor_id, recipe.class_key, recipe.class_blob, wire, meta),
+            lease = create_remote(
+                placement.worker, actor_id, recipe.class_key, recipe.class_blob, wire, meta
             )
         except KeyError:
             why = "it was killed"

@@ -155,6 +155,7 @@ class Runtime:
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
         self.plan: Plan | None = None  # the cluster's placement plan (every process)
+        self._rrefless: frozenset[str] = frozenset()  # peers that cannot receive RRefs
         self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
         # node descriptions (driver): by rank, then growers in the order they joined
         self.descriptions: list[dict[str, Any]] = []
@@ -262,13 +263,12 @@ class Runtime:
                     else self.pack(self.driver_name, (args, kwargs))
                 )
                 self._directory_call(rpc_keep_recipe, record, key, blob, recipe_wire, options, meta)
-            rref = rpc.remote(
-                placement.worker, host_mod.rpc_create, args=(actor_id, key, blob, wire, meta)
-            )
+            rref = host_mod.create_remote(placement.worker, actor_id, key, blob, wire, meta)
         except BaseException:
             self._directory_call(rpc_released, actor_id)
             raise
-        # The RRef keeps an unnamed actor alive (Ray's semantics); a pinned one lives on.
+        # The RRef keeps an unnamed actor alive (Ray's semantics); a pinned one lives on,
+        # as does one created without an RRef (create_remote: a second cluster's driver).
         return record, (None if meta["pinned"] else rref)
 
     def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
@@ -487,6 +487,15 @@ class Runtime:
         """
         return pack(value, self._road(peer))
 
+    def driver_holds_no_rrefs(self) -> None:
+        """The driver is on its second agent (``group.rrefs_work``): it cannot receive RRefs.
+
+        Replies to it then carry actor handles without their RRefs; this process keeps
+        them instead, so those actors live until the cluster ends.
+        """
+        self._rrefless = frozenset({self.driver_name})
+        self.objects.leases = False  # rank 0 keeps the leases: none work now
+
     def _pack_reply(self, peer: str, reply: tuple[int, Any]) -> Wire:
         """Packs a method's reply for ``peer``; a large value stays here as an object.
 
@@ -494,6 +503,12 @@ class Runtime:
         from here (:meth:`fetch`), so a result passed on to another actor never crosses
         the caller's link. Under :attr:`pull_bytes` a copy comes along for the caller.
         """
+        if peer in self._rrefless:
+            with group.rrefs_kept_here():
+                return self._pack_result(peer, reply)
+        return self._pack_result(peer, reply)
+
+    def _pack_result(self, peer: str, reply: tuple[int, Any]) -> Wire:
         if reply[0] != OK:
             return pack_for(reply, peer, self._road)
         packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)

@@ -50,6 +50,21 @@ def run_script(
     Fails the test when the script times out, exits non-zero, or leaves a reported pid
     running ``grace`` seconds after it exits.
     """
+    return run_script_with_stderr(tmp_path, header, body, timeout=timeout, grace=grace, name=name)[
+        0
+    ]
+
+
+def run_script_with_stderr(
+    tmp_path: Path,
+    header: str,
+    body: str,
+    *,
+    timeout: float = 150,
+    grace: float = 10,
+    name: str = "driver_script.py",
+) -> tuple[list[dict], str]:
+    """:func:`run_script`, also returning what the script wrote on stderr."""
     script = tmp_path / name
     script.write_text(header + REPORT_HELPER + textwrap.dedent(body))
     try:
@@ -70,7 +85,7 @@ def run_script(
         f"the driver exited with {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     )
     assert not left, f"processes left {grace} s after the driver exited: {left}"
-    return reports
+    return reports, out.stderr
 
 
 def _text(data: str | bytes | None) -> str:

@@ -64,6 +64,20 @@ class Ends:
         actorrt.exit_actor()
         return "never"
 
+    def stop_caught(self):
+        try:
+            actorrt.exit_actor()
+        except BaseException:  # the actor ends all the same, as in Ray
+            pass
+        return "caught"
+
+    def stop_swallowed(self):
+        try:
+            actorrt.exit_actor()
+        except SystemExit:
+            pass
+        return "swallowed"
+
     def sys_exit(self):
         sys.exit(2)
 
@@ -84,6 +98,20 @@ class SyncEnder(Ends):
 class Ender(Ends):
     async def stop_async(self):
         actorrt.exit_actor()
+
+    async def stop_caught_async(self):
+        try:
+            actorrt.exit_actor()
+        except BaseException:  # no await after it: the test's queued call must not run first
+            pass
+        return "caught"
+
+    async def stop_swallowed_async(self):
+        try:
+            actorrt.exit_actor()
+        except SystemExit:
+            pass
+        return "swallowed"
 
     async def nap(self, s):
         await asyncio.sleep(s)
@@ -122,6 +150,12 @@ def test_plain_and_async_calls_of_one_caller_start_in_order(cluster):
         (SyncEnder, "builtin_exit", "SystemExit(None)"),
         (Ender, "stop", "exit_actor"),
         (Ender, "stop_async", "exit_actor"),
+        # the method catches the exit: the actor must end anyway (sync and async actors)
+        (SyncEnder, "stop_caught", "exit_actor() was called in stop_caught"),
+        (SyncEnder, "stop_swallowed", "exit_actor() was called in stop_swallowed"),
+        (Ender, "stop_caught", "exit_actor() was called in stop_caught"),
+        (Ender, "stop_caught_async", "exit_actor() was called in stop_caught_async"),
+        (Ender, "stop_swallowed_async", "exit_actor() was called in stop_swallowed_async"),
         (Ender, "sys_exit", "SystemExit(2)"),
         (Ender, "builtin_exit", "SystemExit(None)"),
     ],
@@ -147,6 +181,34 @@ def test_an_exit_fails_the_calls_running_beside_it(cluster):
         actorrt.get(ending, timeout=60)
     with pytest.raises(actorrt.ActorDiedError, match="exit_actor"):
         actorrt.get(napping, timeout=20)  # answered at the exit, not after its 30 s nap
+
+
+@actorrt.actor
+class EndsInInit:
+    def __init__(self):
+        try:
+            actorrt.exit_actor()
+        except SystemExit:
+            pass
+
+    def add(self):
+        return 1
+
+
+@actorrt.actor
+class EndsInInitAsync(EndsInInit.cls):
+    async def add_async(self):
+        return 1
+
+
+@pytest.mark.parametrize("cls", [EndsInInit, EndsInInitAsync])
+def test_an_exit_caught_in_the_constructor_ends_the_actor(cluster, cls):
+    e = cls.remote()
+    for _ in range(2):  # the first call, and one after it
+        with pytest.raises(
+            actorrt.ActorDiedError, match=r"exit_actor\(\) was called in .*__init__"
+        ):
+            actorrt.get(e.add.remote(), timeout=60)
 
 
 def test_exit_actor_in_the_driver_is_a_clear_error(cluster):

@@ -57,6 +57,41 @@ def test_bad_options_fail_at_decoration(kwargs, match):
         actorrt.actor(**kwargs)
 
 
+@pytest.mark.parametrize("name", [1, object(), b"learner", ["a"]])
+def test_a_name_of_the_wrong_type_is_a_type_error(name):
+    # As in Ray: a name that is not a str is a TypeError, by decorator, by options() and
+    # for get_actor (checked before any cluster is asked, so none is needed here).
+    with pytest.raises(TypeError, match="must be a string, not"):
+        actorrt.actor(name=name)
+    with pytest.raises(TypeError, match="must be a string, not"):
+        actorrt.actor(Plain).options(name=name)
+    with pytest.raises(TypeError, match="must be a string, not"):
+        actorrt.get_actor(name)
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("", "non-empty string"),
+        ("   ", "not only whitespace"),
+        ("learner\n", "control character"),
+        ("a\x00b", "control character"),
+    ],
+)
+def test_a_bad_name_string_is_a_value_error(name, match):
+    with pytest.raises(ValueError, match=match):
+        actorrt.actor(name=name)
+    with pytest.raises(ValueError, match=match):
+        actorrt.actor(Plain).options(name=name)
+    with pytest.raises(ValueError, match=match):
+        actorrt.get_actor(name)
+
+
+def test_good_names_pass():
+    for name in ("learner", "learner 0", "collector/3", "élève"):
+        assert actorrt.actor(Plain).options(name=name)._options.name == name
+
+
 def test_task_retries_by_decorator_and_by_options():
     A = actorrt.actor(max_restarts=-1, max_task_retries=-1)(Plain)
     assert A.default_options.max_task_retries == -1

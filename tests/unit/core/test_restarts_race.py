@@ -1,6 +1,6 @@
 """Restarts: an actor recreated on a process that dies at that very moment goes on again.
 
-No processes: the directory is planned over synthetic nodes and ``rpc.remote`` (the
+No processes: the directory is planned over synthetic nodes and ``create_remote`` (the
 creation on the new process) is replaced by a stand-in that reports that process dead.
 """
 
@@ -33,14 +33,14 @@ def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypa
     restarts.keep(Recipe(record, "k", b"", (), {}, options, {}, left=3))
     created_on = []
 
-    def create(worker, fn, args):
+    def create(worker, actor_id, class_key, class_blob, wire, meta):
         created_on.append(worker)
         if len(created_on) == 1:  # the first new home dies before the actor is up there
             directory.mark_dead(worker)
             restarts.worker_died(worker)
         return object()
 
-    monkeypatch.setattr(restarts_mod.rpc, "remote", create)
+    monkeypatch.setattr(restarts_mod, "create_remote", create)
     directory.mark_dead("w1")
     restarts.worker_died("w1")
     deadline = time.monotonic() + 10
