@@ -131,8 +131,12 @@ def test_a_fetch_of_a_freed_object_answers_lost():
         decode_reply(payload.unpack(store.answer_fetch("gone", "worker2")))
 
 
-def test_put_refuses_a_ref_and_needs_a_cluster():
+def test_put_refuses_a_ref_and_needs_a_cluster(monkeypatch):
+    from actorrt.runtime import context
+
     with pytest.raises(TypeError, match="already be passed"):
         actorrt.put(ObjectRef("A.m"))
-    with pytest.raises(actorrt.NotInitializedError):
+    # as in a process where actorrt was never started (xdist may share one with a cluster)
+    monkeypatch.setattr(context, "installed", lambda: None)
+    with pytest.raises(actorrt.NotInitializedError, match="actorrt.put"):
         actorrt.put(1)
