@@ -20,14 +20,15 @@ from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import torch
-import torch.distributed.rpc as rpc
 
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
+from actorrt.runtime import quick_rpc
 from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, unpack, wire_bytes
 from actorrt.runtime.protocol import (
     COPY,
+    LOCATED,
     OBJECT,
     OK,
     RAISE,
@@ -105,6 +106,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_loan",
         "_rf",
         "_counted",
+        "_direct",
         "__weakref__",
     )
 
@@ -120,6 +122,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._loan: tuple[str, str, Any] | None = None  # borrowed: (lender, token, rref)
         self._rf: cf.Future[None] | None = None  # done once the call answered (wait)
         self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
+        self._direct = False  # it holds its object directly (no lease yet: see _leased)
 
     def __del__(self) -> None:
         keep = self._keep
@@ -128,6 +131,14 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 keep.let_go()
             except Exception:  # interpreter teardown
                 pass
+        if self._direct:  # the one ref of its object that never travelled: it can go
+            rt = current_or_none()
+            loc = self._loc
+            if rt is not None and loc is not None:
+                try:
+                    rt.objects.let_go(loc.owner, loc.object_id)
+                except Exception:  # interpreter teardown
+                    pass
 
     # -- the runtime's side (runtime.protocol.ReplySlot) ---------------------------
     def attach(
@@ -213,13 +224,34 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         except Exception as exc:
             error = unreadable(f"the reply of {self._call}", exc)
             raise ActorError(str(error), error, "", self._actor_id) from None
-        if reply[0] == OBJECT:
-            self._loc = loc = reply[1]
+        status = reply[0]
+        if status == OBJECT or status == COPY:  # kept at the producer, held by this ref
+            object_id, nbytes = reply[1][0], reply[1][1]
+            with _hook_lock:
+                if self._loc is None:
+                    self._loc = ObjectLocation(object_id, self._worker, nbytes)
+                    self._direct = True
+                loc = self._loc
+            return (loc, None) if status == OBJECT else (None, reply[1][2])
+        if status == LOCATED:  # a lender's answer: a location with its lease
+            with _hook_lock:
+                if self._loc is None:
+                    self._loc = reply[1]
+                loc = self._loc
             return loc, None
-        if reply[0] == COPY:
-            self._loc, value = reply[1]
-            return None, value
         return None, decode_reply(reply, self._actor_id)
+
+    def _leased(self) -> ObjectLocation:
+        """Its location, with a lease (made now if it held the object directly)."""
+        with _hook_lock:
+            loc = self._loc
+            assert loc is not None
+            if not self._direct:
+                return loc
+            rt = current("sending an ObjectRef")
+            self._loc = loc = rt.objects.lease(loc)
+            self._direct = False
+            return loc
 
     def _decode(self, sent: torch.futures.Future[Wire]) -> Any:
         """The value of the reply ``sent`` (arrived already), or the error it stands for.
@@ -290,7 +322,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             lender, token, _ = self._loan
             fut: torch.futures.Future[Wire]
             try:
-                fut = rpc.rpc_async(lender, rpc_resolve, args=(token, rt.name))
+                # no timeout: the lent ref's call may run for long (get(timeout=) bounds it)
+                fut = quick_rpc.rpc_async(lender, rpc_resolve, (token, rt.name))
             except Exception as exc:  # the agent refused at once: the lender is gone
                 fut = torch.futures.Future()
                 fut.set_exception(exc)  # type: ignore[arg-type]  # torch's stub is wrong
@@ -356,7 +389,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         if error is not None:
             return rt.pack(requester, (RAISE, error))
         if self._loc is not None:  # known (_failure() read the reply)
-            return rt.pack(requester, (OBJECT, self._loc))
+            return rt.pack(requester, (LOCATED, self._leased()))
         if self._sent is not None:
             _, value = self._reply_value(self._sent)
         else:
@@ -441,9 +474,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 "Call actorrt.get(ref) first to send the value itself."
             )
         head = (self._call, self._actor_id)
-        loc = self._loc
-        if loc is not None:
-            return _located_ref, (*head, loc)
+        if self._loc is not None:
+            return _located_ref, (*head, self._leased())
         sent = self._sent
         ready = sent.done() if sent is not None else self._cf is not None and self._cf.done()
         if ready:
@@ -451,7 +483,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             if error is not None:
                 return _failed_ref, (*head, error)
             if self._loc is not None:
-                return _located_ref, (*head, self._loc)
+                return _located_ref, (*head, self._leased())
             if sent is not None:
                 _, value = self._reply_value(sent)
             else:
@@ -554,7 +586,9 @@ def put(value: Any) -> ObjectRef[Any]:
             "the value itself (actorrt.get(ref)) if you mean to copy it."
         )
     rt = current("actorrt.put()")
-    return _located_ref("put", None, rt.put(value))
+    ref = _located_ref("put", None, rt.put(value))
+    ref._direct = True  # the one ref of the object, until it travels
+    return ref
 
 
 def _check_timeout(timeout: object) -> float | None:

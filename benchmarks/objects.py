@@ -85,7 +85,7 @@ def _actorrt(reps: int) -> dict:
             return actorrt.get(sink.nbytes.remote(self.t[nbytes]), timeout=300)
 
         def publish(self) -> Any:
-            return actorrt.put(self.state())
+            return actorrt.put(self.state())  # the result is the ref (a small value)
 
     B = actorrt.actor(Sink)
     out: dict[str, Any] = {"pass": {}, "fanout": {}}
@@ -107,7 +107,9 @@ def _actorrt(reps: int) -> dict:
                 reps,
             )
         out["broadcast"] = _median(
-            lambda: actorrt.get([s.nbytes.remote(r) for r in [a.publish.remote()] for s in sinks]),
+            lambda: actorrt.get(
+                [s.nbytes.remote(r) for r in [actorrt.get(a.publish.remote())] for s in sinks]
+            ),
             reps,
         )
     return out

@@ -8,11 +8,13 @@ packed for that requester by the one payload pipeline, so it takes the pair's ro
 GPU to GPU where the plan gave the pair a device map, host staging where it did not, the
 shared-memory road on one host. The bytes never pass through a third process.
 
-Lifetime rides on torch's distributed reference counting: each object has an RRef whose
-value is an :class:`ObjectLease` (owned by rank 0, see there), and every ``ObjectRef`` of
-the object, wherever it went (inside call arguments, replies, other objects), holds a
-fork of that RRef. When the last fork is gone, torch drops the lease, and rank 0 tells
-the object's owner to drop the value.
+Lifetime: an object is first held directly by one process (the caller of the call that
+made it, or the process that put it), which tells the owner to let it go when its ref
+goes. When that ref first travels, the hold becomes a lease: an RRef whose value is an
+:class:`ObjectLease` (owned by rank 0, see there), a fork of which every copy of the ref
+holds, wherever it went (inside call arguments, replies, other objects), so torch's
+distributed reference counting decides. When the last fork is gone, torch drops the
+lease, and rank 0 tells the object's owner to drop the value.
 
 A ref whose call has not answered yet can travel too. Its process lends it
 (:meth:`ObjectStore.lend`): the receiver gets the lender's name, a token and an RRef that
@@ -28,6 +30,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -52,6 +55,7 @@ __all__ = [
     "resolve_args",
     "rpc_fetch",
     "rpc_lease",
+    "rpc_leased",
     "rpc_let_go",
     "rpc_resolve",
 ]
@@ -75,13 +79,17 @@ larger one does not, and the caller fetches it only if it gets it (one more roun
 a few percent of moving that many bytes)."""
 
 
+LET_GO_GATHER_S = 0.02
+"""How long the refs gone are gathered before their owners are told (one message each)."""
+
+
 class ObjectLocation(NamedTuple):
     """Where an object lives: what an ``ObjectRef`` of it carries, as plain data."""
 
     object_id: str
     owner: str  # RPC name of the process that keeps the value
     nbytes: int  # its tensors and pickled bytes, as measured when it was kept
-    rref: Any  # a fork of the owner's RRef of the lease: keeps the value alive
+    rref: Any = None  # a copy of its lease's RRef (rank 0's); None: held directly
 
 
 class ObjectLease:
@@ -146,9 +154,18 @@ class ObjectRefBase:
 class ObjectStore:
     """The objects this process owns, and the refs it lent before their calls answered.
 
+    An object kept here is held at first by one process directly, with no RRef: the
+    caller whose reply it was (or the process that put it). That holder lets it go when
+    its ``ObjectRef`` goes (:meth:`let_go`, one small message), unless the ref travelled
+    first: then the holder turned its hold into a lease (:meth:`lease`), an RRef owned by
+    rank 0 that torch counts across every copy, and rank 0 lets it go when the last copy
+    goes. A result got only by its caller thus costs no RRef at all.
+
     Args:
         name: This process's RPC name (every object kept here names it as owner).
         pack: The payload pipeline: ``pack(peer, value)`` packs a value for ``peer``.
+        driver_name: Rank 0's RPC name (it owns every lease's RRef).
+        is_driver: This process is rank 0.
     """
 
     def __init__(
@@ -161,6 +178,7 @@ class ObjectStore:
         self._lock = threading.Lock()
         self._values: dict[str, Any] = {}
         self._sizes: dict[str, int] = {}
+        self._holders: dict[str, str] = {}  # object id -> the process holding it directly
         self._loans: dict[str, ObjectRefBase] = {}
         self.fetches_served = 0  # fetches answered with a value (tests, status)
         self.bytes_served = 0
@@ -168,46 +186,91 @@ class ObjectStore:
         # False where rank 0 cannot keep leases (its second agent in one process, see
         # group.rrefs_work): objects then live until the cluster ends.
         self.leases = True
-        # Rank 0: leases torch dropped, whose owners are told by one thread (a lease may
-        # be dropped inside torch's RRef bookkeeping, where sending is no place to be).
-        # Started now: a lease may be dropped as the interpreter ends, too late to start one.
-        self._released: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
-        if is_driver:
-            threading.Thread(target=self._tell_owners, name="actorrt-objects", daemon=True).start()
+        # Owners to tell that an object (or loan) can go, told by one thread: a ref or a
+        # lease may be dropped anywhere (inside torch's RRef bookkeeping, a collection),
+        # where sending is no place to be. Started now: a lease may be dropped as the
+        # interpreter ends, too late to start a thread.
+        self._outbox: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
+        threading.Thread(target=self._tell_owners, name="actorrt-objects", daemon=True).start()
 
-    def keep(self, value: Any, nbytes: int) -> ObjectLocation:
-        """Keeps ``value`` here as a new object; its location holds an RRef of its lease."""
+    def keep(self, value: Any, nbytes: int, holder: str) -> str:
+        """Keeps ``value`` here as a new object, held directly by ``holder``; its id."""
         object_id = uuid.uuid4().hex
         with self._lock:
             self._values[object_id] = value
             self._sizes[object_id] = nbytes
-        return ObjectLocation(object_id, self.name, nbytes, self._lease(object_id, loan=False))
+            self._holders[object_id] = holder
+        return object_id
 
-    def _lease(self, key: str, loan: bool) -> Any:
-        """An RRef, owned by rank 0, whose lease lets ``key`` go here when torch drops it.
+    def lease(self, loc: ObjectLocation) -> ObjectLocation:
+        """At the direct holder of ``loc``, as its ref first travels: ``loc`` with a lease.
+
+        The owner is told the object is no longer held directly (its holder's death then
+        no longer frees it); rank 0 lets it go once the lease's last copy is gone.
+        """
+        if loc.owner == self.name:
+            with self._lock:
+                self._holders.pop(loc.object_id, None)
+        else:
+            try:
+                rpc.rpc_async(loc.owner, rpc_leased, args=(loc.object_id,))
+            except Exception:  # the owner is gone: the object with it
+                pass
+        return loc._replace(rref=self._lease(loc.owner, loc.object_id, loan=False))
+
+    def _lease(self, owner: str, key: str, loan: bool) -> Any:
+        """An RRef, owned by rank 0, whose lease lets ``key`` go at ``owner`` when dropped.
 
         None where leases do not work (:attr:`leases`): the object stays until shutdown.
         """
         if not self.leases:
             return None
         if self._is_driver:
-            return rpc.RRef(ObjectLease(self, self.name, key, loan))
-        return rpc.remote(self._driver, rpc_lease, args=(self.name, key, loan))
+            return rpc.RRef(ObjectLease(self, owner, key, loan))
+        return rpc.remote(self._driver, rpc_lease, args=(owner, key, loan))
 
-    def released(self, owner: str, key: str, loan: bool) -> None:
-        """Rank 0: the lease of ``key`` (kept by ``owner``) is gone; the owner lets go."""
+    def let_go(self, owner: str, key: str, loan: bool = False) -> None:
+        """No ref to ``key`` (kept by ``owner``) is left: the owner lets it go.
+
+        Called by a direct holder's ``ObjectRef`` as it goes, and on rank 0 when torch
+        drops a lease.
+        """
         if owner == self.name:
             (self.end_loan if loan else self.free)(key)
         elif not self._closed:
-            self._released.put((owner, key, loan))
+            self._outbox.put((owner, key, loan))
+
+    def released(self, owner: str, key: str, loan: bool) -> None:
+        """Rank 0: the lease of ``key`` (kept by ``owner``) is gone (see :meth:`let_go`)."""
+        self.let_go(owner, key, loan)
 
     def _tell_owners(self) -> None:
         while True:
-            owner, key, loan = self._released.get()
-            try:
-                rpc.rpc_async(owner, rpc_let_go, args=(key, loan))
-            except Exception:  # the owner is gone (its objects with it) or RPC is ending
-                pass
+            batch = [self._outbox.get()]
+            # A message per ref gone would cost both processes as much as a small call
+            # (a caller getting results in a loop paid a quarter more per get): what goes
+            # within a short while travels as one message per owner.
+            time.sleep(LET_GO_GATHER_S)
+            while True:
+                try:
+                    batch.append(self._outbox.get_nowait())
+                except queue.Empty:
+                    break
+            by_owner: dict[str, list[tuple[str, bool]]] = {}
+            for owner, key, loan in batch:
+                by_owner.setdefault(owner, []).append((key, loan))
+            for owner, keys in by_owner.items():
+                try:
+                    rpc.rpc_async(owner, rpc_let_go, args=(keys,))
+                except Exception:  # the owner is gone (its objects with it) or RPC is ending
+                    pass
+
+    def holder_died(self, process: str) -> None:
+        """Lets go of the objects ``process`` held directly (it died holding them)."""
+        with self._lock:
+            gone = [oid for oid, holder in self._holders.items() if holder == process]
+        for object_id in gone:
+            self.free(object_id)
 
     def value(self, object_id: str) -> Any:
         """The value of an object kept here.
@@ -224,10 +287,13 @@ class ObjectStore:
             ) from None
 
     def free(self, object_id: str) -> None:
-        """Drops an object (its lease is gone: no ref to it is left anywhere)."""
+        """Drops an object (no ref to it is left anywhere)."""
         with self._lock:
-            self._values.pop(object_id, None)
+            value = self._values.pop(object_id, None)
             self._sizes.pop(object_id, None)
+            self._holders.pop(object_id, None)
+        # Outside the lock: the value may hold refs, whose going lets go of their objects.
+        del value
 
     def stats(self) -> tuple[int, int]:
         """How many objects this process keeps, and their bytes."""
@@ -238,9 +304,12 @@ class ObjectStore:
         """Drops every object and loan (at shutdown)."""
         self._closed = True
         with self._lock:
-            self._values.clear()
+            values, loans = self._values, self._loans
+            self._values, self._loans = {}, {}
             self._sizes.clear()
-            self._loans.clear()
+            self._holders.clear()
+        values.clear()  # outside the lock (see free)
+        loans.clear()
 
     # -- refs lent before their calls answered ---------------------------------------
     def lend(self, ref: ObjectRefBase) -> tuple[str, Any]:
@@ -248,12 +317,13 @@ class ObjectStore:
         token = uuid.uuid4().hex
         with self._lock:
             self._loans[token] = ref
-        return token, self._lease(token, loan=True)
+        return token, self._lease(self.name, token, loan=True)
 
     def end_loan(self, token: str) -> None:
         """Ends a loan (no borrower is left)."""
         with self._lock:
-            self._loans.pop(token, None)
+            ref = self._loans.pop(token, None)
+        del ref  # outside the lock (see free)
 
     def loaned(self, token: str) -> ObjectRefBase | None:
         """The ref lent under ``token``, if the loan is open."""
@@ -279,10 +349,18 @@ def rpc_lease(owner: str, key: str, loan: bool) -> ObjectLease:
     return ObjectLease(context.part(ObjectStore), owner, key, loan)
 
 
-def rpc_let_go(key: str, loan: bool) -> None:
-    """Sent by rank 0 to an owner: no ref to its object ``key`` (or loan) is left."""
+def rpc_let_go(keys: list[tuple[str, bool]]) -> None:
+    """Sent to an owner: no ref to these objects (``loan`` False) or loans is left."""
     store = context.part(ObjectStore)
-    (store.end_loan if loan else store.free)(key)
+    for key, loan in keys:
+        (store.end_loan if loan else store.free)(key)
+
+
+def rpc_leased(object_id: str) -> None:
+    """Sent to an owner by the direct holder of its object, whose ref now travels."""
+    store = context.part(ObjectStore)
+    with store._lock:
+        store._holders.pop(object_id, None)
 
 
 def rpc_fetch(object_id: str, requester: str) -> Wire:

@@ -27,6 +27,7 @@ __all__ = [
     "COPY",
     "DIED",
     "ERROR",
+    "LOCATED",
     "LOST",
     "OBJECT",
     "OK",
@@ -50,9 +51,10 @@ OK = 0
 ERROR = 1
 DIED = 2
 LOST = 3  # an object the call needed (or a fetch asked for) is gone: payload says why
-OBJECT = 4  # the value stayed where it was made: payload is its ObjectLocation
+OBJECT = 4  # the value stayed where it was made: payload (object id, bytes); the caller holds it
 RAISE = 5  # payload is an exception to raise as it is (a lent ref whose call failed)
-COPY = 6  # the value stayed where it was made, and a copy came along: (location, value)
+COPY = 6  # as OBJECT, and a copy came along: (object id, bytes, value)
+LOCATED = 7  # a lent ref's answer: payload is an ObjectLocation with its lease
 
 
 class ActorRecord(NamedTuple):
@@ -185,11 +187,11 @@ def died_reply(reason: str) -> tuple[int, Any]:
 def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
     """Returns the value of an ``OK`` reply; raises what the others stand for.
 
-    An ``OBJECT`` reply's value is its ``ObjectLocation`` (the caller fetches it), a
-    ``COPY`` reply's ``(location, value)``.
+    An ``OBJECT``, ``COPY`` or ``LOCATED`` reply's value is its payload: where the value
+    lives (the caller fetches it), with a copy of it for ``COPY``.
     """
     status, payload = reply
-    if status == OK or status == OBJECT or status == COPY:
+    if status == OK or status == OBJECT or status == COPY or status == LOCATED:
         return payload
     if status == ERROR:
         what, summary, text, cause = payload

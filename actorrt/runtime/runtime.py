@@ -26,7 +26,7 @@ from actorrt.errors import ActorDiedError, NotInitializedError, ObjectLostError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
-from actorrt.runtime import context, group, shm
+from actorrt.runtime import context, group, quick_rpc, shm
 from actorrt.runtime import host as host_mod
 from actorrt.runtime.batches import CallBatches, ReplyBatches
 from actorrt.runtime.context import is_initialized
@@ -514,10 +514,11 @@ class Runtime:
         packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
         if type(packed) is not int:
             return packed  # type: ignore[return-value]  # a Wire
-        loc = self.objects.keep(reply[1], packed)
+        # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
+        object_id = self.objects.keep(reply[1], packed, holder=peer)
         if packed >= self.pull_bytes:
-            return pack((OBJECT, loc))
-        return self.pack(peer, (COPY, (loc, reply[1])))
+            return None, [(OBJECT, (object_id, packed))]
+        return self.pack(peer, (COPY, (object_id, packed, reply[1])))
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).
@@ -535,7 +536,7 @@ class Runtime:
                 "plain data or tensors, or make such state inside the actor that needs it."
             ) from exc
         nbytes = packed if type(packed) is int else len(packed[0] or b"")  # type: ignore[index]
-        return self.objects.keep(value, nbytes)
+        return ObjectLocation(self.objects.keep(value, nbytes, holder=self.name), self.name, nbytes)
 
     def fetch(self, loc: ObjectLocation) -> torch.futures.Future[Wire]:
         """Asks the owner of ``loc`` for its value; the future of the packed reply.
@@ -546,8 +547,10 @@ class Runtime:
         owner = loc.owner
         if owner in self._dead_workers or self.stopped.is_set():
             raise self.lost(loc, "its owner process died" if not self.stopped.is_set() else "")
-        fut: torch.futures.Future[Wire] = rpc.rpc_async(
-            owner, rpc_fetch, args=(loc.object_id, self.name)
+        # No timeout, as a call: a large value on a slow link takes what it takes; the
+        # owner's death fails it (below), and get(timeout=) bounds the caller's wait.
+        fut: torch.futures.Future[Wire] = quick_rpc.rpc_async(
+            owner, rpc_fetch, (loc.object_id, self.name)
         )
         self.inflight.track(owner, fut)  # failed when rank 0 marks the owner dead
         return fut
@@ -667,6 +670,7 @@ class Runtime:
                 self.restarts.worker_died(worker)
             self._dead_workers.add(worker)
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
+        self.objects.holder_died(worker)
         if self.directory is not None:
             self._tell_workers(worker, why)
 
@@ -705,6 +709,7 @@ class Runtime:
         """
         self._dead_workers.add(worker)
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
+        self.objects.holder_died(worker)
 
     def note_alive(self, worker: str) -> None:
         """A new process replaced the dead ``worker`` (rank 0 says): it takes calls again."""
