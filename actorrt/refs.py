@@ -17,6 +17,7 @@ import numbers
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import torch
@@ -240,6 +241,18 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 loc = self._loc
             return loc, None
         return None, decode_reply(reply, self._actor_id)
+
+    def _as_argument(self) -> Any:
+        """What a ready top-level argument travels as: a stand-in with its location.
+
+        The actor fetches the value before the method runs, and the caller keeps this ref
+        (and so the object) until the call's reply: no lease is needed for that
+        (:func:`send_call`). A ref without a location travels as it is.
+        """
+        loc = self._loc
+        if loc is None:
+            return self
+        return _located_ref(self._call, self._actor_id, loc._replace(rref=None))
 
     def _leased(self) -> ObjectLocation:
         """Its location, with a lease (made now if it held the object directly)."""
@@ -494,6 +507,10 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         rt = current("sending an ObjectRef")
         token, rref = rt.objects.lend(self)
         return _borrowed_ref, (*head, rt.name, token, rref)
+
+
+def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:
+    held.clear()
 
 
 def _set_ready(ready: cf.Future[None]) -> None:
@@ -786,7 +803,12 @@ def send_call(
             rt.skip(target, seq, worker)
             ref.fail(error)
             return
-        rt.send(target, seq, method, args, kwargs, ref, raise_now=False, seq_worker=worker)
+        a = tuple(x._as_argument() if type(x) is ObjectRef else x for x in args)
+        kw = {k: v._as_argument() if type(v) is ObjectRef else v for k, v in kwargs.items()}
+        rt.send(target, seq, method, a, kw, ref, raise_now=False, seq_worker=worker)
+        sent = ref._sent
+        if sent is not None:  # the refs hold their objects until the callee has fetched them
+            sent.add_done_callback(partial(_let_go_after_reply, deps))
 
     for dep in deps:
         dep._ready_future().add_done_callback(on_dep_ready)
