@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         shutdown,
         start,
         status,
+        timeline,
     )
     from actorrt.errors import (
         ActorDiedError,
@@ -85,6 +86,7 @@ _EXPORTS = {
     "shutdown": "actorrt.api",
     "start": "actorrt.api",
     "status": "actorrt.api",
+    "timeline": "actorrt.api",
     "ActorDiedError": "actorrt.errors",
     "ActorError": "actorrt.errors",
     "ActorRtError": "actorrt.errors",
@@ -131,6 +133,7 @@ __all__ = [
     "shutdown",
     "start",
     "status",
+    "timeline",
     "wait",
 ]
 

@@ -196,6 +196,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
     p.add_argument(
+        "--trace",
+        action="store_true",
+        help="record actorrt's timeline in every process (actorrt.start(trace=True)) and "
+        "write it to <logdir>/timeline.json at the end (open it in ui.perfetto.dev)",
+    )
+    p.add_argument(
         "--plan",
         nargs="?",
         const="table",
@@ -223,6 +229,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "--transport cuda": args.transport == "cuda" or None,
             "--cuda-device-map": args.cuda_device_map,
             "--local-cuda-devices": args.local_cuda_devices,
+            "--trace": args.trace or None,
         }
         given = [flag for flag, value in actorrt_only.items() if value is not None]
         if given:
@@ -290,6 +297,8 @@ def build_layout(args: argparse.Namespace) -> dict[str, Any]:
 
 def _start_cluster(args: argparse.Namespace) -> None:
     common: dict[str, Any] = {"transport": args.transport, **build_layout(args)}
+    if getattr(args, "trace", False):
+        common["trace"] = True
     if args.cuda_device_map:
         common["cuda_device_map"] = args.cuda_device_map
     if args.local_cuda_devices:
@@ -511,7 +520,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
         ``checkpoint``, ``plan`` (the plan.json path; None on Ray), ``updates``,
-        ``weight_refreshes`` (sum over collectors), ``learner_restarts``.
+        ``weight_refreshes`` (sum over collectors), ``learner_restarts``; with
+        ``--trace``, ``timeline`` (the timeline.json path, None if it failed).
     """
     cfg = build_config(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
@@ -569,6 +579,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             monitor.close()
         refreshes = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     finally:
+        if on_actorrt and getattr(args, "trace", False):  # what happened, even in a failed run
+            summary["timeline"] = _write_timeline(logdir / "timeline.json")
         _stop(args)
     # The learner's count, which a run that restarts from a checkpoint keeps true (the
     # collectors' counts include frames the checkpoint lost).
@@ -661,6 +673,17 @@ def _run(
                 f"(restart {restarts} of {limit})",
                 flush=True,
             )
+
+
+def _write_timeline(path: Path) -> str | None:
+    """``--trace``: gathers every process's timeline into ``path``; its path, or None."""
+    try:
+        trace = actorrt.timeline(path)
+    except Exception as exc:  # a timeline lost must not lose the run's results
+        print(f"timeline not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return None
+    print(f"timeline: {path} ({len(trace['traceEvents']):,} events)", flush=True)
+    return str(path)
 
 
 def _write_learner(path: Path, crew: Crew) -> None:
