@@ -520,7 +520,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
         ``checkpoint``, ``plan`` (the plan.json path; None on Ray), ``updates``,
-        ``weight_refreshes`` (sum over collectors), ``learner_restarts``; with
+        ``weight_refreshes`` (sum over collectors), ``learner_restarts``,
+        ``eval_seconds`` (the final evaluation's wall time); with
         ``--trace``, ``timeline`` (the timeline.json path, None if it failed).
     """
     cfg = build_config(args)
@@ -604,11 +605,13 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         weight_refreshes=sum(r["weight_refreshes"] for r in refreshes),
         learner_restarts=restarts,
         learning_curve=str(png),
+        eval_seconds=evaluator.seconds[-1] if evaluator.seconds else math.nan,
     )
     print(
         f"final evaluation: env={cfg.env_id} episodes={len(eval_returns)} "
         f"mean_return={eval_mean:.2f} min={min(eval_returns):.1f} max={max(eval_returns):.1f} "
-        f"frames={frames:,} updates={stats['updates']:,} wall={seconds:.0f}s logdir={logdir}",
+        f"frames={frames:,} updates={stats['updates']:,} wall={seconds:.0f}s "
+        f"(final evaluation {summary['eval_seconds']:.1f}s) logdir={logdir}",
         flush=True,
     )
     return summary
