@@ -41,6 +41,7 @@ from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
 from examples.atari_dqn.config import DQNConfig, config_for_env
+from examples.atari_dqn.gpus import GpuShares, share_gpus
 from examples.atari_dqn.learner import Learner
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
 from examples.atari_dqn.monitor import CALL_TIMEOUT_S, Evaluator, Monitor, progress_fields
@@ -55,6 +56,7 @@ from examples.atari_dqn.recovery import (
 __all__ = [
     "build_config",
     "build_layout",
+    "fit_gpus",
     "launch_actors",
     "main",
     "parse_args",
@@ -140,13 +142,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="GPUs for the learner (default: 1 if CUDA is available here or "
-        "--transport cuda, else 0)",
+        "--transport cuda, else 0; on a local machine with fewer GPUs than the slots "
+        "want, a share that fits, printed at the start)",
     )
     p.add_argument(
         "--collector-gpus",
         type=float,
         default=None,
-        help="GPUs per collector (default: 1 with --transport cuda, else 0; fractions share a GPU)",
+        help="GPUs per collector (default: 1 with --transport cuda, else 0; on a local "
+        "machine with fewer GPUs than that, equal power-of-two shares of what the learner "
+        "leaves; fractions share a GPU)",
     )
     p.add_argument(
         "--collector-restarts",
@@ -276,6 +281,34 @@ def resolve_gpus(
     return float(learner_gpus), float(collector_gpus)
 
 
+def fit_gpus(args: argparse.Namespace) -> GpuShares:
+    """Shrinks the default GPU requests to shares that fit this machine's GPUs; prints them.
+
+    On a local cluster (or Ray) with fewer GPUs than the learner and the collectors would
+    take whole, the defaults become fractions (:func:`~examples.atari_dqn.gpus.share_gpus`)
+    and ``args.learner_gpus`` / ``args.collector_gpus`` are set to them, so the layout
+    and the actors ask the same. Values given on the command line are kept. With
+    ``--init-method`` the GPUs are on other nodes, unknown here: nothing is changed.
+
+    Returns:
+        The shares chosen.
+    """
+    gpus = None if args.init_method else _local_gpu_count(args.local_cuda_devices)
+    shares = share_gpus(
+        gpus, args.collectors, args.transport, args.learner_gpus, args.collector_gpus
+    )
+    args.learner_gpus, args.collector_gpus = shares.learner, shares.collector
+    if shares.note:
+        print(shares.note, flush=True)
+    return shares
+
+
+def _local_gpu_count(local_cuda_devices: str | None) -> int:
+    if local_cuda_devices:  # the processes of a local cluster see only these
+        return len([d for d in local_cuda_devices.split(",") if d.strip()])
+    return torch.cuda.device_count()
+
+
 def build_layout(args: argparse.Namespace) -> dict[str, Any]:
     """``actorrt.start()``'s layout arguments: ``{"labels": ..., "talks": ...}``.
 
@@ -386,6 +419,7 @@ def show_plan(args: argparse.Namespace) -> int:
     from actorrt.placement import Plan
     from actorrt.placement.render import placement_table, transport_matrix
 
+    fit_gpus(args)
     _start_cluster(args)
     try:
         plan = actorrt.plan()
@@ -525,6 +559,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         ``--trace``, ``timeline`` (the timeline.json path, None if it failed).
     """
     cfg = build_config(args)
+    fit_gpus(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
     resume_state = None
