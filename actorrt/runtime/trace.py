@@ -297,10 +297,15 @@ def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[
 
     Processes are rows (sorted by rank), their threads the tracks; round trips and
     mailbox waits, which overlap, are async slices; runs and replies are complete
-    slices on the thread that did them.
+    slices on the thread that did them. Times are microseconds from the first record
+    (``otherData.start_unix_ns``).
     """
     out: list[dict[str, Any]] = []
     dropped = 0
+    # Times from the first record on: microseconds since 1970 as floats would keep only a
+    # quarter of a microsecond, enough to put a run's start before its wait's end.
+    starts = [e[2] - int(p.get("offset", 0)) for p in parts for e in p["events"]]
+    base = min(starts, default=0)
     for part in parts:
         pid, offset = int(part["pid"]), int(part.get("offset", 0))
         dropped += int(part.get("dropped", 0))
@@ -311,21 +316,28 @@ def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[
         for tid, tname in part["threads"].items():
             out.append({**meta, "name": "thread_name", "tid": int(tid), "args": {"name": tname}})
         for kind, name, begin, end, tid, key, detail in part["events"]:
-            ts = (begin - offset) / 1000.0  # microseconds, the format's unit
-            dur = max(0, end - begin) / 1000.0
+            ts = (begin - offset - base) / 1000.0  # microseconds, the format's unit
+            ts_end = (max(begin, end) - offset - base) / 1000.0
             args = {"call": key, **detail}
             where = {"cat": kind, "pid": pid, "tid": tid}
             if kind in (_CALL, _WAIT):
                 common = {**where, "name": name if kind == _CALL else f"wait {name}", "id": key}
                 out.append({**common, "ph": "b", "ts": ts, "args": args})
-                out.append({**common, "ph": "e", "ts": ts + dur})
+                out.append({**common, "ph": "e", "ts": ts_end})
             else:
                 label = name if kind == _RUN else f"reply {name}"
-                out.append({**where, "name": label, "ph": "X", "ts": ts, "dur": dur, "args": args})
+                out.append(
+                    {**where, "name": label, "ph": "X", "ts": ts, "dur": ts_end - ts, "args": args}
+                )
     return {
         "traceEvents": out,
         "displayTimeUnit": "ms",
-        "otherData": {"dropped_events": dropped, "missing_processes": list(missing)},
+        "otherData": {
+            "dropped_events": dropped,
+            "missing_processes": list(missing),
+            # when ts 0 is, for lining the trace up with other records
+            "start_unix_ns": base,
+        },
     }
 
 

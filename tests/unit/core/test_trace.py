@@ -106,3 +106,19 @@ def test_wire_bytes_counts_blob_and_tensors():
     assert trace.wire_bytes((b"abc", [t])) == 3 + 80
     assert trace.wire_bytes((None, [((t, 1), {"x": t})])) == 160  # a plain (args, kwargs)
     assert trace.wire_bytes(object()) == 0  # unknown: no figure, no failure
+
+
+def test_times_since_1970_keep_sub_microsecond_order():
+    # Microseconds since 1970 as floats keep a quarter of a microsecond: a wait ending at
+    # the very nanosecond its run starts must not end after it in the file.
+    now = 1_795_687_331_823_979_812  # ns
+    part = {"name": "w", "rank": 1, "pid": 1, "host": "h", "threads": {}}
+    events = [
+        ("wait", "S.nap", now - 21_908_000, now, 7, "k", {}),
+        ("run", "S.nap", now, now + 20_125_000, 7, "k", {}),
+    ]
+    out = trace.to_chrome([{**part, "events": events}])
+    (wait_end,) = [e["ts"] for e in out["traceEvents"] if e.get("ph") == "e"]
+    (run,) = [e for e in out["traceEvents"] if e.get("cat") == "run"]
+    assert wait_end == run["ts"] == 21_908.0
+    assert out["otherData"]["start_unix_ns"] == now - 21_908_000
