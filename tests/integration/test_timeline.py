@@ -7,6 +7,7 @@ cluster, its processes killed by pid at the end) and reads the trace file it wro
 import json
 
 import pytest
+from netns import driver_argv, free_port, worker_argv
 from scripts import run_script
 
 pytestmark = pytest.mark.timeout(180)
@@ -124,3 +125,22 @@ def test_trace_from_the_environment_and_timeline_refused_when_off(tmp_path):
     trace = _events(tmp_path / "env.json")
     assert any(ev.get("cat") == "run" and ev["name"] == "Echo.ping" for ev in trace["traceEvents"])
     assert "trace=True" in rep["refused"]
+
+
+def test_multinode_workers_trace_when_the_driver_says_so(procs, tmp_path):
+    """``actorrt worker`` processes (loopback) learn the flag from the driver's plan."""
+    init = f"tcp://127.0.0.1:{free_port()}"
+    env = {"ACTORRT_TOKEN": "trace-test-token"}
+    path = str(tmp_path / "multinode.json")
+    cfg = {"init": init, "world": 3, "scenario": "trace", "trace": True, "timeline": path}
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    res = procs.result("driver", 90)
+    assert procs.wait("driver", 30) == 0, procs.logs()
+    rows = {int(pid): name for pid, name in res["rows"].items()}
+    assert set(res["worker_pids"]) <= set(rows), (rows, res["worker_pids"])
+    # each worker recorded its actor's runs: the flag reached them through the plan
+    assert sorted(res["runs"]) == ["worker1", "worker2"], res["runs"]
+    assert all({"Probe.where", "Probe.echo"} <= set(r) for r in res["runs"].values())
+    _events(path)
