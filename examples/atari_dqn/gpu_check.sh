@@ -19,6 +19,8 @@
 #   pong        the one-GPU recipe of the README (12 collectors, --transport cuda,
 #               GPU shares fitted automatically), cut at 10 minutes; its learning
 #               curve is in $OUT/pong (metrics.csv, learning_curve.png)
+#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py: the cuda
+#               transport with hand-set shares and without any GPU flag (about 3 min)
 # About 15 minutes in all. Every figure lands in $OUT/summary.txt.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
@@ -79,8 +81,13 @@ for step in $STEPS; do
         grep -E '^(GPUs:|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         tail -3 "$OUT/pong/metrics.csv" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
+    gputest)
+        timeout 500 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_atari_dqn.py \
+            > "$OUT/gputest.log" 2>&1
+        note "  tests/gpu/test_gpu_atari_dqn.py (exit $?): $(tail -1 "$OUT/gputest.log")"
+        ;;
     *)
-        note "  unknown step $step (machine, throughput, eval, pong)"
+        note "  unknown step $step (machine, throughput, eval, pong, gputest)"
         ;;
     esac
 done
