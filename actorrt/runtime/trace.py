@@ -109,27 +109,37 @@ def _thread() -> int:
     return tid
 
 
+_WALK_DEPTH = 6  # side list -> (args, kwargs) -> args -> a dict of tensors -> ...
+_WALK_WIDTH = 256  # items looked at per container (a network's state dict fits)
+
+
 def wire_bytes(wire: Any) -> int:
     """Bytes a packed value carries: its pickled blob plus its tensors (0 if unknown).
 
-    A packed value is ``(blob, side)`` (see :mod:`actorrt.runtime.payload`); only the
-    blob's length and the top level of ``side`` are read, so this stays cheap.
+    A packed value is ``(blob, side)`` (see :mod:`actorrt.runtime.payload`): ``side``
+    holds the tensors taken out of a pickled value, or the plain value itself (a batch
+    as a dict of tensors, a reply's ``(status, value)``), walked here a few containers
+    deep and a few hundred items wide, so it stays cheap.
     """
     try:
         blob, side = wire
         total = len(blob) if isinstance(blob, (bytes, bytearray)) else 0
-        for item in side:
-            total += _nbytes(item)
-            if isinstance(item, (tuple, list)):  # a plain (args, kwargs) or reply
-                for inner in item:
-                    total += _nbytes(inner)
-                    if isinstance(inner, (tuple, list)):
-                        total += sum(_nbytes(x) for x in inner)
-                    elif isinstance(inner, dict):
-                        total += sum(_nbytes(x) for x in inner.values())
-        return total
+        return total + _walk(side, _WALK_DEPTH)
     except Exception:  # not a wire we know: no figure rather than a failed call
         return 0
+
+
+def _walk(x: Any, depth: int) -> int:
+    n = _nbytes(x)
+    if n or depth == 0:
+        return n
+    if isinstance(x, (tuple, list)):
+        items = x[:_WALK_WIDTH]
+    elif isinstance(x, dict):
+        items = list(x.values())[:_WALK_WIDTH]
+    else:
+        return 0
+    return sum(_walk(item, depth - 1) for item in items)
 
 
 def _nbytes(x: Any) -> int:

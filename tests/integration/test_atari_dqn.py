@@ -140,6 +140,7 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
     trips = {e["id"]: e for e in trace["traceEvents"] if e.get("cat") == "call" and e["ph"] == "b"}
     pushes = [k for k, e in runs.items() if e["name"] == "Learner.push" and k in trips]
     assert pushes and all(trips[k]["ts"] <= runs[k]["ts"] for k in pushes)
+    assert all(trips[k]["args"]["bytes_out"] > 0 for k in pushes)  # the batches' tensors
     assert "eval at" in out  # the periodic evaluation ran
     for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "plan.json"):
         assert (logdir / name).stat().st_size > 0, name

@@ -122,3 +122,11 @@ def test_times_since_1970_keep_sub_microsecond_order():
     (run,) = [e for e in out["traceEvents"] if e.get("cat") == "run"]
     assert wait_end == run["ts"] == 21_908.0
     assert out["otherData"]["start_unix_ns"] == now - 21_908_000
+
+
+def test_wire_bytes_finds_tensors_in_a_plain_batch_and_a_reply():
+    batch = {"obs": torch.zeros(16, 84, 84, dtype=torch.uint8), "act": torch.zeros(16)}
+    # a push's plain (args, kwargs) and a weights reply (status, (version, state dict))
+    assert trace.wire_bytes((None, [((batch,), {})])) == 16 * 84 * 84 + 16 * 4
+    state = {"w": torch.zeros(4, 4), "b": torch.zeros(4)}
+    assert trace.wire_bytes((None, [(0, (3, state))])) == (16 + 4) * 4
