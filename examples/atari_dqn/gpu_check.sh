@@ -19,6 +19,11 @@
 #   pong        the one-GPU recipe of the README (12 collectors, --transport cuda,
 #               GPU shares fitted automatically), cut at 10 minutes; its learning
 #               curve is in $OUT/pong (metrics.csv, learning_curve.png)
+#   tcp         (not in the default STEPS) the throughput benchmark, --transport cpu, with
+#               ACTORRT_TP_TRANSPORTS=uv: TensorPipe's shm reactor busy-polls a core in
+#               every process that has it (docs/performance.md), and 12 collectors, the
+#               learner, the driver and the zygote (15 processes on 16 cores) keep it on;
+#               this shows whether those spinning threads hold collection back (2 min)
 #   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py: the cuda
 #               transport with hand-set shares and without any GPU flag (about 3 min)
 # About 15 minutes in all. Every figure lands in $OUT/summary.txt.
@@ -81,13 +86,20 @@ for step in $STEPS; do
         grep -E '^(GPUs:|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         tail -3 "$OUT/pong/metrics.csv" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
+    tcp)
+        ACTORRT_TP_TRANSPORTS=uv timeout 400 $PYTHON -m benchmarks.dqn_throughput \
+            --collectors "$COLLECTORS" --transport cpu --frames 120000 --raw-seconds 10 \
+            --json "$OUT/throughput-tcp.json" > "$OUT/throughput-tcp.log" 2>&1
+        note "  transport cpu, TensorPipe uv only (exit $?):"
+        grep -E '^(raw|DQN|ratio)' "$OUT/throughput-tcp.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        ;;
     gputest)
         timeout 500 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_atari_dqn.py \
             > "$OUT/gputest.log" 2>&1
         note "  tests/gpu/test_gpu_atari_dqn.py (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, throughput, eval, pong, gputest)"
+        note "  unknown step $step (machine, throughput, eval, pong, tcp, gputest)"
         ;;
     esac
 done
