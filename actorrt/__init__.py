@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         shutdown,
         start,
         status,
+        timeline,
     )
     from actorrt.errors import (
         ActorDiedError,
@@ -86,6 +87,7 @@ _EXPORTS = {
     "shutdown": "actorrt.api",
     "start": "actorrt.api",
     "status": "actorrt.api",
+    "timeline": "actorrt.api",
     "ActorDiedError": "actorrt.errors",
     "ActorError": "actorrt.errors",
     "ActorRtError": "actorrt.errors",
@@ -136,6 +138,7 @@ __all__ = [
     "shutdown",
     "start",
     "status",
+    "timeline",
     "wait",
 ]
 

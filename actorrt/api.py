@@ -24,6 +24,7 @@ from actorrt.placement.clusterfile import dump_cluster as _dump_spec
 from actorrt.placement.device_flags import parse_local_cuda_devices
 from actorrt.placement.layout import Layout, parse_layout
 from actorrt.placement.plan import TRANSPORT_MODES
+from actorrt.runtime import trace as _trace
 from actorrt.runtime.context import ensure_not_started, is_initialized
 from actorrt.runtime.directory import ActorInfo, NodeInfo
 from actorrt.runtime.runtime import Runtime, current, current_or_none
@@ -39,6 +40,7 @@ __all__ = [
     "shutdown",
     "start",
     "status",
+    "timeline",
 ]
 
 LayoutArg = Mapping[str, Any] | str | os.PathLike[str] | Layout | None
@@ -67,6 +69,7 @@ def start(
     num_worker_threads: int = 16,
     log_level: str | int | None = None,
     log_to_driver: bool = True,
+    trace: bool | None = None,
 ) -> Runtime:
     """Starts actorrt in this process, which becomes the driver (rank 0).
 
@@ -123,6 +126,10 @@ def start(
         log_to_driver: Print what actors print (stdout and stderr, every worker) on this
             process's terminal, each line prefixed with where it came from, e.g.
             ``(Learner pid=1234 host=node1)``; False leaves it on the workers' terminals.
+        trace: Record a timeline in every process (each call's round trip, its wait in
+            the mailbox, its run and its reply, with bytes); :func:`timeline` gathers it
+            into one Chrome trace / Perfetto file. Default: ``ACTORRT_TRACE`` (``1``
+            turns it on), else off. Off, it costs nothing measurable.
 
     Returns:
         The :class:`Runtime`; ``with actorrt.start(): ...`` shuts down at the end.
@@ -137,6 +144,10 @@ def start(
     level = _configure_logging(log_level)
     if not isinstance(log_to_driver, bool):
         raise ValueError(f"log_to_driver={log_to_driver!r} must be True or False.")
+    if trace is None:
+        trace = _trace.env_enabled()
+    elif not isinstance(trace, bool):
+        raise ValueError(f"trace={trace!r} must be True, False or None (ACTORRT_TRACE).")
     layout = parse_layout(labels, talks, strategy)
     if transport not in TRANSPORT_MODES:
         raise ValueError(f"transport={transport!r}: choose one of {', '.join(TRANSPORT_MODES)}.")
@@ -211,6 +222,7 @@ def start(
             log_to_driver=log_to_driver,
             heartbeat_timeout=heartbeat_timeout,
             max_worker_restarts=max_worker_restarts,
+            trace=trace,
         )
     atexit.register(shutdown)
     return rt
@@ -330,3 +342,44 @@ def kill(handle: ActorHandle | TypedActor) -> None:
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"actorrt.kill takes an ActorHandle, got {type(handle)!r}.")
     current("actorrt.kill()").kill(handle)
+
+
+def timeline(
+    path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0
+) -> dict[str, Any]:
+    """Gathers every process's timeline into one Chrome trace / Perfetto file (``ray timeline``).
+
+    Needs ``actorrt.start(trace=True)`` (or ``ACTORRT_TRACE=1``). Each process is a row
+    (named by its RPC name, rank, host and pid), each thread a track (an actor's thread
+    carries the actor's class and id). A call shows as its round trip on the caller
+    (``cat`` ``call``, with ``bytes_out`` and ``bytes_back``), and on the actor's
+    process as its wait in the mailbox (``wait``), its run (``run``) and its reply
+    (``reply``, with ``bytes``); the four share the key ``args.call``
+    (``caller/actor id/seq``). Records are kept, not cleared: a later call gathers
+    everything since the start. Driver only.
+
+    Args:
+        path: Write the trace here as JSON (open it in https://ui.perfetto.dev or
+            ``chrome://tracing``).
+        timeout: Seconds each process has to send its records; one that does not is
+            left out and named under ``otherData.missing_processes``.
+
+    Returns:
+        The trace: a dict with ``traceEvents`` (the Chrome trace event format).
+
+    Raises:
+        RuntimeError: Called on a worker, or actorrt was started without ``trace``.
+    """
+    rt = current("actorrt.timeline()")
+    if rt.rank != 0:
+        raise RuntimeError("actorrt.timeline() gathers from the driver; call it there")
+    if not _trace.ON:
+        raise RuntimeError(
+            "actorrt.timeline(): nothing was recorded; start with actorrt.start(trace=True) "
+            "or ACTORRT_TRACE=1."
+        )
+    alive = [n.process for n in rt.nodes() if n.alive]
+    result = _trace.gather(alive, rt.name, timeout)
+    if path is not None:
+        _trace.write(result, path)
+    return result

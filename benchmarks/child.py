@@ -15,6 +15,10 @@ def main() -> None:
         from benchmarks import dqn
 
         result = dqn.run(system, cfg)
+    elif suite == "dqn-throughput":
+        from benchmarks import dqn_throughput
+
+        result = dqn_throughput.run(system, cfg)
     elif suite == "latency-by-size":
         from benchmarks import latency_by_size
 

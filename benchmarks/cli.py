@@ -43,6 +43,7 @@ JOBS = [
     ("baseline", "dqn"),
     ("actorrt", "dqn"),
     ("ray", "dqn"),
+    ("actorrt", "dqn-throughput"),
     ("actorrt", "latency-by-size"),
     ("torch", "latency-by-size"),
     ("ray", "latency-by-size"),
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=0,
         help="per-child limit in seconds (default 180 with --quick, else 420; the dqn "
-        "suite gets three times as long)",
+        "and dqn-throughput suites get three times as long)",
     )
     p.add_argument(
         "--world-sizes",
@@ -262,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(reps):
             print(f"[{time.perf_counter() - t_start:6.1f}s] {system}/{suite} ...", flush=True)
             # The real DQN starts a learner and collectors three times, and trains.
-            res = run_job(system, suite, cfg, timeout * (3 if suite == "dqn" else 1))
+            res = run_job(
+                system, suite, cfg, timeout * (3 if suite in ("dqn", "dqn-throughput") else 1)
+            )
             if "_error" in res:
                 print(f"    {system}/{suite}: {res['_error']}", flush=True)
                 notes.append(f"{system}/{suite}: {res['_error']}")
@@ -303,6 +306,14 @@ def main(argv: list[str] | None = None) -> None:
         doc["objects_table"] = objects.table(doc)
         print("\nobjects: refs passed, puts fanned out, a state dict broadcast (median s):")
         print(doc["objects_table"])
+    if "dqn-throughput" in ran and "dqn_throughput" in results.get("actorrt", {}):
+        tp = results["actorrt"]["dqn_throughput"]
+        raw = ", ".join(f"{r['frames_per_s']:,.0f}" for r in tp["raw"])
+        print(
+            f"\nDQN collection against the raw emulators ({tp['dqn']['collectors']} "
+            f"processes): raw {raw} frames/s, DQN training {tp['dqn']['frames_per_s']:,.0f} "
+            f"frames/s, ratio {tp['ratio']:.3f}"
+        )
     if "world-size" in ran:
         doc["world_table"] = world_report.table(doc)
         print("\nstart-up and memory by world size:")

@@ -39,6 +39,8 @@ def config(quick: bool) -> dict[str, Any]:
             "sizes": QUICK_SIZES,
             "xfer_time": 0.4,
             "dqn_frames": 4000,
+            "dqn_throughput_frames": 8000,
+            "dqn_throughput_raw_s": 4.0,
             "latency_max_bytes": SEED_SIZES[4],  # 40 MB
             "latency_rounds": 3,
             "latency_time": 0.6,
@@ -60,6 +62,8 @@ def config(quick: bool) -> dict[str, Any]:
         "sizes": FULL_SIZES,
         "xfer_time": 1.5,
         "dqn_frames": 12000,
+        "dqn_throughput_frames": 40000,
+        "dqn_throughput_raw_s": 10.0,
         # 2.5 GB is left out: pynng holds about 8 copies of a payload at its peak, and
         # that one size would take minutes per system on 2 cores.
         "latency_max_bytes": SEED_SIZES[6],  # 1.25 GB

@@ -33,6 +33,7 @@ from actorrt.placement.layout import Layout
 from actorrt.placement.node import ProcessInfo
 from actorrt.placement.plan import Plan
 from actorrt.runtime import group
+from actorrt.runtime import trace as _trace
 from actorrt.runtime.directory import ClusterDirectory
 from actorrt.runtime.host import rpc_ping
 from actorrt.runtime.output import rpc_flush_output
@@ -127,6 +128,7 @@ class Driver:
         log_to_driver: bool,
         heartbeat_timeout: float = 10.0,
         max_worker_restarts: int = 0,
+        trace: bool = False,
     ) -> Runtime:
         """Forms the cluster with this process as rank 0; returns its installed runtime.
 
@@ -210,6 +212,9 @@ class Driver:
         # A driver on its second agent cannot receive RRefs (group.rrefs_work): workers
         # then send it handles without theirs (Runtime.driver_holds_no_rrefs).
         published["driver_holds_rrefs"] = group.rrefs_will_work()
+        # Every process records a timeline, or none does (replacements read this too).
+        published["trace"] = trace
+        _trace.enable(trace)
         rendezvous.publish_plan(server.store, published)
         driver = cls(
             server,

@@ -77,7 +77,7 @@ def run_worker(cfg: WorkerConfig) -> int:
     log = get_logger("worker")
     from actorrt.cluster import process_setup, rendezvous
     from actorrt.cluster.join import join
-    from actorrt.runtime import context, group, output
+    from actorrt.runtime import context, group, output, trace
 
     who = "a new rank" if cfg.grow else f"rank {cfg.rank}"
     log.info("%s: joining the driver's rendezvous at %s:%d", who, cfg.host, cfg.port)
@@ -96,6 +96,7 @@ def run_worker(cfg: WorkerConfig) -> int:
         if joined is not None:  # the cluster runs: this one replaces a dead rank, or grows it
             cfg = dataclasses.replace(cfg, rank=int(joined["rank"]), rpc_id=int(joined["rpc_id"]))
         log.info("rank %d: accepted; starting RPC", cfg.rank)
+    trace.enable(bool(plan.get("trace", False)))  # the driver's choice, before any call
     forwarder: output.OutputForwarder | None = None
 
     def before_rpc(rt: Runtime) -> None:

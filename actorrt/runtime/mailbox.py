@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from actorrt.errors import ObjectLostError
+from actorrt.runtime import trace as _trace
 from actorrt.runtime.exits import exit_asked, exit_reason, in_method, take_exit
 from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
@@ -175,6 +176,8 @@ class Mailbox:
     # -- calls -----------------------------------------------------------------
     def deliver(self, call: Call) -> None:
         """Accepts a call from an RPC thread; never blocks on the actor."""
+        if _trace.ON:
+            _trace.arrived(call)
         answers: list[tuple[Call, tuple[int, Any]]] = []
         with self._lock:
             if self._dead is not None:
@@ -226,6 +229,8 @@ class Mailbox:
         assert name is not None  # a skipped seq is never queued (see _release)
         if self._dead is not None and not self._begin(call):  # read first: no call per call
             return
+        if _trace.ON:
+            _trace.started(call)
         token = in_method.set(f"{self._class_name}.{name}")
         try:
             method = getattr(self._instance, name)
@@ -265,6 +270,8 @@ class Mailbox:
         async with self._slots:  # type: ignore[union-attr]
             if not self._begin(call):
                 return
+            if _trace.ON:
+                _trace.started(call)
             # the task runs in its own copy of the context
             in_method.set(f"{self._class_name}.{name}")
             try:
@@ -381,6 +388,8 @@ class Mailbox:
         # Outside the lock: completing the future sends the reply from this thread (pickling,
         # TensorPipe write), and RPC threads delivering new calls must not queue behind it
         # (how that was found: docs/performance.md, "Why the code is shaped this way").
+        if _trace.ON:
+            _trace.ran(call)
         call.wire = None  # drop argument tensors as soon as possible
         try:
             wire = self._pack_reply(call.caller, reply)
@@ -388,6 +397,8 @@ class Mailbox:
             what = f"{self.what}.{call.method}: its return value"
             wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
         call.future.set_result(wire)
+        if _trace.ON:
+            _trace.answered(self._class_name, self.actor_id, call, wire)
 
 
 def _claim(call: Call) -> bool:

@@ -28,6 +28,7 @@ from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
 from actorrt.runtime import context, group, quick_rpc, shm
 from actorrt.runtime import host as host_mod
+from actorrt.runtime import trace as _trace
 from actorrt.runtime.batches import CallBatches, ReplyBatches
 from actorrt.runtime.context import is_initialized
 from actorrt.runtime.directory import (
@@ -350,6 +351,7 @@ class Runtime:
                     actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
                 )
                 return
+        begin = _trace.clock() if _trace.ON else 0  # the round trip starts before packing
         try:
             wire = self.pack_call(target, worker, seq, method, args, kwargs)
         except TypeError as err:
@@ -363,6 +365,10 @@ class Runtime:
             slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
         slot.attach(fut, worker, keep)
+        if _trace.ON:
+            _trace.sent(
+                target.class_name, method, worker, self.name, target.actor_id, seq, begin, wire, fut
+            )
 
     def pack_call(
         self,

@@ -102,6 +102,9 @@ def run_with_actors(
     *,
     backend: str = "actorrt",
     warmup_frames: int = 0,
+    transport: str = "cpu",
+    learner_gpus: float | None = None,
+    collector_gpus: float | None = None,
 ) -> dict[str, Any]:
     """The same loop with learner and collectors as actors, on actorrt or on Ray.
 
@@ -116,6 +119,9 @@ def run_with_actors(
         backend: ``"actorrt"`` or ``"ray"``.
         warmup_frames: Frames each collector collects first, not measured (the learner
             fills ``learning_starts`` and starts training, the first calls connect).
+        transport: ``"cpu"`` or ``"cuda"`` (the runtime's layout must allow it).
+        learner_gpus: The learner's GPUs (None: the example's default).
+        collector_gpus: Each collector's GPUs (None: the example's default).
 
     Returns:
         ``frames`` (sum), ``seconds`` (wall time of the measured phase), ``fps`` (frames /
@@ -129,7 +135,15 @@ def run_with_actors(
     from examples.atari_dqn.driver import launch_actors
 
     rt = make_backend(backend)
-    learner, collectors = launch_actors(cfg, num_collectors, backend=backend, collector_restarts=0)
+    learner, collectors = launch_actors(
+        cfg,
+        num_collectors,
+        backend=backend,
+        collector_restarts=0,
+        transport=transport,
+        learner_gpus=learner_gpus,
+        collector_gpus=collector_gpus,
+    )
     try:
         if warmup_frames:
             rt.get([c.run.remote(warmup_frames) for c in collectors], timeout)

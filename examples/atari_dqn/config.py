@@ -52,6 +52,9 @@ class DQNConfig:
         eval_episodes: Episodes of the final (and periodic) evaluation.
         eval_epsilon: Epsilon used during evaluation.
         eval_max_steps: Agent-step cap of one evaluation episode (None: the env's own limit).
+        eval_max_frames: Emulator-frame cap of one whole evaluation, shared equally by its
+            episodes, which run side by side (None: only ``eval_max_steps``). An episode
+            cut by either cap counts with the score it reached.
         seed: Base seed; collector ``i`` env ``j`` uses ``seed + 1000 * (i + 1) + j``.
         ale_vector_env: Atari collectors step ale-py's ``AtariVectorEnv`` (C++
             preprocessing) instead of a list of gymnasium envs with Python wrappers
@@ -84,6 +87,7 @@ class DQNConfig:
     eval_episodes: int = 2
     eval_epsilon: float = 0.05
     eval_max_steps: int | None = 27_000
+    eval_max_frames: int | None = 50_000
     seed: int = 0
     ale_vector_env: bool = True
 
@@ -134,6 +138,7 @@ _CLASSIC_CONTROL: dict[str, Any] = {
     "eval_episodes": 20,
     "eval_epsilon": 0.0,
     "eval_max_steps": None,  # keep CartPole-v1's own 500-step limit
+    "eval_max_frames": None,  # 20 episodes of at most 500 steps: bounded already
 }
 
 _PRESETS: dict[str, dict[str, Any]] = {

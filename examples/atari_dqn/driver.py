@@ -41,6 +41,7 @@ from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
 from examples.atari_dqn.config import DQNConfig, config_for_env
+from examples.atari_dqn.gpus import GpuShares, share_gpus
 from examples.atari_dqn.learner import Learner
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
 from examples.atari_dqn.monitor import CALL_TIMEOUT_S, Evaluator, Monitor, progress_fields
@@ -55,6 +56,7 @@ from examples.atari_dqn.recovery import (
 __all__ = [
     "build_config",
     "build_layout",
+    "fit_gpus",
     "launch_actors",
     "main",
     "parse_args",
@@ -140,13 +142,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=float,
         default=None,
         help="GPUs for the learner (default: 1 if CUDA is available here or "
-        "--transport cuda, else 0)",
+        "--transport cuda, else 0; on a local machine with fewer GPUs than the slots "
+        "want, a share that fits, printed at the start)",
     )
     p.add_argument(
         "--collector-gpus",
         type=float,
         default=None,
-        help="GPUs per collector (default: 1 with --transport cuda, else 0; fractions share a GPU)",
+        help="GPUs per collector (default: 1 with --transport cuda, else 0; on a local "
+        "machine with fewer GPUs than that, equal power-of-two shares of what the learner "
+        "leaves; fractions share a GPU)",
     )
     p.add_argument(
         "--collector-restarts",
@@ -196,6 +201,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
     p.add_argument(
+        "--trace",
+        action="store_true",
+        help="record actorrt's timeline in every process (actorrt.start(trace=True)) and "
+        "write it to <logdir>/timeline.json at the end (open it in ui.perfetto.dev)",
+    )
+    p.add_argument(
         "--plan",
         nargs="?",
         const="table",
@@ -223,6 +234,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             "--transport cuda": args.transport == "cuda" or None,
             "--cuda-device-map": args.cuda_device_map,
             "--local-cuda-devices": args.local_cuda_devices,
+            "--trace": args.trace or None,
         }
         given = [flag for flag, value in actorrt_only.items() if value is not None]
         if given:
@@ -269,6 +281,34 @@ def resolve_gpus(
     return float(learner_gpus), float(collector_gpus)
 
 
+def fit_gpus(args: argparse.Namespace) -> GpuShares:
+    """Shrinks the default GPU requests to shares that fit this machine's GPUs; prints them.
+
+    On a local cluster (or Ray) with fewer GPUs than the learner and the collectors would
+    take whole, the defaults become fractions (:func:`~examples.atari_dqn.gpus.share_gpus`)
+    and ``args.learner_gpus`` / ``args.collector_gpus`` are set to them, so the layout
+    and the actors ask the same. Values given on the command line are kept. With
+    ``--init-method`` the GPUs are on other nodes, unknown here: nothing is changed.
+
+    Returns:
+        The shares chosen.
+    """
+    gpus = None if args.init_method else _local_gpu_count(args.local_cuda_devices)
+    shares = share_gpus(
+        gpus, args.collectors, args.transport, args.learner_gpus, args.collector_gpus
+    )
+    args.learner_gpus, args.collector_gpus = shares.learner, shares.collector
+    if shares.note:
+        print(shares.note, flush=True)
+    return shares
+
+
+def _local_gpu_count(local_cuda_devices: str | None) -> int:
+    if local_cuda_devices:  # the processes of a local cluster see only these
+        return len([d for d in local_cuda_devices.split(",") if d.strip()])
+    return torch.cuda.device_count()
+
+
 def build_layout(args: argparse.Namespace) -> dict[str, Any]:
     """``actorrt.start()``'s layout arguments: ``{"labels": ..., "talks": ...}``.
 
@@ -290,6 +330,8 @@ def build_layout(args: argparse.Namespace) -> dict[str, Any]:
 
 def _start_cluster(args: argparse.Namespace) -> None:
     common: dict[str, Any] = {"transport": args.transport, **build_layout(args)}
+    if getattr(args, "trace", False):
+        common["trace"] = True
     if args.cuda_device_map:
         common["cuda_device_map"] = args.cuda_device_map
     if args.local_cuda_devices:
@@ -377,6 +419,7 @@ def show_plan(args: argparse.Namespace) -> int:
     from actorrt.placement import Plan
     from actorrt.placement.render import placement_table, transport_matrix
 
+    fit_gpus(args)
     _start_cluster(args)
     try:
         plan = actorrt.plan()
@@ -520,9 +563,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     Returns:
         ``frames``, ``seconds``, ``eval_returns``, ``eval_mean``, ``logdir``,
         ``checkpoint``, ``plan`` (the plan.json path; None on Ray), ``updates``,
-        ``weight_refreshes`` (sum over collectors), ``learner_restarts``.
+        ``weight_refreshes`` (sum over collectors), ``learner_restarts``,
+        ``eval_seconds`` (the final evaluation's wall time); with
+        ``--trace``, ``timeline`` (the timeline.json path, None if it failed).
     """
     cfg = build_config(args)
+    fit_gpus(args)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
     resume_state = None
@@ -578,6 +624,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             monitor.close()
         refreshes = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     finally:
+        if on_actorrt and getattr(args, "trace", False):  # what happened, even in a failed run
+            summary["timeline"] = _write_timeline(logdir / "timeline.json")
         _stop(args)
     # The learner's count, which a run that restarts from a checkpoint keeps true (the
     # collectors' counts include frames the checkpoint lost).
@@ -601,11 +649,13 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         weight_refreshes=sum(r["weight_refreshes"] for r in refreshes),
         learner_restarts=restarts,
         learning_curve=str(png),
+        eval_seconds=evaluator.seconds[-1] if evaluator.seconds else math.nan,
     )
     print(
         f"final evaluation: env={cfg.env_id} episodes={len(eval_returns)} "
         f"mean_return={eval_mean:.2f} min={min(eval_returns):.1f} max={max(eval_returns):.1f} "
-        f"frames={frames:,} updates={stats['updates']:,} wall={seconds:.0f}s logdir={logdir}",
+        f"frames={frames:,} updates={stats['updates']:,} wall={seconds:.0f}s "
+        f"(final evaluation {summary['eval_seconds']:.1f}s) logdir={logdir}",
         flush=True,
     )
     return summary
@@ -670,6 +720,17 @@ def _run(
                 f"(restart {restarts} of {limit})",
                 flush=True,
             )
+
+
+def _write_timeline(path: Path) -> str | None:
+    """``--trace``: gathers every process's timeline into ``path``; its path, or None."""
+    try:
+        trace = actorrt.timeline(path)
+    except Exception as exc:  # a timeline lost must not lose the run's results
+        print(f"timeline not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return None
+    print(f"timeline: {path} ({len(trace['traceEvents']):,} events)", flush=True)
+    return str(path)
 
 
 def _write_learner(path: Path, crew: Crew) -> None:

@@ -26,6 +26,7 @@ __all__ = [
     "AleVectorPool",
     "EnvPool",
     "ale_game",
+    "ale_vector_env",
     "make_env",
     "make_pool",
     "newest_frame",
@@ -197,6 +198,38 @@ def ale_game(env_id: str) -> str:
     return "".join("_" + c.lower() if c.isupper() and i else c.lower() for i, c in enumerate(game))
 
 
+def ale_vector_env(
+    cfg: DQNConfig,
+    num_envs: int,
+    *,
+    num_threads: int = 1,
+    max_episode_steps: int | None = None,
+    sticky_actions: float = 0.25,
+    noop_max: int = 30,
+) -> Any:
+    """ale-py's ``AtariVectorEnv`` with the collectors' settings (see :class:`AleVectorPool`).
+
+    Also what ``benchmarks.dqn_throughput`` steps with random actions for the emulator's
+    own rate, so both measure the same emulation.
+    """
+    from ale_py.vector_env import AtariVectorEnv
+
+    frames_cap = 108_000 if max_episode_steps is None else max_episode_steps * cfg.frame_skip
+    return AtariVectorEnv(
+        ale_game(cfg.env_id),
+        num_envs,
+        num_threads=num_threads,
+        max_num_frames_per_episode=frames_cap,
+        repeat_action_probability=sticky_actions,
+        autoreset_mode="SameStep",  # the last frame comes in info["final_obs"]
+        stack_num=1,
+        frameskip=cfg.frame_skip,
+        noop_max=noop_max,
+        reward_clipping=False,
+        use_fire_reset=False,
+    )
+
+
 class AleVectorPool:
     """The Atari pool on ale-py's ``AtariVectorEnv``: one C++ vector env, same records.
 
@@ -233,21 +266,13 @@ class AleVectorPool:
         sticky_actions: float = 0.25,
         noop_max: int = 30,
     ) -> None:
-        from ale_py.vector_env import AtariVectorEnv
-
-        frames_cap = 108_000 if max_episode_steps is None else max_episode_steps * cfg.frame_skip
-        self._env = AtariVectorEnv(
-            ale_game(cfg.env_id),
+        self._env = ale_vector_env(
+            cfg,
             num_envs,
             num_threads=num_threads,
-            max_num_frames_per_episode=frames_cap,
-            repeat_action_probability=sticky_actions,
-            autoreset_mode="SameStep",  # the last frame comes in info["final_obs"]
-            stack_num=1,
-            frameskip=cfg.frame_skip,
+            max_episode_steps=max_episode_steps,
+            sticky_actions=sticky_actions,
             noop_max=noop_max,
-            reward_clipping=False,
-            use_fire_reset=False,
         )
         self._n = num_envs
         self._stack = cfg.frame_stack

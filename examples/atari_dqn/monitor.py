@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from examples.atari_dqn.backend import Backend
 from examples.atari_dqn.checkpoint import save_checkpoint
@@ -30,20 +31,31 @@ CALL_TIMEOUT_S = 300.0
 
 
 class Evaluator:
-    """Evaluates the learner's current weights in the driver process."""
+    """Evaluates the learner's current weights in the driver process.
+
+    The episodes run side by side in one vectorised pool (:func:`evaluate`), acting in
+    one batch per step, on this process's GPU when it has one.
+    """
 
     def __init__(self, cfg: DQNConfig, rt: Backend) -> None:
         obs_shape, _, n_actions = obs_spec(cfg)
         self.cfg = cfg
         self.rt = rt
-        self.q_net = build_q_network(cfg, obs_shape, n_actions)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.q_net = build_q_network(cfg, obs_shape, n_actions).to(self.device)
+        self.seconds: list[float] = []  # how long each evaluation took
 
     def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
         """Plays ``episodes`` (the config's) with the learner's weights; their returns."""
+        began = time.monotonic()
         reply = self.rt.get(learner.get_weights.remote(-1, cpu=True), CALL_TIMEOUT_S)
         _, state = reply
-        self.q_net.load_state_dict({k: v.cpu() for k, v in state.items()})
-        return evaluate(self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999)
+        self.q_net.load_state_dict({k: v.to(self.device) for k, v in state.items()})
+        returns = evaluate(
+            self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999, device=self.device
+        )
+        self.seconds.append(time.monotonic() - began)
+        return returns
 
 
 class Monitor:

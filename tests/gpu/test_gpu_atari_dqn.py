@@ -67,3 +67,24 @@ def test_dqn_cartpole_with_cuda_transport(tmp_path):
     assert len(collectors) == 2 and all(p["gpus"] for p in collectors), collectors
     for p in collectors:  # collectors push CUDA tensors GPU to GPU into the learner
         assert p["device_maps"].get(learner["name"]), (p["name"], p["device_maps"])
+
+
+def test_dqn_cuda_transport_without_gpu_flags_fits_fewer_gpus_than_slots(tmp_path):
+    """No --learner-gpus / --collector-gpus: the example picks shares that fit, and says so.
+
+    Was: ``PlacementError: label 'collector' needs 1 GPU`` on a machine with fewer GPUs
+    than the learner and the collectors (issue 24).
+    """
+    pytest.importorskip("gymnasium", reason="needs the atari extra: pip install -e '.[atari]'")
+    if cuda_count() >= 3:
+        pytest.skip("3 or more GPUs: every slot gets a whole one, nothing to share")
+    argv = [
+        sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
+        "--transport", "cuda", "--collectors", "2", "--total-frames", "2000",
+        "--no-progress", "--logdir", str(tmp_path / "run"),
+    ]  # fmt: skip
+    rc, out, err = run_bounded(argv, timeout=_RUN_S, cwd=ROOT)
+    tail = f"\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-6000:]}"
+    assert rc == 0, f"exit status {rc}{tail}"
+    assert "GPUs: " in out and "each collector" in out, tail
+    assert "final evaluation: env=CartPole-v1" in out, tail

@@ -136,6 +136,21 @@ def scenario_simple(rt, cfg):
     }
 
 
+def scenario_trace(rt, cfg):
+    """A call to an actor on each worker, then the timeline: which processes ran what."""
+    probes = [Probe.remote() for _ in range(cfg["world"] - 1)]
+    where = actorrt.get([p.where.remote() for p in probes], timeout=60)
+    actorrt.get([p.echo.remote(torch.ones(256)) for p in probes], timeout=60)
+    trace = actorrt.timeline(cfg["timeline"])
+    events = trace["traceEvents"]
+    rows = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    runs = {}
+    for e in events:
+        if e.get("cat") == "run":
+            runs.setdefault(rows[e["pid"]].split()[0], []).append(e["name"])
+    return {"worker_pids": sorted(w["pid"] for w in where), "rows": rows, "runs": runs}
+
+
 def scenario_layout(rt, cfg):
     """A layout given to the driver, workers without labels: where the slots landed.
 
@@ -368,6 +383,7 @@ def main():
             heartbeat_timeout=cfg.get("heartbeat_timeout", 10.0),
             shutdown_timeout=cfg.get("shutdown_timeout", 10.0),
             num_worker_threads=cfg.get("num_worker_threads", 16),
+            trace=cfg.get("trace"),
         )
         start_s = time.monotonic() - started
     except Exception as exc:

@@ -133,8 +133,19 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return proc.stdout
 
-    out = run("--total-frames", "4000", "--eval-every", "500")
+    out = run("--total-frames", "4000", "--eval-every", "500", "--trace")
     assert "final evaluation: env=CartPole-v1 episodes=2" in out
+    # --trace: one Chrome trace of every process, where the collectors' pushes ran on
+    # the learner's process, each wait and run inside the collector's round trip
+    trace = json.loads((logdir / "timeline.json").read_text())
+    rows = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert len(rows) == 4, rows  # the driver, the learner's worker, two collectors'
+    runs = {e["args"]["call"]: e for e in trace["traceEvents"] if e.get("cat") == "run"}
+    assert {"Learner.push", "Collector.run"} <= {e["name"] for e in runs.values()}
+    trips = {e["id"]: e for e in trace["traceEvents"] if e.get("cat") == "call" and e["ph"] == "b"}
+    pushes = [k for k, e in runs.items() if e["name"] == "Learner.push" and k in trips]
+    assert pushes and all(trips[k]["ts"] <= runs[k]["ts"] for k in pushes)
+    assert all(trips[k]["args"]["bytes_out"] > 0 for k in pushes)  # the batches' tensors
     assert "eval at" in out  # the periodic evaluation ran
     for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "plan.json"):
         assert (logdir / name).stat().st_size > 0, name

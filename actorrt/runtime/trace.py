@@ -1,0 +1,357 @@
+"""The timeline: what each call did, in every process, gathered into one trace file.
+
+With ``actorrt.start(trace=True)`` (or ``ACTORRT_TRACE=1``) every process of the
+cluster records, per actor call:
+
+- on the caller, its **round trip**: from the call being packed to its reply arriving,
+  with the bytes that went out and came back;
+- on the actor's process, its **wait** in the mailbox (arrival to the start of the
+  method), its **run** (the method), and its **reply** (packing the return value and
+  handing it to RPC), with the reply's bytes.
+
+:func:`gather` (``actorrt.timeline(path)``) asks every live process for its records and
+writes one Chrome trace / Perfetto JSON file: one row per process, one track per thread
+(an actor's thread is named after the actor), as ``ray timeline`` does. Open it in
+https://ui.perfetto.dev or ``chrome://tracing``.
+
+Off by default. The hooks on the call path are each one ``if trace.ON:`` test, so a
+process that does not trace pays one global lookup per hook (measured:
+docs/performance.md, "The timeline"). Records are plain tuples appended to a list (one
+append is atomic under the GIL, so no lock), at most :data:`MAX_EVENTS` per process.
+
+Times are wall-clock nanoseconds (``time.time_ns``): processes on one host share that
+clock, and on several hosts :func:`gather` corrects each host's offset when it is larger
+than the round trip that measured it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from actorrt.runtime import context
+
+__all__ = [
+    "MAX_EVENTS",
+    "ON",
+    "answered",
+    "arrived",
+    "clock",
+    "enable",
+    "env_enabled",
+    "events",
+    "gather",
+    "ran",
+    "rpc_collect",
+    "sent",
+    "started",
+    "to_chrome",
+]
+
+ON = False
+"""Whether this process records; read by the hooks on the call path (one lookup each)."""
+
+MAX_EVENTS = 1_000_000
+"""Records kept per process at most (about 100 bytes each); later ones are counted only."""
+
+_CALL, _WAIT, _RUN, _REPLY = "call", "wait", "run", "reply"
+
+# (kind, name, begin ns, end ns, thread id, call key, detail dict)
+_events: list[tuple[str, str, int, int, int, str, dict[str, Any]]] = []
+_dropped = [0]
+_threads: dict[int, str] = {}  # thread id -> its name, for every thread that recorded
+_stamps: dict[int, list[Any]] = {}  # id(call) -> [arrival, start, end of run, run thread]
+
+clock = time.time_ns
+
+
+def env_enabled() -> bool:
+    """Whether ``ACTORRT_TRACE`` asks for a timeline (``1``, ``true``, ``yes``, ``on``)."""
+    return os.environ.get("ACTORRT_TRACE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def enable(on: bool = True) -> None:
+    """Starts (or stops) recording in this process; forgets what was recorded before."""
+    global ON
+    ON = False  # hooks racing this see "off" while the buffers are swapped
+    _events.clear()
+    _threads.clear()
+    _stamps.clear()
+    _dropped[0] = 0
+    ON = bool(on)
+
+
+def events() -> list[tuple[str, str, int, int, int, str, dict[str, Any]]]:
+    """A copy of this process's records (kind, name, begin, end, thread, call key, detail)."""
+    return list(_events)
+
+
+def _record(
+    kind: str, name: str, begin: int, end: int, tid: int, key: str, detail: dict[str, Any]
+) -> None:
+    if len(_events) >= MAX_EVENTS:
+        _dropped[0] += 1
+        return
+    _events.append((kind, name, begin, end, tid, key, detail))
+
+
+def _thread() -> int:
+    tid = threading.get_ident()
+    if tid not in _threads:
+        _threads[tid] = threading.current_thread().name
+    return tid
+
+
+_WALK_DEPTH = 6  # side list -> (args, kwargs) -> args -> a dict of tensors -> ...
+_WALK_WIDTH = 256  # items looked at per container (a network's state dict fits)
+
+
+def wire_bytes(wire: Any) -> int:
+    """Bytes a packed value carries: its pickled blob plus its tensors (0 if unknown).
+
+    A packed value is ``(blob, side)`` (see :mod:`actorrt.runtime.payload`): ``side``
+    holds the tensors taken out of a pickled value, or the plain value itself (a batch
+    as a dict of tensors, a reply's ``(status, value)``), walked here a few containers
+    deep and a few hundred items wide, so it stays cheap.
+    """
+    try:
+        blob, side = wire
+        total = len(blob) if isinstance(blob, (bytes, bytearray)) else 0
+        return total + _walk(side, _WALK_DEPTH)
+    except Exception:  # not a wire we know: no figure rather than a failed call
+        return 0
+
+
+def _walk(x: Any, depth: int) -> int:
+    n = _nbytes(x)
+    if n or depth == 0:
+        return n
+    if isinstance(x, (tuple, list)):
+        items = x[:_WALK_WIDTH]
+    elif isinstance(x, dict):
+        items = list(x.values())[:_WALK_WIDTH]
+    else:
+        return 0
+    return sum(_walk(item, depth - 1) for item in items)
+
+
+def _nbytes(x: Any) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    nbytes = getattr(x, "nbytes", None)  # numpy arrays, shared-memory handles
+    return nbytes if isinstance(nbytes, int) else 0
+
+
+# -- caller side ----------------------------------------------------------------------
+
+
+def sent(
+    actor: str,
+    method: str,
+    worker: str,
+    caller: str,
+    actor_id: str,
+    seq: int,
+    begin: int,
+    wire: Any,
+    fut: torch.futures.Future[Any],
+) -> None:
+    """A call left: records its round trip once ``fut`` (its reply) completes.
+
+    Args:
+        actor: The actor's class name.
+        method: The method's name.
+        worker: The process it went to.
+        caller: This process's RPC name.
+        actor_id: The actor's id.
+        seq: The call's sequence number (with ``caller`` and ``actor_id``, its key in
+            the actor's records too).
+        begin: :func:`clock` when the call was made (before packing; 0: tracing began
+            meanwhile, the call is not recorded).
+        wire: Its packed arguments (for their bytes).
+        fut: The future of its packed reply.
+    """
+    if not begin:
+        return
+    what = f"{actor}.{method}"
+    key = f"{caller}/{actor_id}/{seq}"
+    tid = _thread()
+    out = wire_bytes(wire)
+
+    def done(f: torch.futures.Future[Any]) -> None:
+        end = clock()
+        try:
+            back = wire_bytes(f.value())
+        except Exception:  # a failed call: its error carries no payload worth counting
+            back = 0
+        _record(
+            _CALL, what, begin, end, tid, key, {"to": worker, "bytes_out": out, "bytes_back": back}
+        )
+
+    fut.add_done_callback(done)
+
+
+# -- actor side -----------------------------------------------------------------------
+
+
+def arrived(call: Any) -> None:
+    """A call reached its actor's mailbox (on an RPC thread)."""
+    _stamps[id(call)] = [clock(), 0, 0, 0]
+
+
+def started(call: Any) -> None:
+    """The actor's thread begins the call's method."""
+    stamps = _stamps.get(id(call))
+    if stamps is not None:
+        stamps[1] = clock()
+        stamps[3] = _thread()
+
+
+def ran(call: Any) -> None:
+    """The call's method returned (or raised); its reply is being packed."""
+    stamps = _stamps.get(id(call))
+    if stamps is not None:
+        stamps[2] = clock()
+
+
+def answered(actor: str, actor_id: str, call: Any, wire: Any) -> None:
+    """The call's reply went to RPC: records its wait, run and reply.
+
+    Args:
+        actor: The actor's class name.
+        actor_id: The actor's id.
+        call: The mailbox's call (``caller``, ``seq``, ``method``).
+        wire: The packed reply (for its bytes).
+    """
+    stamps = _stamps.pop(id(call), None)
+    if stamps is None or call.method is None:
+        return  # arrived before tracing began, or a skipped sequence number
+    end = clock()
+    arrival, start, ran_end, tid = stamps
+    what = f"{actor}.{call.method}"
+    key = f"{call.caller}/{actor_id}/{call.seq}"
+    detail = {"caller": call.caller, "seq": call.seq, "actor_id": actor_id}
+    here = _thread()
+    if not start:  # killed before it ran: it waited until now
+        _record(_WAIT, what, arrival, end, here, key, detail)
+        return
+    _record(_WAIT, what, arrival, start, tid, key, detail)
+    _record(_RUN, what, start, ran_end or end, tid, key, detail)
+    _record(_REPLY, what, ran_end or end, end, here, key, {**detail, "bytes": wire_bytes(wire)})
+
+
+# -- gathering --------------------------------------------------------------------------
+
+
+def rpc_collect() -> dict[str, Any]:
+    """This process's records and who it is (asked by the driver's :func:`gather`)."""
+    rt = context.installed()  # the runtime, without importing it (it imports this module)
+    return {
+        "name": getattr(rt, "name", "?"),
+        "rank": getattr(rt, "rank", -1),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "threads": dict(_threads),
+        "events": events(),
+        "dropped": _dropped[0],
+        "on": ON,
+        "now": clock(),
+    }
+
+
+def gather(processes: Iterable[str], own: str, timeout: float = 30.0) -> dict[str, Any]:
+    """Collects every process's records into one Chrome trace (see :func:`to_chrome`).
+
+    Args:
+        processes: RPC names of the live processes to ask (``own`` is read directly).
+        own: This process's RPC name.
+        timeout: Seconds each process has to answer; one that does not is left out
+            (named in the trace's ``otherData``).
+
+    Returns:
+        The trace, a JSON-ready dict with ``traceEvents``.
+    """
+    import torch.distributed.rpc as rpc
+
+    parts = [rpc_collect()]
+    parts[0]["offset"] = 0
+    missing: list[str] = []
+    for name in processes:
+        if name == own:
+            continue
+        asked = clock()
+        try:
+            part = rpc.rpc_sync(name, rpc_collect, timeout=timeout)
+        except Exception as exc:  # gone or stuck: the rest of the trace is still worth it
+            missing.append(f"{name}: {type(exc).__name__}: {exc}")
+            continue
+        back = clock()
+        # Its clock minus ours, from the moment it answered (about mid-way). Applied only
+        # when larger than the round trip: on one host the clocks are the same and the
+        # estimate would only add its error.
+        offset = part["now"] - (asked + back) // 2
+        part["offset"] = offset if abs(offset) > back - asked else 0
+        parts.append(part)
+    return to_chrome(parts, missing)
+
+
+def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[str, Any]:
+    """Turns per-process records into a Chrome trace (Perfetto reads the same JSON).
+
+    Processes are rows (sorted by rank), their threads the tracks; round trips and
+    mailbox waits, which overlap, are async slices; runs and replies are complete
+    slices on the thread that did them. Times are microseconds from the first record
+    (``otherData.start_unix_ns``).
+    """
+    out: list[dict[str, Any]] = []
+    dropped = 0
+    # Times from the first record on: microseconds since 1970 as floats would keep only a
+    # quarter of a microsecond, enough to put a run's start before its wait's end.
+    starts = [e[2] - int(p.get("offset", 0)) for p in parts for e in p["events"]]
+    base = min(starts, default=0)
+    for part in parts:
+        pid, offset = int(part["pid"]), int(part.get("offset", 0))
+        dropped += int(part.get("dropped", 0))
+        label = f"{part['name']} (rank {part['rank']}, {part['host']}, pid {pid})"
+        meta = {"ph": "M", "pid": pid, "tid": 0}
+        out.append({**meta, "name": "process_name", "args": {"name": label}})
+        out.append({**meta, "name": "process_sort_index", "args": {"sort_index": part["rank"]}})
+        for tid, tname in part["threads"].items():
+            out.append({**meta, "name": "thread_name", "tid": int(tid), "args": {"name": tname}})
+        for kind, name, begin, end, tid, key, detail in part["events"]:
+            ts = (begin - offset - base) / 1000.0  # microseconds, the format's unit
+            ts_end = (max(begin, end) - offset - base) / 1000.0
+            args = {"call": key, **detail}
+            where = {"cat": kind, "pid": pid, "tid": tid}
+            if kind in (_CALL, _WAIT):
+                common = {**where, "name": name if kind == _CALL else f"wait {name}", "id": key}
+                out.append({**common, "ph": "b", "ts": ts, "args": args})
+                out.append({**common, "ph": "e", "ts": ts_end})
+            else:
+                label = name if kind == _RUN else f"reply {name}"
+                out.append(
+                    {**where, "name": label, "ph": "X", "ts": ts, "dur": ts_end - ts, "args": args}
+                )
+    return {
+        "traceEvents": out,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "dropped_events": dropped,
+            "missing_processes": list(missing),
+            # when ts 0 is, for lining the trace up with other records
+            "start_unix_ns": base,
+        },
+    }
+
+
+def write(trace: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Writes a trace from :func:`gather` as JSON to ``path``."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(trace, f)

@@ -1,0 +1,239 @@
+"""How close the DQN's collection comes to the emulators' own rate, in one run.
+
+``python -m benchmarks.dqn_throughput`` (also the ``dqn-throughput`` suite of
+``python -m benchmarks``) measures, one after the other on the same machine:
+
+1. **raw**: ale-py's ``AtariVectorEnv`` with the collectors' settings
+   (``envs.ale_vector_env``: Pong, frame skip 4, sticky actions 0.25, no-op resets,
+   84x84 grayscale), stepped with random actions in as many processes as the example
+   has collectors, each with the collector's number of envs on one thread; no policy,
+   no replay, no runtime. Emulator frames/s summed over the processes.
+2. **dqn**: the example's learner and collectors as actorrt actors (the example's
+   layout), the learner training at the preset's replay ratio (one gradient step of 32
+   per 4 transitions: 8 samples per transition), measured after a warm-up in which the
+   learner passes ``learning_starts``. Emulator frames/s, the learner's gradient
+   steps/s, and the replay ratio it kept.
+3. **raw** again, so a change in the machine's load between the two shows.
+
+It prints both rates and their ratio (dqn / raw: 1.0 would mean the runtime, the
+policy and the learner cost the emulators nothing). The figures are reported, never
+asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import queue
+import statistics
+import time
+from typing import Any
+
+ENV_ID = "ALE/Pong-v5"
+LEARNING_STARTS = 1_000  # transitions: passed during the warm-up
+REPLAY_CAPACITY = 100_000
+START_TIMEOUT_S = 120.0  # an emulator process that is not ready by then fails the run
+
+
+def dqn_config(num_envs: int | None = None) -> Any:
+    """The example's Pong preset (its replay ratio), training starting within the warm-up."""
+    from examples.atari_dqn.config import config_for_env
+
+    return config_for_env(
+        ENV_ID,
+        learning_starts=LEARNING_STARTS,
+        replay_capacity=REPLAY_CAPACITY,
+        num_envs_per_collector=num_envs,
+    )
+
+
+def _emulate(
+    cfg_dict: dict[str, Any],
+    seed: int,
+    seconds: float,
+    ready: Any,
+    go: Any,
+    out: Any,
+) -> None:
+    """One raw process: steps the vector env with random actions for ``seconds``."""
+    import numpy as np
+
+    from examples.atari_dqn.config import DQNConfig
+    from examples.atari_dqn.envs import ale_vector_env
+
+    cfg = DQNConfig.from_dict(cfg_dict)
+    n = cfg.num_envs_per_collector
+    env = ale_vector_env(cfg, n, num_threads=1)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    n_actions = int(env.single_action_space.n)
+    ready.put(os.getpid())
+    if not go.wait(START_TIMEOUT_S):
+        return
+    steps = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(16):  # check the clock every 16 steps
+            env.step(rng.integers(0, n_actions, size=n, dtype=np.int64))
+        steps += 16
+    elapsed = time.perf_counter() - t0
+    env.close()
+    out.put((steps * n * cfg.frame_skip, elapsed))
+
+
+def raw_rate(cfg: Any, processes: int, seconds: float) -> dict[str, Any]:
+    """Emulator frames/s of ``processes`` processes stepping the collectors' vector env.
+
+    Every process builds its env first; all start stepping together and step for
+    ``seconds``. Each process is joined within a bound and killed (by its pid) if it
+    does not end.
+    """
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(
+            target=_emulate,
+            args=(cfg.to_dict(), cfg.seed + 1000 * (i + 1), seconds, ready, go, out),
+            daemon=True,
+        )
+        for i in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for _ in procs:
+            ready.get(timeout=START_TIMEOUT_S)
+        go.set()
+        got = [out.get(timeout=seconds + START_TIMEOUT_S) for _ in procs]
+    except queue.Empty:
+        raise RuntimeError("an emulator process did not report in time") from None
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    frames = sum(f for f, _ in got)
+    fps = sum(f / s for f, s in got)
+    return {"frames_per_s": fps, "frames": frames, "processes": processes, "seconds": seconds}
+
+
+def dqn_rate(cfg: Any, collectors: int, frames: int, transport: str = "cpu") -> dict[str, Any]:
+    """The example's collection rate with the learner training (actorrt, its layout)."""
+    import actorrt
+    from examples.atari_dqn.bench_support import run_with_actors
+    from examples.atari_dqn.driver import build_layout, fit_gpus, parse_args
+
+    argv = ["--collectors", str(collectors), "--transport", transport]
+    args = parse_args(argv)
+    fit_gpus(args)  # the shares the example would choose on this machine
+    warmup = 2 * LEARNING_STARTS * cfg.frame_skip // collectors  # per collector
+    with actorrt.start(transport=transport, timeout=120, **build_layout(args)):
+        got = run_with_actors(
+            cfg,
+            frames,
+            collectors,
+            warmup_frames=warmup,
+            transport=transport,
+            learner_gpus=args.learner_gpus,
+            collector_gpus=args.collector_gpus,
+        )
+    transitions = got["frames"] / cfg.frame_skip
+    return {
+        "frames_per_s": got["fps"],
+        "frames": got["frames"],
+        "seconds": got["seconds"],
+        "updates_per_s": got["updates_per_s"],
+        "replay_ratio": got["updates"] * cfg.batch_size / max(transitions, 1),
+        "preset_replay_ratio": cfg.batch_size / cfg.train_every,
+        "comm_percent": 100 * got["comm_share"],
+        "wait_percent": 100 * got["wait_share"],
+        "collectors": collectors,
+        "transport": transport,
+        "learner_gpus": args.learner_gpus,
+        "collector_gpus": args.collector_gpus,
+    }
+
+
+def measure(
+    collectors: int,
+    frames: int,
+    raw_seconds: float,
+    num_envs: int | None = None,
+    transport: str = "cpu",
+) -> dict[str, Any]:
+    """raw, dqn, raw; returns every figure and the ratio dqn / mean(raw)."""
+    cfg = dqn_config(num_envs)
+    first = raw_rate(cfg, collectors, raw_seconds)
+    print(f"raw ALE, {collectors} process(es): {first['frames_per_s']:,.0f} frames/s", flush=True)
+    dqn = dqn_rate(cfg, collectors, frames, transport)
+    print(
+        f"DQN, {collectors} collector(s), training: {dqn['frames_per_s']:,.0f} frames/s, "
+        f"{dqn['updates_per_s']:,.1f} updates/s, replay ratio {dqn['replay_ratio']:.2f} "
+        f"(preset {dqn['preset_replay_ratio']:g})",
+        flush=True,
+    )
+    second = raw_rate(cfg, collectors, raw_seconds)
+    print(f"raw ALE again: {second['frames_per_s']:,.0f} frames/s", flush=True)
+    raw = statistics.mean([first["frames_per_s"], second["frames_per_s"]])
+    ratio = dqn["frames_per_s"] / raw
+    print(f"ratio dqn / raw: {ratio:.3f}", flush=True)
+    return {
+        "raw": [first, second],
+        "dqn": dqn,
+        "ratio": ratio,
+        "envs_per_collector": cfg.num_envs_per_collector,
+        "cores": os.cpu_count(),
+    }
+
+
+def run(system: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The ``dqn-throughput`` suite of ``python -m benchmarks`` (actorrt only)."""
+    if system != "actorrt":
+        raise SystemExit(f"the dqn-throughput suite runs on actorrt, not {system!r}")
+    collectors = cfg.get("dqn_throughput_collectors") or default_collectors()
+    return {
+        "dqn_throughput": measure(
+            collectors, cfg["dqn_throughput_frames"], cfg["dqn_throughput_raw_s"]
+        )
+    }
+
+
+def default_collectors() -> int:
+    """The README's 2 collectors; on more than 8 cores, the cores less 4 (16: 12, as in the
+    issue's GPU runs), which leaves cores to the learner, the driver and the runtime."""
+    cores = os.cpu_count() or 2
+    return cores - 4 if cores > 8 else 2
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.dqn_throughput", description=__doc__)
+    p.add_argument(
+        "--collectors",
+        type=int,
+        default=None,
+        help="collectors, and raw emulator processes (default: 2; on more than 8 cores, "
+        "the cores less 4)",
+    )
+    p.add_argument("--envs-per-collector", type=int, default=None, help="default: the preset")
+    p.add_argument("--frames", type=int, default=40_000, help="frames of the measured DQN phase")
+    p.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of each raw phase")
+    p.add_argument("--transport", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--json", default=None, help="also write the figures here")
+    opts = p.parse_args(argv)
+    result = measure(
+        opts.collectors or default_collectors(),
+        opts.frames,
+        opts.raw_seconds,
+        opts.envs_per_collector,
+        opts.transport,
+    )
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

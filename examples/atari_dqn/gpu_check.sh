@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The DQN's GPU figures, on a one-GPU machine with 16 cores (issue 24), in one script.
+#
+# From the repository root, with the package and its atari extra installed
+# (pip install -c constraints.txt -e ".[test,atari]"):
+#
+#   OUT=/tmp/gpu-out bash examples/atari_dqn/gpu_check.sh            # every step
+#   OUT=/tmp/gpu-out STEPS="throughput eval" bash examples/atari_dqn/gpu_check.sh
+#
+# Steps (each bounded by `timeout`, each writing under $OUT, each going on if one fails):
+#   machine     nvidia-smi, cores, versions
+#   throughput  python -m benchmarks.dqn_throughput: the raw ALE vector env against the
+#               example's collection with the learner training at the preset's replay
+#               ratio, 12 collectors, --transport cpu then cuda (about 2 x 2 min)
+#   eval        the README's default run (Pong, 2 collectors, 40,000 frames) and the
+#               issue's 4-collector cuda run (60,416 frames, with --trace: its
+#               timeline.json shows where the time goes): the final evaluation's
+#               share of the wall time (target: at most 15%) (about 2 min)
+#   pong        the one-GPU recipe of the README (12 collectors, --transport cuda,
+#               GPU shares fitted automatically), cut at 10 minutes; its learning
+#               curve is in $OUT/pong (metrics.csv, learning_curve.png)
+#   tcp         (not in the default STEPS) the throughput benchmark, --transport cpu, with
+#               ACTORRT_TP_TRANSPORTS=uv: TensorPipe's shm reactor busy-polls a core in
+#               every process that has it (docs/performance.md), and 12 collectors, the
+#               learner, the driver and the zygote (15 processes on 16 cores) keep it on;
+#               this shows whether those spinning threads hold collection back (2 min)
+#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py: the cuda
+#               transport with hand-set shares and without any GPU flag (about 3 min)
+# About 15 minutes in all. Every figure lands in $OUT/summary.txt.
+set -u
+OUT=${OUT:?set OUT to the folder for the results}
+PYTHON=${PYTHON:-python}
+STEPS=${STEPS:-machine throughput eval pong}
+COLLECTORS=${COLLECTORS:-12}
+PONG_S=${PONG_S:-600}
+mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# What each run took from its final line: "... wall=NNs (final evaluation X.Ys) ..."
+eval_share() {
+    local log=$1 wall ev
+    wall=$(grep -o 'wall=[0-9]*s' "$log" | tail -1 | tr -dc '0-9')
+    ev=$(grep -o 'final evaluation [0-9.]*s' "$log" | tail -1 | tr -dc '0-9.')
+    if [ -n "$wall" ] && [ -n "$ev" ]; then
+        note "  final evaluation ${ev} s of ${wall} s: $(awk -v e="$ev" -v w="$wall" 'BEGIN{printf "%.1f%%", 100*e/w}')"
+    else
+        note "  no final line (see $log)"
+    fi
+}
+
+for step in $STEPS; do
+    note "== $step $(date -u +%FT%TZ)"
+    case $step in
+    machine)
+        nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+        note "  cores $(nproc); $($PYTHON -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")')"
+        ;;
+    throughput)
+        for transport in cpu cuda; do
+            timeout 400 $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
+                --transport "$transport" --frames 120000 --raw-seconds 10 \
+                --json "$OUT/throughput-$transport.json" > "$OUT/throughput-$transport.log" 2>&1
+            note "  transport $transport (exit $?):"
+            grep -E '^(raw|DQN|ratio)' "$OUT/throughput-$transport.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        done
+        ;;
+    eval)
+        timeout 300 $PYTHON -m examples.atari_dqn --no-progress --logdir "$OUT/default" \
+            > "$OUT/default.log" 2>&1
+        note "  README default run (exit $?):"
+        eval_share "$OUT/default.log"
+        timeout 300 $PYTHON -m examples.atari_dqn --no-progress --collectors 4 \
+            --transport cuda --total-frames 60416 --trace --logdir "$OUT/four-cuda" \
+            > "$OUT/four-cuda.log" 2>&1
+        note "  4 collectors, cuda, 60,416 frames (exit $?):"
+        grep -E '^GPUs:' "$OUT/four-cuda.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        eval_share "$OUT/four-cuda.log"
+        ;;
+    pong)
+        timeout "$PONG_S" $PYTHON -m examples.atari_dqn --env ALE/Pong-v5 \
+            --collectors "$COLLECTORS" --transport cuda --total-frames 2000000 \
+            --replay-capacity 1000000 --eval-every 250000 --eval-episodes 8 \
+            --no-progress --logdir "$OUT/pong" > "$OUT/pong.log" 2>&1
+        note "  Pong recipe (exit $?; 124: cut at ${PONG_S} s):"
+        grep -E '^(GPUs:|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        tail -3 "$OUT/pong/metrics.csv" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
+        ;;
+    tcp)
+        ACTORRT_TP_TRANSPORTS=uv timeout 400 $PYTHON -m benchmarks.dqn_throughput \
+            --collectors "$COLLECTORS" --transport cpu --frames 120000 --raw-seconds 10 \
+            --json "$OUT/throughput-tcp.json" > "$OUT/throughput-tcp.log" 2>&1
+        note "  transport cpu, TensorPipe uv only (exit $?):"
+        grep -E '^(raw|DQN|ratio)' "$OUT/throughput-tcp.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        ;;
+    gputest)
+        timeout 500 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_atari_dqn.py \
+            > "$OUT/gputest.log" 2>&1
+        note "  tests/gpu/test_gpu_atari_dqn.py (exit $?): $(tail -1 "$OUT/gputest.log")"
+        ;;
+    *)
+        note "  unknown step $step (machine, throughput, eval, pong, tcp, gputest)"
+        ;;
+    esac
+done
+note "== done $(date -u +%FT%TZ)"

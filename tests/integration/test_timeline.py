@@ -1,0 +1,146 @@
+"""``actorrt.start(trace=True)`` / ``ACTORRT_TRACE=1`` and ``actorrt.timeline(path)``.
+
+Each test runs its driver as a script (``scripts.run_script``: a fresh interpreter per
+cluster, its processes killed by pid at the end) and reads the trace file it wrote.
+"""
+
+import json
+
+import pytest
+from netns import driver_argv, free_port, worker_argv
+from scripts import run_script
+
+pytestmark = pytest.mark.timeout(180)
+
+HEADER = """
+import os, time
+import torch
+import actorrt
+
+@actorrt.actor
+class Echo:
+    def ping(self, x):
+        time.sleep(0.02)  # a run long enough to see, next to the waits behind it
+        return x
+
+@actorrt.actor
+class Relay:
+    def relay(self, echo, n):
+        # a call made from inside an actor: its round trip is recorded on that worker
+        return actorrt.get(echo.ping.remote(torch.ones(n)))
+"""
+
+
+def _events(path):
+    with open(path) as f:
+        trace = json.load(f)
+    assert isinstance(trace, dict) and isinstance(trace["traceEvents"], list)
+    for ev in trace["traceEvents"]:  # the fields every event of the format has
+        assert {"ph", "pid", "name"} <= set(ev), ev
+    return trace
+
+
+def _spans(trace):
+    """Per call key: its round trip, its wait (both b/e pairs) and its run (X), in us."""
+    out: dict[str, dict[str, tuple[float, float, int]]] = {}
+    begins = {}
+    for ev in trace["traceEvents"]:
+        if ev["ph"] == "b":
+            begins[(ev["cat"], ev["id"], ev["pid"])] = ev
+        elif ev["ph"] == "e":
+            b = begins.pop((ev["cat"], ev["id"], ev["pid"]))
+            out.setdefault(ev["id"], {})[ev["cat"]] = (b["ts"], ev["ts"], ev["pid"])
+        elif ev["ph"] == "X":
+            key = ev["args"]["call"]
+            out.setdefault(key, {})[ev["cat"]] = (ev["ts"], ev["ts"] + ev["dur"], ev["pid"])
+    assert not begins, f"async slices never ended: {list(begins)[:3]}"
+    return out
+
+
+def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_path):
+    body = f"""
+    path = {str(tmp_path / "timeline.json")!r}
+    with actorrt.start(num_workers=2, trace=True) as rt:
+        echo = Echo.remote()
+        relay = Relay.remote()
+        refs = [echo.ping.remote(torch.zeros(256)) for _ in range(4)]  # queued behind each other
+        actorrt.get(refs, timeout=60)
+        actorrt.get(relay.relay.remote(echo, 8), timeout=60)
+        trace = actorrt.timeline(path)
+        report(pids=list(rt.local_worker_pids), driver=os.getpid(), n=len(trace["traceEvents"]))
+    """
+    (rep,) = run_script(tmp_path, HEADER, body, timeout=150, name="trace_on.py")
+    trace = _events(tmp_path / "timeline.json")
+    assert len(trace["traceEvents"]) == rep["n"]
+    names = {ev["args"]["name"] for ev in trace["traceEvents"] if ev["name"] == "process_name"}
+    assert len(names) == 3 and any(n.startswith("worker1 ") for n in names), names
+    runs = [ev for ev in trace["traceEvents"] if ev.get("cat") == "run"]
+    assert {ev["name"] for ev in runs} >= {"Echo.ping", "Relay.relay"}
+    threads = {ev["args"]["name"] for ev in trace["traceEvents"] if ev["name"] == "thread_name"}
+    assert any(t.startswith("Echo-") for t in threads), threads  # the actor's track
+
+    spans = _spans(trace)
+    pings = [s for s in spans.values() if "run" in s and "call" in s]
+    # the driver's four pings and the relay's one, each seen from both ends
+    assert len(pings) >= 5, spans
+    for s in pings:
+        call_b, call_e, caller_pid = s["call"]
+        wait_b, wait_e, actor_pid = s["wait"]
+        run_b, run_e, run_pid = s["run"]
+        assert caller_pid != actor_pid == run_pid
+        # the mailbox wait and the run lie inside the caller's round trip, in that order
+        assert call_b <= wait_b <= wait_e <= run_b <= run_e <= call_e, s
+        assert run_e - run_b >= 15_000  # the 20 ms sleep, in microseconds
+    # four pings sent at once: the later ones waited in the mailbox behind the first
+    driver_pings = [s for s in pings if s["call"][2] == rep["driver"]]
+    waits = sorted(s["wait"][1] - s["wait"][0] for s in driver_pings)
+    assert waits[-1] >= 15_000, waits
+    # the relay's call from inside an actor is recorded on that actor's worker
+    assert any(s["call"][2] != rep["driver"] for s in pings)
+    sent = [ev for ev in trace["traceEvents"] if ev.get("cat") == "call" and ev["ph"] == "b"]
+    assert any(ev["args"]["bytes_out"] >= 256 * 4 for ev in sent), sent[:2]
+
+
+def test_trace_from_the_environment_and_timeline_refused_when_off(tmp_path):
+    body = f"""
+    path = {str(tmp_path / "env.json")!r}
+    os.environ["ACTORRT_TRACE"] = "1"
+    with actorrt.start(num_workers=1) as rt:
+        echo = Echo.remote()
+        actorrt.get(echo.ping.remote(1), timeout=60)
+        actorrt.timeline(path)
+        pids = list(rt.local_worker_pids)
+    os.environ["ACTORRT_TRACE"] = "0"
+    # the second cluster of this process: only its refusal is looked at
+    with actorrt.start(num_workers=1) as rt:
+        pids += list(rt.local_worker_pids)
+        try:
+            actorrt.timeline()
+            refused = ""
+        except RuntimeError as exc:
+            refused = str(exc)
+    report(pids=pids, refused=refused)
+    """
+    (rep,) = run_script(tmp_path, HEADER, body, timeout=150, name="trace_env.py")
+    trace = _events(tmp_path / "env.json")
+    assert any(ev.get("cat") == "run" and ev["name"] == "Echo.ping" for ev in trace["traceEvents"])
+    assert "trace=True" in rep["refused"]
+
+
+def test_multinode_workers_trace_when_the_driver_says_so(procs, tmp_path):
+    """``actorrt worker`` processes (loopback) learn the flag from the driver's plan."""
+    init = f"tcp://127.0.0.1:{free_port()}"
+    env = {"ACTORRT_TOKEN": "trace-test-token"}
+    path = str(tmp_path / "multinode.json")
+    cfg = {"init": init, "world": 3, "scenario": "trace", "trace": True, "timeline": path}
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    res = procs.result("driver", 90)
+    assert procs.wait("driver", 30) == 0, procs.logs()
+    rows = {int(pid): name for pid, name in res["rows"].items()}
+    assert set(res["worker_pids"]) <= set(rows), (rows, res["worker_pids"])
+    # each worker recorded its actor's runs: the flag reached them through the plan
+    assert sorted(res["runs"]) == ["worker1", "worker2"], res["runs"]
+    assert all({"Probe.where", "Probe.echo"} <= set(r) for r in res["runs"].values())
+    _events(path)

@@ -1,0 +1,132 @@
+"""The timeline recorder in one process: mailbox hooks, the bound, the Chrome trace form."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from actorrt.runtime import trace
+from actorrt.runtime.mailbox import Call, Mailbox
+
+
+class Sleeper:
+    def nap(self, seconds):
+        time.sleep(seconds)
+        return torch.zeros(16)
+
+
+@pytest.fixture
+def tracing():
+    trace.enable(True)
+    yield
+    trace.enable(False)
+
+
+def _box():
+    box = Mailbox("b" * 32, lambda actor_id, why: None, lambda caller, reply: (None, [reply]))
+    box.open(Sleeper, (None, [((), {})]), class_name="Sleeper", max_concurrency=1, gpu_ids=())
+    return box
+
+
+def _call(seq, seconds):
+    return Call("me", seq, "nap", (None, [((seconds,), {})]), torch.futures.Future())
+
+
+def test_mailbox_records_wait_run_and_reply_in_order(tracing):
+    box = _box()
+    first, second = _call(0, 0.05), _call(1, 0.0)
+    box.deliver(first)
+    box.deliver(second)  # waits in the mailbox behind the first call's 50 ms
+    second.future.wait()
+    box.kill("done")
+    recs = {(kind, key): (begin, end) for kind, _, begin, end, _, key, _ in trace.events()}
+    key = f"me/{'b' * 32}/1"
+    wait, run, reply = recs[("wait", key)], recs[("run", key)], recs[("reply", key)]
+    assert wait[0] <= wait[1] <= run[0] <= run[1] <= reply[0] <= reply[1]
+    assert wait[1] - wait[0] >= 40_000_000  # nanoseconds behind the first call
+    run_first = recs[("run", f"me/{'b' * 32}/0")]
+    assert run_first[1] - run_first[0] >= 40_000_000
+    (detail,) = [d for kind, _, _, _, _, k, d in trace.events() if (kind, k) == ("reply", key)]
+    assert detail["bytes"] == 16 * 4  # the returned tensor
+
+
+def test_nothing_is_recorded_when_off():
+    trace.enable(False)
+    box = _box()
+    call = _call(0, 0.0)
+    box.deliver(call)
+    call.future.wait()
+    box.kill("done")
+    assert trace.events() == []
+
+
+def test_the_buffer_is_bounded(tracing, monkeypatch):
+    monkeypatch.setattr(trace, "MAX_EVENTS", 3)
+    box = _box()
+    calls = [_call(i, 0.0) for i in range(3)]
+    for call in calls:
+        box.deliver(call)
+    calls[-1].future.wait()
+    box.kill("done")
+    assert len(trace.events()) == 3
+    assert trace.rpc_collect()["dropped"] == 6  # three records per call, nine in all
+
+
+def test_chrome_form_rows_threads_and_clock_offsets():
+    ms = 1_000_000
+    part = {"name": "worker1", "rank": 1, "pid": 11, "host": "h", "threads": {7: "Sleeper-x"}}
+    events = [
+        ("wait", "S.nap", 10 * ms, 12 * ms, 7, "k", {}),
+        ("run", "S.nap", 12 * ms, 20 * ms, 7, "k", {}),
+    ]
+    caller = {"name": "driver", "rank": 0, "pid": 10, "host": "g", "threads": {3: "MainThread"}}
+    parts = [
+        {**caller, "events": [("call", "S.nap", 0, 30 * ms, 3, "k", {"to": "worker1"})]},
+        {**part, "events": events, "offset": 5 * ms},  # its clock runs 5 ms ahead
+    ]
+    out = json.loads(json.dumps(trace.to_chrome(parts, ["worker2: gone"])))
+    evs = out["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in evs if e["name"] == "process_name"}
+    assert names == {10: "driver (rank 0, g, pid 10)", 11: "worker1 (rank 1, h, pid 11)"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in evs if e["name"] == "thread_name"}
+    assert threads == {(10, 3): "MainThread", (11, 7): "Sleeper-x"}
+    (run,) = [e for e in evs if e.get("cat") == "run"]
+    assert (run["ts"], run["dur"], run["ph"]) == (7000.0, 8000.0, "X")  # offset taken off
+    wait = [e for e in evs if e.get("cat") == "wait"]
+    assert [(e["ph"], e["ts"]) for e in wait] == [("b", 5000.0), ("e", 7000.0)]
+    assert wait[0]["name"] == "wait S.nap" and wait[0]["id"] == "k"
+    assert out["otherData"]["missing_processes"] == ["worker2: gone"]
+
+
+def test_wire_bytes_counts_blob_and_tensors():
+    t = torch.zeros(10, dtype=torch.float64)
+    assert trace.wire_bytes((b"abc", [t])) == 3 + 80
+    assert trace.wire_bytes((None, [((t, 1), {"x": t})])) == 160  # a plain (args, kwargs)
+    assert trace.wire_bytes(object()) == 0  # unknown: no figure, no failure
+
+
+def test_times_since_1970_keep_sub_microsecond_order():
+    # Microseconds since 1970 as floats keep a quarter of a microsecond: a wait ending at
+    # the very nanosecond its run starts must not end after it in the file.
+    now = 1_795_687_331_823_979_812  # ns
+    part = {"name": "w", "rank": 1, "pid": 1, "host": "h", "threads": {}}
+    events = [
+        ("wait", "S.nap", now - 21_908_000, now, 7, "k", {}),
+        ("run", "S.nap", now, now + 20_125_000, 7, "k", {}),
+    ]
+    out = trace.to_chrome([{**part, "events": events}])
+    (wait_end,) = [e["ts"] for e in out["traceEvents"] if e.get("ph") == "e"]
+    (run,) = [e for e in out["traceEvents"] if e.get("cat") == "run"]
+    assert wait_end == run["ts"] == 21_908.0
+    assert out["otherData"]["start_unix_ns"] == now - 21_908_000
+
+
+def test_wire_bytes_finds_tensors_in_a_plain_batch_and_a_reply():
+    batch = {"obs": torch.zeros(16, 84, 84, dtype=torch.uint8), "act": torch.zeros(16)}
+    # a push's plain (args, kwargs) and a weights reply (status, (version, state dict))
+    assert trace.wire_bytes((None, [((batch,), {})])) == 16 * 84 * 84 + 16 * 4
+    state = {"w": torch.zeros(4, 4), "b": torch.zeros(4)}
+    assert trace.wire_bytes((None, [(0, (3, state))])) == (16 + 4) * 4
