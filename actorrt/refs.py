@@ -26,7 +26,7 @@ from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLo
 from actorrt.runtime import quick_rpc
 from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
-from actorrt.runtime.payload import packing, unpack, wire_bytes
+from actorrt.runtime.payload import packing, unpack
 from actorrt.runtime.protocol import (
     COPY,
     LOCATED,
@@ -39,6 +39,7 @@ from actorrt.runtime.protocol import (
     unreadable,
 )
 from actorrt.runtime.runtime import current, current_or_none
+from actorrt.runtime.trace import wire_bytes
 
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive

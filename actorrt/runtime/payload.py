@@ -50,7 +50,6 @@ __all__ = [
     "pack_or_measure",
     "packing",
     "unpack",
-    "wire_bytes",
 ]
 
 Wire = tuple[bytes | None, list[Any]]
@@ -236,14 +235,6 @@ def pack_args(
             else:
                 return None, [(args, kwargs)]
     return pack_for((args, kwargs), peer, road_for)
-
-
-def wire_bytes(wire: Wire) -> int:
-    """The payload bytes of a packed value: its pickled bytes and its tensors' bytes."""
-    blob, side = wire
-    if blob is None:
-        return _tensor_bytes(side[0])
-    return len(blob) + sum(int(t.nbytes) for t in side if isinstance(t, torch.Tensor))
 
 
 def packing() -> bool:

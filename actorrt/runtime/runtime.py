@@ -553,13 +553,26 @@ class Runtime:
         owner = loc.owner
         if owner in self._dead_workers or self.stopped.is_set():
             raise self.lost(loc, "its owner process died" if not self.stopped.is_set() else "")
+        begin = _trace.clock() if _trace.ON else 0
         # No timeout, as a call: a large value on a slow link takes what it takes; the
         # owner's death fails it (below), and get(timeout=) bounds the caller's wait.
         fut: torch.futures.Future[Wire] = quick_rpc.rpc_async(
             owner, rpc_fetch, (loc.object_id, self.name)
         )
         self.inflight.track(owner, fut)  # failed when rank 0 marks the owner dead
+        if begin:
+            _trace.fetching(loc.object_id, owner, self.road_name(owner), begin, fut)
         return fut
+
+    def road_name(self, peer: str) -> str:
+        """How large tensors travel from ``peer`` to this process (for the timeline)."""
+        if self._shm and shm.peer_ok(peer):
+            return "shm"
+        if self.plan is not None:
+            for pair in self.plan.pairs:
+                if {pair.src, pair.dst} == {peer, self.name}:
+                    return str(pair.transport)
+        return "tcp"
 
     def lost(self, loc: ObjectLocation, why: str) -> Exception:
         """The error of a ref to ``loc`` that cannot be fetched (``why``: the cause)."""

@@ -47,6 +47,7 @@ __all__ = [
     "enable",
     "env_enabled",
     "events",
+    "fetching",
     "gather",
     "ran",
     "rpc_collect",
@@ -61,7 +62,7 @@ ON = False
 MAX_EVENTS = 1_000_000
 """Records kept per process at most (about 100 bytes each); later ones are counted only."""
 
-_CALL, _WAIT, _RUN, _REPLY = "call", "wait", "run", "reply"
+_CALL, _WAIT, _RUN, _REPLY, _FETCH = "call", "wait", "run", "reply", "fetch"
 
 # (kind, name, begin ns, end ns, thread id, call key, detail dict)
 _events: list[tuple[str, str, int, int, int, str, dict[str, Any]]] = []
@@ -201,6 +202,32 @@ def sent(
 # -- actor side -----------------------------------------------------------------------
 
 
+def fetching(
+    object_id: str, owner: str, road: str, begin: int, fut: torch.futures.Future[Any]
+) -> None:
+    """A fetch of an object left for its owner: records it once ``fut`` (the value) is in.
+
+    Args:
+        object_id: The object's id.
+        owner: The process that keeps it.
+        road: How its tensors travel from there (the pair's transport, or ``shm``).
+        begin: :func:`clock` when the fetch was asked for.
+        fut: The future of the packed value.
+    """
+    tid = _thread()
+
+    def done(f: torch.futures.Future[Any]) -> None:
+        end = clock()
+        try:
+            got = wire_bytes(f.value())
+        except Exception:  # lost: no payload
+            got = 0
+        detail = {"from": owner, "road": road, "bytes": got}
+        _record(_FETCH, f"fetch {object_id[:12]}", begin, end, tid, object_id, detail)
+
+    fut.add_done_callback(done)
+
+
 def arrived(call: Any) -> None:
     """A call reached its actor's mailbox (on an RPC thread)."""
     _stamps[id(call)] = [clock(), 0, 0, 0]
@@ -330,8 +357,9 @@ def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[
             ts_end = (max(begin, end) - offset - base) / 1000.0
             args = {"call": key, **detail}
             where = {"cat": kind, "pid": pid, "tid": tid}
-            if kind in (_CALL, _WAIT):
-                common = {**where, "name": name if kind == _CALL else f"wait {name}", "id": key}
+            if kind in (_CALL, _WAIT, _FETCH):
+                title = f"wait {name}" if kind == _WAIT else name
+                common = {**where, "name": title, "id": key}
                 out.append({**common, "ph": "b", "ts": ts, "args": args})
                 out.append({**common, "ph": "e", "ts": ts_end})
             else:

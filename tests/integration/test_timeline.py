@@ -24,6 +24,11 @@ class Echo:
         return x
 
 @actorrt.actor
+class Maker:
+    def make(self, n):
+        return torch.ones(n, dtype=torch.uint8)
+
+@actorrt.actor
 class Relay:
     def relay(self, echo, n):
         # a call made from inside an actor: its round trip is recorded on that worker
@@ -66,6 +71,8 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
         refs = [echo.ping.remote(torch.zeros(256)) for _ in range(4)]  # queued behind each other
         actorrt.get(refs, timeout=60)
         actorrt.get(relay.relay.remote(echo, 8), timeout=60)
+        big = Maker.remote().make.remote(40 << 20)  # kept at its maker: the get fetches it
+        actorrt.get(big, timeout=60)
         trace = actorrt.timeline(path)
         report(pids=list(rt.local_worker_pids), driver=os.getpid(), n=len(trace["traceEvents"]))
     """
@@ -99,6 +106,11 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
     assert any(s["call"][2] != rep["driver"] for s in pings)
     sent = [ev for ev in trace["traceEvents"] if ev.get("cat") == "call" and ev["ph"] == "b"]
     assert any(ev["args"]["bytes_out"] >= 256 * 4 for ev in sent), sent[:2]
+    # the driver's fetch of the object kept at its maker: its bytes, owner and road
+    fetches = [ev for ev in trace["traceEvents"] if ev.get("cat") == "fetch" and ev["ph"] == "b"]
+    assert len(fetches) == 1 and fetches[0]["pid"] == rep["driver"], fetches
+    assert fetches[0]["args"]["bytes"] >= 40 << 20
+    assert fetches[0]["args"]["from"].startswith("worker") and fetches[0]["args"]["road"]
 
 
 def test_trace_from_the_environment_and_timeline_refused_when_off(tmp_path):

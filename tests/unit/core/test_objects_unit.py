@@ -11,7 +11,7 @@ import torch
 import actorrt
 from actorrt.errors import ActorError, ObjectLostError
 from actorrt.refs import ObjectRef, _failed_ref, _inline_ref, _located_ref
-from actorrt.runtime import payload
+from actorrt.runtime import payload, trace
 from actorrt.runtime.objects import ObjectLocation, ObjectStore, resolve_args
 from actorrt.runtime.protocol import LOST, OBJECT, OK, RAISE, decode_reply
 
@@ -62,9 +62,9 @@ def test_a_kept_value_never_took_the_road():
 
 
 def test_wire_bytes_counts_pickled_and_tensor_bytes():
-    assert payload.wire_bytes(payload.pack({"t": torch.zeros(10)})) == 40
+    assert trace.wire_bytes(payload.pack({"t": torch.zeros(10)})) == 40
     wire = payload.pack(Batch(torch.zeros(100, dtype=torch.uint8), "n"))
-    assert payload.wire_bytes(wire) == len(wire[0]) + 100
+    assert trace.wire_bytes(wire) == len(wire[0]) + 100
 
 
 def test_refs_of_each_state_travel_inside_a_packed_value():
