@@ -7,7 +7,9 @@ cluster records, per actor call:
   with the bytes that went out and came back;
 - on the actor's process, its **wait** in the mailbox (arrival to the start of the
   method), its **run** (the method), and its **reply** (packing the return value and
-  handing it to RPC), with the reply's bytes.
+  handing it to RPC), with the reply's bytes;
+- on a process that fetches an object from its owner, the **fetch**, with its bytes,
+  the owner and the road its tensors took.
 
 :func:`gather` (``actorrt.timeline(path)``) asks every live process for its records and
 writes one Chrome trace / Perfetto JSON file: one row per process, one track per thread
