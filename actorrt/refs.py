@@ -688,17 +688,22 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
 def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = None) -> Any:
     """The value of the checked ``ref`` within ``timeout`` (``total``: named in the error)."""
     if ref._cf is None:
-        if ref._loc is None:
-            sent = ref._sent if ref._sent is not None else ref._borrow()
-            if sent is not None and (timeout is None or sent.done()):
+        sent = ref._sent if ref._sent is not None else ref._borrow()
+        if sent is not None:
+            if timeout is None:
                 try:
                     sent.wait()
                 except Exception:  # _decode turns the RPC error into the one users see
                     pass
-                # With a timeout, only a value already here is read without the future.
-                if timeout is None or ref._failure() is not None or ref._loc is None:
-                    return ref._decode(sent)
-        elif timeout is None:
+                return ref._decode(sent)
+            if sent.done():  # with a timeout, only a value already here is read directly
+                try:
+                    loc, value = ref._reply_value(sent)
+                except Exception:
+                    return ref._decode(sent)  # raises the reply's error
+                if loc is None:
+                    return value
+        elif ref._loc is not None and timeout is None:  # a ref that came as a location
             return ref._fetch(ref._loc)
     try:
         return ref.future().result(timeout)

@@ -83,6 +83,30 @@ def run(system: str, cfg: dict) -> dict:
     return {"objects": (_actorrt if system == "actorrt" else _ray)(reps)}
 
 
+def _measure(
+    get: Callable[[Any], Any], put: Callable[[Any], Any], a: Any, b: Any, sinks: list, reps: int
+) -> dict:
+    """The suite's figures with one system's ``get`` and ``put``, its A, B and sinks."""
+    out: dict[str, Any] = {"pass": {}, "fanout": {}}
+    get([s.ping.remote() for s in [b, *sinks]])
+    for n in PASS_SIZES:
+        get(a.make.remote(n))
+        ref = _median(lambda n=n: get(b.nbytes.remote(a.tensor.remote(n))), reps)
+        direct = _median(lambda n=n: get(a.direct.remote(b, n)), reps)
+        out["pass"][str(n)] = {"ref": ref, "direct": direct}
+    value = torch.ones(FANOUT_BYTES, dtype=torch.uint8)
+    for k in FANOUT_NS:
+        out["fanout"][str(k)] = _median(
+            lambda k=k: get([s.nbytes.remote(r) for r in [put(value)] for s in sinks[:k]]), reps
+        )
+    # publish() returns the ref of the state dict it put, in a list (Ray gets a nested ref
+    # as itself only there), so the sinks fetch the state dict from A's process
+    out["broadcast"] = _median(
+        lambda: get([s.nbytes.remote(r) for r in get(a.publish.remote()) for s in sinks]), reps
+    )
+    return out
+
+
 def _actorrt(reps: int) -> dict:
     import actorrt
 
@@ -92,36 +116,15 @@ def _actorrt(reps: int) -> dict:
             return actorrt.get(sink.nbytes.remote(self.t[nbytes]), timeout=300)
 
         def publish(self) -> Any:
-            return actorrt.put(self.state())  # the result is the ref (a small value)
+            return [actorrt.put(self.state())]
 
     B = actorrt.actor(Sink)
-    out: dict[str, Any] = {"pass": {}, "fanout": {}}
     with actorrt.start(num_workers=WORKERS):
         a, b = A.remote(), B.remote()
         while actorrt.get(a.pid.remote()) == actorrt.get(b.pid.remote()):
             b = B.remote()  # actors share processes here: A and B must not (as in Ray)
         sinks = [B.remote() for _ in range(max(FANOUT_NS))]
-        actorrt.get([s.ping.remote() for s in [b, *sinks]], timeout=120)
-        for n in PASS_SIZES:
-            actorrt.get(a.make.remote(n), timeout=120)
-            ref = _median(lambda n=n: actorrt.get(b.nbytes.remote(a.tensor.remote(n))), reps)
-            direct = _median(lambda n=n: actorrt.get(a.direct.remote(b, n)), reps)
-            out["pass"][str(n)] = {"ref": ref, "direct": direct}
-        value = torch.ones(FANOUT_BYTES, dtype=torch.uint8)
-        for k in FANOUT_NS:
-            out["fanout"][str(k)] = _median(
-                lambda k=k: actorrt.get(
-                    [s.nbytes.remote(r) for r in [actorrt.put(value)] for s in sinks[:k]]
-                ),
-                reps,
-            )
-        out["broadcast"] = _median(
-            lambda: actorrt.get(
-                [s.nbytes.remote(r) for r in [actorrt.get(a.publish.remote())] for s in sinks]
-            ),
-            reps,
-        )
-    return out
+        return _measure(lambda r: actorrt.get(r, timeout=300), actorrt.put, a, b, sinks, reps)
 
 
 def _ray(reps: int) -> dict:
@@ -133,37 +136,16 @@ def _ray(reps: int) -> dict:
             return ray.get(sink.nbytes.remote(self.t[nbytes]))
 
         def publish(self) -> Any:
-            return [ray.put(self.state())]  # in a list: the ref itself, not its value
+            return [ray.put(self.state())]
 
     B = ray.remote(num_cpus=0)(Sink)
-    out: dict[str, Any] = {"pass": {}, "fanout": {}}
     ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
     try:
         a, b = A.remote(), B.remote()
         sinks = [B.remote() for _ in range(max(FANOUT_NS))]
-        ray.get([s.ping.remote() for s in [b, *sinks]])
-        for n in PASS_SIZES:
-            ray.get(a.make.remote(n))
-            ref = _median(lambda n=n: ray.get(b.nbytes.remote(a.tensor.remote(n))), reps)
-            direct = _median(lambda n=n: ray.get(a.direct.remote(b, n)), reps)
-            out["pass"][str(n)] = {"ref": ref, "direct": direct}
-        value = torch.ones(FANOUT_BYTES, dtype=torch.uint8)
-        for k in FANOUT_NS:
-            out["fanout"][str(k)] = _median(
-                lambda k=k: ray.get(
-                    [s.nbytes.remote(r) for r in [ray.put(value)] for s in sinks[:k]]
-                ),
-                reps,
-            )
-        out["broadcast"] = _median(
-            lambda: ray.get(
-                [s.nbytes.remote(r) for r in ray.get(a.publish.remote()) for s in sinks]
-            ),
-            reps,
-        )
+        return _measure(ray.get, ray.put, a, b, sinks, reps)
     finally:
         ray.shutdown()
-    return out
 
 
 def table(doc: dict) -> str:

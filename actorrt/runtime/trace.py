@@ -201,9 +201,6 @@ def sent(
     fut.add_done_callback(done)
 
 
-# -- actor side -----------------------------------------------------------------------
-
-
 def fetching(
     object_id: str, owner: str, road: str, begin: int, fut: torch.futures.Future[Any]
 ) -> None:
@@ -228,6 +225,9 @@ def fetching(
         _record(_FETCH, f"fetch {object_id[:12]}", begin, end, tid, object_id, detail)
 
     fut.add_done_callback(done)
+
+
+# -- actor side -----------------------------------------------------------------------
 
 
 def arrived(call: Any) -> None:

@@ -163,6 +163,9 @@ def test_a_mid_size_result_comes_back_and_is_still_fetched_from_its_producer(clu
     served = actorrt.get(p.served.remote(), timeout=30)
     assert actorrt.get(c.total.remote(ref), timeout=60) == (4 * MB, 4 * MB)
     assert actorrt.get(p.served.remote(), timeout=30) == served + 1  # fetched from p
+    # the caller reads its copy again, with and without a timeout: nothing is fetched
+    assert int(actorrt.get(ref).sum()) == int(actorrt.get(ref, timeout=30).sum()) == 4 * MB
+    assert actorrt.get(p.served.remote(), timeout=30) == served + 1
 
 
 def test_a_small_result_still_comes_back_inline(cluster):
@@ -244,20 +247,21 @@ def test_two_hundred_puts_of_100_mb_keep_the_owner_bounded(cluster):
     assert _wait_for(lambda: actorrt.get(p.owned.remote(), timeout=30)[0] == base)
 
 
+@actorrt.actor
+class Holder:
+    def __init__(self, x):
+        self.x = x
+
+    def get(self):
+        return self.x
+
+
 def test_a_constructor_with_a_pending_ref_returns_at_once(cluster):
     @actorrt.actor
     class Slow:
         def value(self, s):
             time.sleep(s)
             return 5
-
-    @actorrt.actor
-    class Holder:
-        def __init__(self, x):
-            self.x = x
-
-        def get(self):
-            return self.x
 
     slow = Slow.remote()
     start = time.monotonic()
@@ -271,14 +275,6 @@ def test_a_constructor_whose_ref_failed_fails_its_calls(cluster):
     class Bad:
         def boom(self):
             raise ValueError("upstream broke")
-
-    @actorrt.actor
-    class Holder:
-        def __init__(self, x):
-            self.x = x
-
-        def get(self):
-            return self.x
 
     h = Holder.remote(Bad.remote().boom.remote())
     with pytest.raises(actorrt.ActorDiedError, match="upstream broke"):

@@ -41,9 +41,13 @@ def test_mailbox_records_wait_run_and_reply_in_order(tracing):
     box.deliver(first)
     box.deliver(second)  # waits in the mailbox behind the first call's 50 ms
     second.future.wait()
+    key = f"me/{'b' * 32}/1"
+    # the actor's thread records the reply once it has handed it over: just after
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(e[5] == key for e in trace.events()):
+        time.sleep(0.01)
     box.kill("done")
     recs = {(kind, key): (begin, end) for kind, _, begin, end, _, key, _ in trace.events()}
-    key = f"me/{'b' * 32}/1"
     wait, run, reply = recs[("wait", key)], recs[("run", key)], recs[("reply", key)]
     assert wait[0] <= wait[1] <= run[0] <= run[1] <= reply[0] <= reply[1]
     assert wait[1] - wait[0] >= 40_000_000  # nanoseconds behind the first call
