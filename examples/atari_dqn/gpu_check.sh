@@ -24,13 +24,16 @@
 #               every process that has it (docs/performance.md), and 12 collectors, the
 #               learner, the driver and the zygote (15 processes on 16 cores) keep it on;
 #               this shows whether those spinning threads hold collection back (2 min)
-#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py: the cuda
-#               transport with hand-set shares and without any GPU flag (about 3 min)
-# About 15 minutes in all. Every figure lands in $OUT/summary.txt.
+#   objects     python -m benchmarks.objects_gpu: a 640 MB CUDA tensor's ref passed
+#               between two actors on one GPU against a direct call (issue 23; 1 min)
+#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py and
+#               tests/gpu/test_gpu_objects.py: the cuda transport with hand-set shares and
+#               without any GPU flag, CUDA objects GPU to GPU (about 4 min)
+# About 16 minutes in all. Every figure lands in $OUT/summary.txt.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-machine throughput eval pong}
+STEPS=${STEPS:-machine objects throughput eval pong}
 COLLECTORS=${COLLECTORS:-12}
 PONG_S=${PONG_S:-600}
 mkdir -p "$OUT"
@@ -93,13 +96,18 @@ for step in $STEPS; do
         note "  transport cpu, TensorPipe uv only (exit $?):"
         grep -E '^(raw|DQN|ratio)' "$OUT/throughput-tcp.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
+    objects)
+        timeout 180 $PYTHON -m benchmarks.objects_gpu --json "$OUT/objects-gpu.json" \
+            > "$OUT/objects-gpu.log" 2>&1
+        note "  objects on one GPU (exit $?): $(tail -1 "$OUT/objects-gpu.log")"
+        ;;
     gputest)
         timeout 500 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_atari_dqn.py \
-            > "$OUT/gputest.log" 2>&1
-        note "  tests/gpu/test_gpu_atari_dqn.py (exit $?): $(tail -1 "$OUT/gputest.log")"
+            tests/gpu/test_gpu_objects.py > "$OUT/gputest.log" 2>&1
+        note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, throughput, eval, pong, tcp, gputest)"
+        note "  unknown step $step (machine, objects, throughput, eval, pong, tcp, gputest)"
         ;;
     esac
 done
