@@ -34,6 +34,10 @@ class Producer:
     def make(self, nbytes, fill=1):
         return torch.full((nbytes,), fill, dtype=torch.uint8)
 
+    def make_slowly(self, nbytes, fill, seconds):
+        time.sleep(seconds)
+        return torch.full((nbytes,), fill, dtype=torch.uint8)
+
     def make_nested(self, nbytes):
         return {"t": torch.full((nbytes,), 3, dtype=torch.uint8), "note": "x"}
 
@@ -354,6 +358,41 @@ def test_owner_death_makes_get_raise_object_lost(tmp_path):
     assert final["owner"] in final["outcome"] and "lost" in final["outcome"]
     assert final["took"] < 10, final
     assert final["owner"] in final["passed"]
+
+
+def test_a_hung_owner_makes_get_raise_object_lost_within_the_heartbeat_bound(tmp_path):
+    body = """
+    rt = actorrt.start(num_workers=2, heartbeat_timeout=3)
+    report(pids=list(rt.local_worker_pids))
+    p = Producer.remote()
+    ref = p.make.remote(40 << 20)  # over ACTORRT_PULL_BYTES: only the producer has it
+    actorrt.wait([ref], timeout=30)
+    os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGSTOP)  # alive, silent
+    start = time.monotonic()
+    try:
+        actorrt.get(ref, timeout=60)
+        outcome = "value"
+    except actorrt.ObjectLostError as exc:
+        outcome = str(exc)
+    except actorrt.GetTimeoutError:
+        outcome = "timeout"
+    report(outcome=outcome, took=time.monotonic() - start, owner=ref._loc.owner)
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
+    assert final["owner"] in final["outcome"] and "lost" in final["outcome"], final
+    assert final["took"] < 3 + 10, final  # the heartbeat bound, and then some
+
+
+def test_a_lent_ref_is_resolved_once_and_its_loan_ends(cluster):
+    p, c = _apart(cluster)
+    base = len(cluster.objects._loans)
+    slow = p.make_slowly.remote(2 * MB, 5, 0.5)  # unanswered when sent nested: lent
+    total = c.total_nested.remote({"ref": slow})
+    assert len(cluster.objects._loans) == base + 1  # lent as it was packed
+    assert actorrt.get(total, timeout=60) == 10 * MB
+    del slow, total
+    assert _wait_for(lambda: len(cluster.objects._loans) == base), "the loan never ended"
 
 
 def test_a_ref_kept_past_shutdown_raises_a_clear_error(tmp_path):
