@@ -120,7 +120,7 @@ class ObjectLease:
 
     def __del__(self) -> None:
         try:
-            self._store.released(self.owner, self.key, self.loan)
+            self._store.let_go(self.owner, self.key, self.loan)
         except Exception:  # interpreter teardown
             pass
 
@@ -180,8 +180,7 @@ class ObjectStore:
         self._sizes: dict[str, int] = {}
         self._holders: dict[str, str] = {}  # object id -> the process holding it directly
         self._loans: dict[str, ObjectRefBase] = {}
-        self.fetches_served = 0  # fetches answered with a value (tests, status)
-        self.bytes_served = 0
+        self.fetches_served = 0  # fetches answered with a value (for tests)
         self._closed = False
         # False where rank 0 cannot keep leases (its second agent in one process, see
         # group.rrefs_work): objects then live until the cluster ends.
@@ -239,10 +238,6 @@ class ObjectStore:
             (self.end_loan if loan else self.free)(key)
         elif not self._closed:
             self._outbox.put((owner, key, loan))
-
-    def released(self, owner: str, key: str, loan: bool) -> None:
-        """Rank 0: the lease of ``key`` (kept by ``owner``) is gone (see :meth:`let_go`)."""
-        self.let_go(owner, key, loan)
 
     def _tell_owners(self) -> None:
         while True:
@@ -337,7 +332,6 @@ class ObjectStore:
             return self._pack(requester, (LOST, str(exc)))
         with self._lock:
             self.fetches_served += 1
-            self.bytes_served += self._sizes.get(object_id, 0)
         return self._pack(requester, (OK, value))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import threading
 
 import pytest
 import torch
@@ -111,18 +112,48 @@ def test_top_level_refs_are_resolved_and_nested_ones_kept():
     assert kwargs == {"k": 7, "n": {"r": nested}}
 
 
-def test_the_store_frees_objects_and_loans_when_their_lease_goes():
+def test_the_store_frees_objects_and_loans_when_no_ref_is_left():
     store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
-    store._values["x"] = torch.ones(4)
-    store._sizes["x"] = 16
-    assert store.stats() == (1, 16)
-    store.released("worker1", "x", loan=False)  # rank 0 said: no ref is left
+    oid = store.keep(torch.ones(4), 16, holder="driver")
+    assert store.stats() == (1, 16) and store.value(oid).sum() == 4
+    store.let_go("worker1", oid)  # its last ref went (here: the object is this store's)
     assert store.stats() == (0, 0)
     with pytest.raises(ObjectLostError, match="no longer kept"):
-        store.value("x")
+        store.value(oid)
     store._loans["t"] = ObjectRef("A.m")
-    store.released("worker1", "t", loan=True)
+    store.let_go("worker1", "t", loan=True)
     assert store.loaned("t") is None
+
+
+def test_a_holder_that_dies_lets_go_of_what_it_held_directly():
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    held = store.keep(torch.ones(4), 16, holder="worker2")
+    other = store.keep(torch.ones(4), 16, holder="worker3")
+    store.holder_died("worker2")
+    assert store.stats() == (1, 16) and store.value(other) is not None
+    with pytest.raises(ObjectLostError):
+        store.value(held)
+
+
+def test_dropping_a_value_that_holds_refs_does_not_deadlock_the_store(monkeypatch):
+    import types
+
+    from actorrt import refs
+
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    # the ref's going asks this process's runtime for its store: this one
+    monkeypatch.setattr(refs, "current_or_none", lambda: types.SimpleNamespace(objects=store))
+    inner = store.keep(torch.ones(4), 16, holder="worker1")
+    ref = _located_ref("put", None, ObjectLocation(inner, "worker1", 16))
+    ref._direct = True  # as actorrt.put's: its going lets the object go
+    outer = store.keep([ref], 64, holder="worker1")
+    del ref
+    done = []
+    t = threading.Thread(target=lambda: (store.free(outer), done.append(1)), daemon=True)
+    t.start()
+    t.join(10)  # free() drops the list outside the lock, and the ref then frees inner
+    assert done == [1], "free() deadlocked on the store's lock"
+    assert store.stats() == (0, 0)
 
 
 def test_a_fetch_of_a_freed_object_answers_lost():
