@@ -109,6 +109,14 @@ class Consumer:
         return current_or_none().payload_bytes_in
 
 
+@actorrt.actor
+class AsyncConsumer:
+    async def total(self, box):
+        ready, _ = actorrt.wait([box["ref"]], timeout=60)
+        t = await box["ref"]  # on the actor's loop, which the fetch does not block
+        return len(ready), int(t.sum())
+
+
 @dataclasses.dataclass
 class Box:
     ref: object
@@ -209,6 +217,15 @@ def test_refs_travel_inside_values_to_a_third_actor(cluster):
     # a pending ref inside a value: the receiver borrows it from this process
     slow = p.make.remote(8 * MB, 1)
     assert actorrt.get(c.total_nested.remote({"ref": slow}), timeout=120) == 8 * MB
+
+
+def test_an_async_actor_awaits_a_ref_it_was_given(cluster):
+    p = Producer.remote()
+    ref = p.make.remote(40 * MB, 1)  # kept at p only: the await fetches it
+    assert actorrt.get(AsyncConsumer.remote().total.remote({"ref": ref}), timeout=60) == (
+        1,
+        40 * MB,
+    )
 
 
 def test_wait_says_ready_without_fetching(cluster):
