@@ -40,7 +40,7 @@ import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
 from actorrt.runtime import context
-from actorrt.runtime.protocol import LOST, OK
+from actorrt.runtime.protocol import KEEP, LOST, OK, RELAY
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
@@ -54,6 +54,7 @@ __all__ = [
     "ObjectStore",
     "resolve_args",
     "rpc_fetch",
+    "rpc_fetch_copy",
     "rpc_lease",
     "rpc_leased",
     "rpc_let_go",
@@ -78,6 +79,10 @@ comes back with its reply, so the caller's own ``get`` costs what a plain reply 
 larger one does not, and the caller fetches it only if it gets it (one more round trip,
 a few percent of moving that many bytes)."""
 
+
+RELAY_S = 5.0
+"""How long a process that fetched an object from another host keeps a copy, to pass it on
+to the other processes of its host (they ask it instead of the owner)."""
 
 LET_GO_GATHER_S = 0.02
 """How long the refs gone are gathered before their owners are told (one message each)."""
@@ -181,6 +186,13 @@ class ObjectStore:
         self._holders: dict[str, str] = {}  # object id -> the process holding it directly
         self._loans: dict[str, ObjectRefBase] = {}
         self.fetches_served = 0  # fetches answered with a value (for tests)
+        # Fan-out across hosts: per object, the process of each other host that fetched it
+        # first (until when it passes it on); here, copies kept to pass on, and the
+        # fetches under way (a process of this host may ask for what is still coming).
+        self._relays: dict[str, dict[str, tuple[str, float]]] = {}
+        self._copies: dict[str, tuple[Any, float]] = {}
+        self.fetching: dict[str, torch.futures.Future[Wire]] = {}
+        self.node_of: Callable[[str], str | None] = lambda process: None
         self._closed = False
         # False where rank 0 cannot keep leases (its second agent in one process, see
         # group.rrefs_work): objects then live until the cluster ends.
@@ -287,6 +299,7 @@ class ObjectStore:
             value = self._values.pop(object_id, None)
             self._sizes.pop(object_id, None)
             self._holders.pop(object_id, None)
+            self._relays.pop(object_id, None)
         # Outside the lock: the value may hold refs, whose going lets go of their objects.
         del value
 
@@ -303,7 +316,10 @@ class ObjectStore:
             self._values, self._loans = {}, {}
             self._sizes.clear()
             self._holders.clear()
+            self._relays.clear()
+            copies, self._copies = self._copies, {}
         values.clear()  # outside the lock (see free)
+        copies.clear()
         loans.clear()
 
     # -- refs lent before their calls answered ---------------------------------------
@@ -324,15 +340,62 @@ class ObjectStore:
         """The ref lent under ``token``, if the loan is open."""
         return self._loans.get(token)
 
-    def answer_fetch(self, object_id: str, requester: str) -> Wire:
-        """The packed reply to a fetch: ``(OK, value)``, or ``(LOST, why)``."""
+    def answer_fetch(self, object_id: str, requester: str, relay: bool) -> Wire:
+        """The packed reply to a fetch of an object kept here.
+
+        ``(OK, value)``; ``(KEEP, value)`` to the first process of another host, which
+        keeps a copy for :data:`RELAY_S` to pass on to the rest of its host; ``(RELAY,
+        that process)`` to the rest of that host meanwhile (unless ``relay`` is False: that
+        process could not pass it on); or ``(LOST, why)``. So the owner's link carries
+        one copy per host, not one per consumer.
+        """
         try:
             value = self.value(object_id)
         except ObjectLostError as exc:
             return self._pack(requester, (LOST, str(exc)))
+        status = OK
+        node = self.node_of(requester)
+        if node is not None and node != self.node_of(self.name):
+            now = time.monotonic()
+            with self._lock:
+                hosts = self._relays.setdefault(object_id, {})
+                first = hosts.get(node)
+                if first is not None and first[0] != requester and first[1] > now and relay:
+                    return self._pack(requester, (RELAY, first[0]))
+                hosts[node] = (requester, now + RELAY_S)
+            status = KEEP
         with self._lock:
             self.fetches_served += 1
-        return self._pack(requester, (OK, value))
+        return self._pack(requester, (status, value))
+
+    def fetched(self, object_id: str, fut: torch.futures.Future[Wire]) -> None:
+        """The fetch ``fut`` of ``object_id`` under way here is over."""
+        if self.fetching.get(object_id) is fut:
+            del self.fetching[object_id]
+
+    def keep_copy(self, object_id: str, value: Any) -> None:
+        """Keeps a fetched value for :data:`RELAY_S`, for this host's other processes."""
+        until = time.monotonic() + RELAY_S
+        with self._lock:
+            self._copies[object_id] = (value, until)
+        timer = threading.Timer(RELAY_S, self._drop_copy, (object_id, until))
+        timer.daemon = True
+        timer.start()
+
+    def _drop_copy(self, object_id: str, until: float) -> None:
+        with self._lock:
+            kept = self._copies.get(object_id)
+            if kept is not None and kept[1] <= until:  # not kept again since
+                del self._copies[object_id]
+        del kept  # outside the lock (see free)
+
+    def answer_copy(self, object_id: str, requester: str) -> Wire:
+        """The packed reply to a process of this host asking for a copy kept here."""
+        with self._lock:
+            kept = self._copies.get(object_id)
+        if kept is None or kept[1] <= time.monotonic():
+            return self._pack(requester, (LOST, f"{self.name!r} keeps no copy of it"))
+        return self._pack(requester, (OK, kept[0]))
 
 
 # -- RPC entry points --------------------------------------------------------------
@@ -357,9 +420,27 @@ def rpc_leased(object_id: str) -> None:
         store._holders.pop(object_id, None)
 
 
-def rpc_fetch(object_id: str, requester: str) -> Wire:
+def rpc_fetch(object_id: str, requester: str, relay: bool = True) -> Wire:
     """Runs on an object's owner: the value, packed for ``requester`` (its pair's road)."""
-    return context.part(ObjectStore).answer_fetch(object_id, requester)
+    return context.part(ObjectStore).answer_fetch(object_id, requester, relay)
+
+
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
+def rpc_fetch_copy(object_id: str, requester: str) -> torch.futures.Future[Wire]:
+    """Runs on the process an owner named as its host's relay: its copy, once it has it.
+
+    Its own fetch may still be under way: the answer waits for it, on no thread.
+    """
+    store = context.part(ObjectStore)
+    under_way = store.fetching.get(object_id)
+    future: torch.futures.Future[Wire] = torch.futures.Future()
+    if under_way is None:
+        future.set_result(store.answer_copy(object_id, requester))
+    else:
+        under_way.add_done_callback(
+            lambda _: future.set_result(store.answer_copy(object_id, requester))
+        )
+    return future
 
 
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated

@@ -27,12 +27,14 @@ __all__ = [
     "COPY",
     "DIED",
     "ERROR",
+    "KEEP",
     "LOCATED",
     "LOST",
     "OBJECT",
     "OK",
     "PICKLING_ERRORS",
     "RAISE",
+    "RELAY",
     "ActorRecord",
     "LocalFailure",
     "ReplySlot",
@@ -55,6 +57,8 @@ OBJECT = 4  # the value stayed where it was made: payload (object id, bytes); th
 RAISE = 5  # payload is an exception to raise as it is (a lent ref whose call failed)
 COPY = 6  # as OBJECT, and a copy came along: (object id, bytes, value)
 LOCATED = 7  # a lent ref's answer: payload is an ObjectLocation with its lease
+RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: its name)
+KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
 
 
 class ActorRecord(NamedTuple):
@@ -191,7 +195,7 @@ def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
     lives (the caller fetches it), with a copy of it for ``COPY``.
     """
     status, payload = reply
-    if status == OK or status == OBJECT or status == COPY or status == LOCATED:
+    if status in (OK, OBJECT, COPY, LOCATED, KEEP):
         return payload
     if status == ERROR:
         what, summary, text, cause = payload

@@ -52,13 +52,17 @@ from actorrt.runtime.objects import (
     ObjectLocation,
     ObjectStore,
     rpc_fetch,
+    rpc_fetch_copy,
 )
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
-from actorrt.runtime.payload import Wire, pack, pack_args, pack_for, pack_or_measure
+from actorrt.runtime.payload import Wire, pack, pack_args, pack_for, pack_or_measure, unpack
 from actorrt.runtime.protocol import (
     COPY,
+    KEEP,
+    LOST,
     OBJECT,
     OK,
+    RELAY,
     ActorRecord,
     ReplySlot,
     Target,
@@ -127,6 +131,7 @@ class Runtime:
         self.host = ActorHost(self._pack_reply, on_actor_end=self._actor_ended)
         # The objects this process owns (large results, puts) and the refs it lent.
         self.objects = ObjectStore(name, self.pack, driver_name, directory is not None)
+        self.objects.node_of = self._node_of
         self.inline_bytes = INLINE_BYTES
         self.pull_bytes = PULL_BYTES
         # Payload bytes of the replies and fetched objects this process received: shows
@@ -553,16 +558,73 @@ class Runtime:
         owner = loc.owner
         if owner in self._dead_workers or self.stopped.is_set():
             raise self.lost(loc, "its owner process died" if not self.stopped.is_set() else "")
+        under_way = self.objects.fetching.get(loc.object_id)
+        if under_way is not None:  # another actor here asked for it: one transfer for both
+            return under_way
         begin = _trace.clock() if _trace.ON else 0
-        # No timeout, as a call: a large value on a slow link takes what it takes; the
-        # owner's death fails it (below), and get(timeout=) bounds the caller's wait.
-        fut: torch.futures.Future[Wire] = quick_rpc.rpc_async(
-            owner, rpc_fetch, (loc.object_id, self.name)
-        )
-        self.inflight.track(owner, fut)  # failed when rank 0 marks the owner dead
+        result: torch.futures.Future[Wire] = torch.futures.Future()
+        # Registered for this process's other actors, and for the other processes of this
+        # host that the owner may send here (rpc_fetch_copy) while it is under way.
+        self.objects.fetching[loc.object_id] = result
+        result.add_done_callback(lambda _: self.objects.fetched(loc.object_id, result))
+        self._ask(loc, owner, True, result)
         if begin:
-            _trace.fetching(loc.object_id, owner, self.road_name(owner), begin, fut)
-        return fut
+            _trace.fetching(loc.object_id, owner, self.road_name(owner), begin, result)
+        return result
+
+    def _ask(
+        self, loc: ObjectLocation, whom: str, relay: bool, result: torch.futures.Future[Wire]
+    ) -> None:
+        """Asks ``whom`` (the owner, or its host's relay) for ``loc``; the answer to ``result``."""
+        try:
+            # No timeout, as a call: a large value on a slow link takes what it takes; a
+            # death fails it (inflight), and get(timeout=) bounds the caller's wait.
+            if whom == loc.owner:
+                args = (loc.object_id, self.name, relay)
+                fut: torch.futures.Future[Wire] = quick_rpc.rpc_async(whom, rpc_fetch, args)
+            else:
+                fut = quick_rpc.rpc_async(whom, rpc_fetch_copy, (loc.object_id, self.name))
+        except Exception as exc:  # the agent refused at once: that process is gone
+            result.set_exception(exc)  # type: ignore[arg-type]  # torch's stub is wrong
+            return
+        self.inflight.track(whom, fut)  # failed when rank 0 marks that process dead
+        fut.add_done_callback(lambda f: self._answered(loc, whom, result, f))
+
+    def _answered(
+        self,
+        loc: ObjectLocation,
+        whom: str,
+        result: torch.futures.Future[Wire],
+        fut: torch.futures.Future[Wire],
+    ) -> None:
+        # On torch's RPC thread: follows a relay, or falls back to the owner, never waiting.
+        try:
+            wire = fut.value()
+            status = unpack(wire)[0]
+        except Exception as exc:
+            if whom != loc.owner:  # the relay is gone: the owner itself
+                self._ask(loc, loc.owner, False, result)
+            else:
+                result.set_exception(exc)  # type: ignore[arg-type]
+            return
+        if status == RELAY:
+            self._ask(loc, unpack(wire)[1], False, result)
+        elif whom != loc.owner and status == LOST:  # the relay kept no copy
+            self._ask(loc, loc.owner, False, result)
+        else:
+            if status == KEEP:
+                self.objects.keep_copy(loc.object_id, unpack(wire)[1])
+            result.set_result(wire)
+
+    def _node_of(self, process: str) -> str | None:
+        """The host (node id) the plan puts ``process`` on; None when it is not known."""
+        plan = self.plan
+        if plan is None:
+            return None
+        for p in plan.processes:
+            if p.name == process:
+                return p.node
+        return None
 
     def road_name(self, peer: str) -> str:
         """How large tensors travel from ``peer`` to this process (for the timeline)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import threading
+import time
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from actorrt.errors import ActorError, ObjectLostError
 from actorrt.refs import ObjectRef, _failed_ref, _inline_ref, _located_ref
 from actorrt.runtime import payload, trace
 from actorrt.runtime.objects import ObjectLocation, ObjectStore, resolve_args
-from actorrt.runtime.protocol import LOST, OBJECT, OK, RAISE, decode_reply
+from actorrt.runtime.protocol import KEEP, LOST, OBJECT, OK, RAISE, RELAY, decode_reply
 
 MB = 1 << 20
 
@@ -159,7 +160,7 @@ def test_dropping_a_value_that_holds_refs_does_not_deadlock_the_store(monkeypatc
 def test_a_fetch_of_a_freed_object_answers_lost():
     store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
     with pytest.raises(ObjectLostError):
-        decode_reply(payload.unpack(store.answer_fetch("gone", "worker2")))
+        decode_reply(payload.unpack(store.answer_fetch("gone", "worker2", True)))
 
 
 def test_put_refuses_a_ref_and_needs_a_cluster(monkeypatch):
@@ -171,3 +172,32 @@ def test_put_refuses_a_ref_and_needs_a_cluster(monkeypatch):
     monkeypatch.setattr(context, "installed", lambda: None)
     with pytest.raises(actorrt.NotInitializedError, match="actorrt.put"):
         actorrt.put(1)
+
+
+def test_a_fetch_from_another_host_is_relayed_by_that_hosts_first_fetcher():
+    store = ObjectStore("owner", lambda peer, value: payload.pack(value), "driver", False)
+    nodes = {"owner": "h0", "a1": "h1", "a2": "h1", "b1": "h2", "local": "h0"}
+    store.node_of = nodes.get
+    oid = store.keep(torch.ones(4), 16, holder="driver")
+
+    def status(requester, relay=True):
+        return payload.unpack(store.answer_fetch(oid, requester, relay))
+
+    assert status("a1")[0] == KEEP  # the first of host h1: it keeps a copy to pass on
+    assert status("a2") == (RELAY, "a1")  # the rest of h1 ask a1
+    assert status("a2", relay=False)[0] == KEEP  # a1 had none: the owner itself
+    assert status("b1")[0] == KEEP  # host h2 has a relay of its own
+    assert status("local")[0] == OK  # the owner's own host: no relay
+    assert store.fetches_served == 4
+
+
+def test_a_relay_passes_on_its_copy_until_it_expires(monkeypatch):
+    from actorrt.runtime import objects
+
+    monkeypatch.setattr(objects, "RELAY_S", 0.2)
+    store = ObjectStore("a1", lambda peer, value: payload.pack(value), "driver", False)
+    store.keep_copy("x", torch.arange(3))
+    assert payload.unpack(store.answer_copy("x", "a2"))[1].tolist() == [0, 1, 2]
+    time.sleep(0.5)
+    assert payload.unpack(store.answer_copy("x", "a2"))[0] == LOST
+    assert store._copies == {}  # dropped when it expired
