@@ -127,6 +127,7 @@ class _Record:
     resources: Resources
     use: _SlotUse | None = None
     gpus: tuple[int, ...] = field(default_factory=tuple)
+    restartable: bool = False  # max_restarts: rank 0's restarts decide when it is gone
 
 
 class ClusterDirectory:
@@ -193,7 +194,8 @@ class ClusterDirectory:
                 slot=slot_name,
                 state="ALIVE",
             )
-            self._records[actor_id] = _Record(info, index, res, use, gpus)
+            restartable = options.max_restarts != 0
+            self._records[actor_id] = _Record(info, index, res, use, gpus, restartable)
             return Placement(proc.name, gpus)
 
     def _slot_for(self, label: str, res: Resources, class_name: str) -> _SlotUse:
@@ -230,9 +232,7 @@ class ClusterDirectory:
             if rec is None:
                 return
             self._free(rec)
-            for name, (record, _) in list(self._names.items()):
-                if record.actor_id == actor_id:
-                    del self._names[name]
+            self._free_name(actor_id)
         if self.on_release is not None:
             self.on_release(actor_id)
 
@@ -261,11 +261,24 @@ class ClusterDirectory:
         return placement
 
     def set_state(self, actor_id: str, state: str) -> None:
-        """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``)."""
+        """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``).
+
+        ``DEAD`` is for good (its restarts are used up, or it cannot be placed again): its
+        name is freed, as in Ray, so a supervisor can create a replacement under it.
+        """
         with self._lock:
             rec = self._records.get(actor_id)
             if rec is not None:
                 rec.info = replace(rec.info, state=state)
+            if state == "DEAD":
+                self._free_name(actor_id)
+
+    def _free_name(self, actor_id: str) -> None:
+        # Under the lock. The DEAD row stays (actors() shows it, with its name); only
+        # the name's entry goes, so get_actor() raises and a new actor may take it.
+        for name, (record, _) in list(self._names.items()):
+            if record.actor_id == actor_id:
+                del self._names[name]
 
     def _free(self, rec: _Record) -> None:
         """Gives back what the actor took (slot share or the process's resources)."""
@@ -278,14 +291,21 @@ class ClusterDirectory:
             self._placer.give_back(rec.index, rec.resources, rec.gpus)
 
     def mark_dead(self, worker: str) -> None:
-        """No actor is placed on ``worker`` any more; its actors show as DEAD."""
+        """No actor is placed on ``worker`` any more; its actors show as DEAD.
+
+        The names of those without ``max_restarts`` are freed: they are gone for good.
+        An actor with restarts keeps its name while rank 0's restarts bring it back (they
+        set it ``DEAD`` through :meth:`set_state` if they cannot).
+        """
         with self._lock:
             for i, p in enumerate(self._placer.procs):
                 if p.name == worker:
                     self._placer.alive[i] = False
-            for rec in self._records.values():
+            for actor_id, rec in self._records.items():
                 if rec.info.process == worker:
                     rec.info = replace(rec.info, state="DEAD")
+                    if not rec.restartable:
+                        self._free_name(actor_id)
 
     def revive(self, worker: str) -> None:
         """A new process replaced the dead ``worker``: it takes actors again, from empty.

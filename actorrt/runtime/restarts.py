@@ -103,7 +103,10 @@ class Restarts:
                     self._restarting.add(recipe.record.actor_id)
             self._cond.notify_all()
         for recipe in hit:
-            if recipe.why_dead is None:
+            if recipe.why_dead is not None:
+                # No restarts left: gone for good, so its name is freed.
+                self._directory.set_state(recipe.record.actor_id, "DEAD")
+            else:
                 self._directory.set_state(recipe.record.actor_id, "RESTARTING")
                 threading.Thread(
                     target=self._restart, args=(recipe,), name="actorrt-restart", daemon=True

@@ -252,6 +252,33 @@ def scenario_dead_worker(rt, cfg):
     }
 
 
+def scenario_dead_name(rt, cfg):
+    """A named actor's worker is killed: once marked dead, the name is free again."""
+    named = Probe.options(name="keeper").remote()
+    victim = named.worker
+    os.kill(actorrt.get(named.where.remote(), timeout=60)["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _alive(victim) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = {a.name: a.state for a in actorrt.actors()}.get("keeper")
+    try:
+        actorrt.get_actor("keeper")
+        lookup = "found"
+    except ValueError as exc:
+        lookup = str(exc)
+    again = Probe.options(name="keeper").remote()
+    where = actorrt.get(actorrt.get_actor("keeper").where.remote(), timeout=60)
+    return {
+        "victim": victim,
+        "marked": _alive(victim) is False,
+        "state": state,
+        "lookup": lookup,
+        "again": again.worker,
+        "again_rank": where["rank"],
+        "shutdown_s": _timed_shutdown(),
+    }
+
+
 def _alive(process):
     return next((n.alive for n in actorrt.nodes() if n.process == process), None)
 

@@ -225,6 +225,22 @@ def test_a_killed_worker_is_marked_dead_by_the_heartbeat(procs):
     assert procs.wait("driver", 30) == 0, procs.logs()
 
 
+def test_a_dead_named_actor_frees_its_name(procs):
+    """Was: get_actor() still found the DEAD actor, and its name raised ValueError."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    cfg = {"init": init, "world": 3, "scenario": "dead_name", "heartbeat_timeout": 2.0}
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    res = procs.result("driver", 90)
+    assert res["marked"] and res["state"] == "DEAD", res
+    assert "no actor named 'keeper' is alive" in res["lookup"], res
+    assert res["again"] != res["victim"] and res["again_rank"] in (1, 2), res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
 def test_torchrun_launches_the_workers(procs):
     """``torchrun --nproc-per-node 2 -m actorrt worker``: RANK r -> rank r+1, MASTER_PORT+1."""
     port = free_port(pair=True)
