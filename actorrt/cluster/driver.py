@@ -92,6 +92,9 @@ class Driver:
         self.workers: list[str] = []  # RPC names of ranks 1.., once RPC is up
         self.rt: Runtime | None = None
         self._last_heard: dict[str, float] = {}  # worker -> when it last answered a ping
+        # worker -> when the newest ping it answered was sent: an answer to a ping sent
+        # after a claim for its rank arrived proves the rank runs (see _late_claim)
+        self._alive_at: dict[str, float] = {}
         self._restarts: dict[int, int] = {}  # rank -> replacements so far
         self.join_timeout = join_timeout
         # name -> (when, with which RPC id) it was given to a process that has not joined
@@ -326,8 +329,10 @@ class Driver:
 
         A multi-node cluster takes a worker that replaces a dead rank (same ``--rank`` and
         ``--world-size``), and one that grows it by a rank (``--grow``). A claim for a rank
-        that still runs waits up to two heartbeat timeouts for it to be marked dead (its
-        process may be dying); any other claim is refused, the reason naming the fix.
+        whose process answers a ping sent after the claim arrived is refused at once; one
+        for a rank that answers nothing waits up to two heartbeat timeouts for it to be
+        marked dead (its process may be dying). Any other claim is refused, the reason
+        naming the fix.
 
         Returns:
             The plan for the claimant (its rank and RPC id under ``"join"``), the reason
@@ -356,8 +361,13 @@ class Driver:
             )
         name = process_setup.process_name(rank)
         if name not in rt.dead_workers:
-            if waited < 2 * self.heartbeat_timeout:
-                return None  # its process may be dying; the heartbeat will tell
+            # A process that answered a ping sent after the claim arrived runs: refused
+            # now (within a ping or two), not after two heartbeat timeouts, which may be
+            # longer than the claimant waits (it then read "no answer", not the fix).
+            # One that answers nothing may be dying: the heartbeat will tell.
+            answered = self._alive_at.get(name, -1.0) > time.monotonic() - waited
+            if not answered and waited < 2 * self.heartbeat_timeout:
+                return None
             return (
                 f"rank {rank} ({name}) is running; a worker started with --rank replaces a "
                 "dead one only. To add a process, start it with --grow."
@@ -488,6 +498,7 @@ class Driver:
         interval = heartbeat_interval(timeout)
         last_heard = self._last_heard
         pending: dict[str, Any] = {}
+        sent_at: dict[str, float] = {}
 
         def beat() -> None:
             while not rt.stopped.wait(interval):
@@ -500,11 +511,13 @@ class Driver:
                         try:
                             fut.wait()
                             last_heard[name] = now
+                            self._alive_at[name] = sent_at.get(name, 0.0)
                         except Exception:  # unreachable now; the silence decides
                             pass
                         fut = None
                     if fut is None:
                         try:
+                            sent_at[name] = time.monotonic()
                             pending[name] = rpc.rpc_async(name, rpc_ping, timeout=timeout)
                         except Exception:
                             pending.pop(name, None)

@@ -241,6 +241,22 @@ def test_a_dead_named_actor_frees_its_name(procs):
     assert procs.wait("driver", 30) == 0, procs.logs()
 
 
+def test_a_claim_for_a_running_rank_hears_its_refusal_before_it_gives_up(procs):
+    """Was: refused only after two heartbeat timeouts (20 s), so a claimant waiting 8 s
+    read "rank 0 did not answer within 8 s" instead of the refusal and its fix."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    procs.start("driver", driver_argv({"init": init, "world": 2, "scenario": "idle"}), env)
+    procs.start("worker1", worker_argv(init, 1, 2), env)
+    procs.wait_for_line("driver", "READY ", 60)
+    procs.start("duplicate", worker_argv(init, 1, 2, "--timeout", "8"), env)
+    assert procs.wait("duplicate", 20) == 2, procs.logs()
+    log = procs.log("duplicate")
+    assert "rank 1 (worker1) is running" in log and "--grow" in log, log
+    assert procs.procs["worker1"].poll() is None, procs.logs()  # the running one goes on
+
+
 def test_torchrun_launches_the_workers(procs):
     """``torchrun --nproc-per-node 2 -m actorrt worker``: RANK r -> rank r+1, MASTER_PORT+1."""
     port = free_port(pair=True)
