@@ -107,6 +107,8 @@ class Driver:
         self._descriptions: list[dict[str, Any]] = []  # by rank, growers accepted included
         self._world_size = 0  # set at launch: the ranks the cluster started with
         self._claimed_by: dict[str, int] = {}  # name -> pid of the late worker taking it
+        self._probing: set[str] = set()  # suspect workers being probed (multi-node)
+        self._probe_lock = threading.Lock()
 
     @classmethod
     def launch(
@@ -256,6 +258,8 @@ class Driver:
         if cluster is not None:
             rt.local_worker_pids = cluster.pids
             driver._watch_local_workers(rt, cluster)
+        else:
+            rt.probe = lambda worker: driver._probe(rt, worker)
         driver._start_heartbeat(rt)
         log.info(
             "cluster up in %.2f s: %d process(es) on %d host(s)",
@@ -527,6 +531,54 @@ class Driver:
 
         threading.Thread(target=beat, name="actorrt-heartbeat", daemon=True).start()
 
+    def _probe(self, rt: Runtime, name: str) -> None:
+        """A call could not reach ``name`` (multi-node): suspect now, judged within a window.
+
+        The caller's side knows first (its connection failed: ECONNRESET, eof), long before
+        the heartbeat's silence would. Until judged the directory places no actor there
+        (nor a restart); a probe then pings it, with :func:`probe_window` as its timeout: an
+        answer clears it; a failed connection or no answer marks it dead. Returns at once;
+        one probe per worker at a time.
+        """
+        if rt.stopped.is_set() or name in rt.dead_workers or name not in self.workers:
+            return
+        with self._probe_lock:
+            if name in self._probing:
+                return
+            self._probing.add(name)
+        if rt.directory is not None:
+            rt.directory.suspect(name)
+        if rt.restarts is not None:
+            rt.restarts.suspected(name)
+        threading.Thread(
+            target=self._judge_suspect, args=(rt, name), name="actorrt-probe", daemon=True
+        ).start()
+
+    def _judge_suspect(self, rt: Runtime, name: str) -> None:
+        window = probe_window(self.heartbeat_timeout)
+        answered, failure = False, ""
+        try:
+            try:
+                rpc.rpc_sync(name, rpc_ping, timeout=window)
+                answered = True
+            except Exception as exc:  # refused, reset, or no answer in the window
+                failure = (str(exc).splitlines() or [type(exc).__name__])[0]
+            if not answered and not rt.stopped.is_set() and name not in rt.dead_workers:
+                why = f"a call could not reach it, nor could a probe ({failure})"
+                rt.mark_worker_dead(name, why)
+                log.warning(
+                    "%s: %s; marked dead: calls to its actors fail with ActorDiedError and "
+                    "no new actor is placed there", name, why,
+                )  # fmt: skip
+            elif answered:
+                rt.worker_answered(name)
+                log.info("%s answered a probe after a call could not reach it", name)
+        finally:
+            if rt.directory is not None:
+                rt.directory.clear_suspect(name)
+            with self._probe_lock:
+                self._probing.discard(name)
+
     def _declare_dead(self, rt: Runtime, name: str, silent: float) -> None:
         rt.mark_worker_dead(name, f"it answered no heartbeat for {silent:.1f} s")
         log.warning(
@@ -593,6 +645,15 @@ class Driver:
             self.cluster.stop(timeout=max(0.0, deadline - time.monotonic()))
         self.server.close()
         log.info("shutdown: done in %.2f s", time.monotonic() - started)
+
+
+def probe_window(heartbeat_timeout: float) -> float:
+    """How long rank 0 waits for a worker a call could not reach to answer a probe.
+
+    Well inside the heartbeat's bound (a quarter of it, at most 2 s): a dead process's
+    connection fails at once, so the window matters only for one that hangs or is cut off.
+    """
+    return max(0.5, min(2.0, heartbeat_timeout / 4))
 
 
 def _local_gpus(

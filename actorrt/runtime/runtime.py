@@ -145,6 +145,9 @@ class Runtime:
         # Driver only: whether a worker a call could not reach is gone (see
         # worker_unreachable); set by the launch, which knows how to tell.
         self.confirm_dead: Callable[[str], bool] | None = None
+        # Driver of a multi-node cluster: starts judging a worker a call could not reach
+        # (it is suspect until then: see worker_unreachable); set by the launch.
+        self.probe: Callable[[str], None] | None = None
         self.stopped = threading.Event()  # set once this runtime is shutting down
         self.stop_requested = threading.Event()  # a worker's cue (from the driver) to stop
 
@@ -402,8 +405,11 @@ class Runtime:
         Points ``target`` at that process (an actor with ``max_restarts`` may have been
         recreated elsewhere) and returns None; or returns why the actor is gone.
         """
+        # A suspect process may be dead and not yet judged: rank 0 waits (bounded) for its
+        # verdict, and for the actor's restart, instead of sending it back there.
+        away = target.worker if target.worker in self._suspects else None
         try:
-            record, why = self._directory_call(rpc_locate, target.actor_id)
+            record, why = self._directory_call(rpc_locate, target.actor_id, away)
         except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
             return f"rank 0 could not say where it is ({exc})"
         if record is None or record.worker in self._dead_workers:
@@ -601,10 +607,27 @@ class Runtime:
         confirm = self.confirm_dead
         if worker in self._dead_workers or self.stopped.is_set():
             return
-        if confirm is None:
-            self._suspects.add(worker)  # the next call asks rank 0 where the actor is
-        elif confirm(worker):
-            self.mark_worker_dead(worker, "its process is gone (a call found it so)")
+        if confirm is not None:
+            if confirm(worker):
+                self.mark_worker_dead(worker, "its process is gone (a call found it so)")
+            return
+        first = worker not in self._suspects
+        self._suspects.add(worker)  # the next call asks rank 0 where the actor is
+        if self.probe is not None:
+            self.probe(worker)  # suspect at once (no new actor there), judged soon
+        elif first and self.directory is None:
+            # Rank 0 judges it: its heartbeat alone would take heartbeat_timeout, and
+            # until then it would place new actors and restarts on the dead process.
+            try:
+                rpc.rpc_async(self.driver_name, rpc_unreachable, args=(worker,), timeout=5)
+            except Exception:  # rank 0 is gone or stopping: nothing to tell
+                pass
+
+    def worker_answered(self, worker: str) -> None:
+        """Rank 0's probe found the suspect ``worker`` answering: calls go to it again."""
+        self._suspects.discard(worker)
+        if self.restarts is not None:
+            self.restarts.cleared(worker)
 
     def note_dead(self, worker: str, why: str) -> None:
         """Rank 0 says ``worker`` died: calls to it go through rank 0's restarts from now on.
@@ -686,6 +709,13 @@ def rpc_worker_died(worker: str, why: str) -> None:
     rt = current_or_none()
     if rt is not None:
         rt.note_dead(worker, why)
+
+
+def rpc_unreachable(worker: str) -> None:
+    """Sent to rank 0 by a process whose call could not reach ``worker``: judge it now."""
+    rt = current_or_none()
+    if rt is not None:
+        rt.worker_unreachable(worker)
 
 
 def rpc_stop() -> None:
