@@ -42,6 +42,20 @@ __all__ = ["Driver"]
 
 log = get_logger("driver")
 
+#: How many times a local worker process that died is replaced, per rank, by default.
+DEFAULT_MAX_WORKER_RESTARTS = 10
+
+#: A local worker that dies within this many seconds of its start died young: the next
+#: replacement of its rank waits (see replacement_delay).
+YOUNG_S = 60.0
+
+#: The longest a replacement of a worker that keeps dying young waits.
+BACKOFF_MAX_S = 10.0
+
+#: How long an actor restart waits for a replacement to join when no live process can
+#: host the actor.
+REPLACEMENT_WAIT_S = 30.0
+
 _started_before = False  # torch's RRef context stays bound to this process's first agent
 
 _RESTART_WARNING = (
@@ -109,6 +123,14 @@ class Driver:
         self._claimed_by: dict[str, int] = {}  # name -> pid of the late worker taking it
         self._probing: set[str] = set()  # suspect workers being probed (multi-node)
         self._probe_lock = threading.Lock()
+        # Local replacements: when each rank's process started (for the backoff), how
+        # many of its processes in a row died young, and the ranks being replaced.
+        self._born: dict[int, float] = {}
+        self._young_deaths: dict[int, int] = {}
+        self._replacing: set[int] = set()
+        self._admitted = threading.Condition()
+        self._admissions = 0
+        self._rank_joining: int | None = None  # the local replacement joining now
 
     @classmethod
     def launch(
@@ -130,7 +152,7 @@ class Driver:
         log_level: str,
         log_to_driver: bool,
         heartbeat_timeout: float = 10.0,
-        max_worker_restarts: int = 0,
+        max_worker_restarts: int = DEFAULT_MAX_WORKER_RESTARTS,
     ) -> Runtime:
         """Forms the cluster with this process as rank 0; returns its installed runtime.
 
@@ -257,6 +279,9 @@ class Driver:
         rendezvous.serve_late_claims(server, rt.stopped, driver._late_claim)
         if cluster is not None:
             rt.local_worker_pids = cluster.pids
+            driver._born = dict.fromkeys(range(1, world_size), time.monotonic())
+            if rt.restarts is not None:
+                rt.restarts.await_capacity = driver._await_replacement
             driver._watch_local_workers(rt, cluster)
         else:
             rt.probe = lambda worker: driver._probe(rt, worker)
@@ -275,18 +300,31 @@ class Driver:
             if rt.stopped.is_set():
                 return  # exits during shutdown are the expected ones
             name = process_setup.process_name(rank)
+            replace = self._restarts.get(rank, 0) < self.max_worker_restarts
+            with self._admitted:
+                if replace:  # before it is marked: its actors' restarts may wait for it
+                    self._replacing.add(rank)
+                if self._rank_joining == rank:  # it died joining: the next one may join
+                    self._rank_joining = None
+                    self._admitted.notify_all()
             rt.mark_worker_dead(name)
             pid, code = cluster.exit_of(rank)
+            cause = exit_text(code)
             log.warning(
                 "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
                 "ActorDiedError and no new actor is placed there",
-                name, rank, pid, exit_text(code),
+                name, rank, pid, cause,
             )  # fmt: skip
-            if self._restarts.get(rank, 0) < self.max_worker_restarts:
+            if replace:
                 threading.Thread(
-                    target=self._replace, args=(rt, cluster, rank), name="actorrt-replace",
-                    daemon=True,
+                    target=self._replace, args=(rt, cluster, rank, cause),
+                    name="actorrt-replace", daemon=True,
                 ).start()  # fmt: skip
+            elif self.max_worker_restarts:
+                log.warning(
+                    "%s is not replaced: its max_worker_restarts=%d replacements are used up",
+                    name, self.max_worker_restarts,
+                )  # fmt: skip
 
         def confirm_dead(worker: str) -> bool:
             # A call failed because its connection closed: the process is exiting or gone.
@@ -306,27 +344,70 @@ class Driver:
         for rank in cluster.dead_ranks():  # exits reported before the callback was set
             exited(rank)
 
-    def _replace(self, rt: Runtime, cluster: LocalCluster, rank: int) -> None:
+    def _replace(self, rt: Runtime, cluster: LocalCluster, rank: int, cause: str) -> None:
         """Forks a new worker for the dead ``rank``; it joins the running RPC group.
 
         It takes the dead one's name and plan slot and a fresh RPC id (TensorPipe keeps a
-        broken connection per id); :meth:`_admit` lets it in.
+        broken connection per id); :meth:`_admit` lets it in. A rank whose processes keep
+        dying young waits first (:func:`replacement_delay`), so a crash loop cannot spin.
         """
         name = process_setup.process_name(rank)
         self._restarts[rank] = self._restarts.get(rank, 0) + 1
-        rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
+        lived = time.monotonic() - self._born.get(rank, 0.0)
+        young = self._young_deaths.get(rank, 0) + 1 if lived < YOUNG_S else 0
+        self._young_deaths[rank] = young
+        delay = replacement_delay(young)
+        log.warning(
+            "replacing %s (rank %d; it died: %s, after %.1f s) with a new process%s (%d of "
+            "max_worker_restarts=%d)",
+            name, rank, cause, lived, f" in {delay:g} s" if delay else "",
+            self._restarts[rank], self.max_worker_restarts,
+        )  # fmt: skip
         try:
+            if rt.stopped.wait(delay):
+                raise ClusterError("the cluster is shutting down")
+            # One replacement joins at a time: several at once (every worker died) took
+            # torch's group membership token in turns and one timed out waiting for it
+            # ("Group membership token ... timed out"), leaving its rank dead.
+            with self._admitted:
+                self._admitted.wait_for(
+                    lambda: self._rank_joining is None or rt.stopped.is_set(),
+                    timeout=self.join_timeout,
+                )
+                self._rank_joining = rank
+            if rt.stopped.is_set():
+                raise ClusterError("the cluster is shutting down")
+            rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
             group.evict(self.server.store, name)
             self._joining[name] = (time.monotonic(), rpc_id)
+            self._born[rank] = time.monotonic()
             cluster.respawn(rank, plan=self.published, rpc_id=rpc_id)
         except Exception as exc:  # stopping, or the store is gone: it stays dead
             if not rt.stopped.is_set():
                 log.warning("could not replace %s: %s", name, exc)
-            return
-        log.warning(
-            "replacing %s (rank %d) with a new process (%d of max_worker_restarts=%d)",
-            name, rank, self._restarts[rank], self.max_worker_restarts,
-        )  # fmt: skip
+            with self._admitted:
+                self._replacing.discard(rank)
+                if self._rank_joining == rank:
+                    self._rank_joining = None
+                self._admitted.notify_all()
+
+    def _await_replacement(self) -> bool:
+        """Waits (bounded) for a local replacement to join; False if none is coming.
+
+        An actor restart that finds no live process able to host it waits here, so a
+        restartable actor comes back once the replacement of its process is in.
+        """
+        with self._admitted:
+            if not self._replacing:
+                return False
+            seen = self._admissions
+            return (
+                self._admitted.wait_for(
+                    lambda: self._admissions != seen or not self._replacing,
+                    timeout=REPLACEMENT_WAIT_S,
+                )
+                and self._admissions != seen
+            )
 
     def _late_claim(self, claim: dict[str, Any], waited: float) -> dict[str, Any] | str | None:
         """Rank 0's answer to a worker claiming a place in the running cluster.
@@ -485,6 +566,13 @@ class Driver:
         self._joining.pop(name, None)
         if self.cluster is not None:
             rt.local_worker_pids = self.cluster.pids
+        with self._admitted:
+            if rank is not None:
+                self._replacing.discard(rank)
+                if self._rank_joining == rank:
+                    self._rank_joining = None  # the next replacement may join
+            self._admissions += 1
+            self._admitted.notify_all()
         if growing is None:
             log.warning("%s is back (RPC id %d): actors may be placed on it again", name, rpc_id)
         else:
@@ -515,7 +603,8 @@ class Driver:
                         try:
                             fut.wait()
                             last_heard[name] = now
-                            self._alive_at[name] = sent_at.get(name, 0.0)
+                            answered = sent_at.get(name, 0.0)
+                            self._alive_at[name] = max(self._alive_at.get(name, 0.0), answered)
                         except Exception:  # unreachable now; the silence decides
                             pass
                         fut = None
@@ -645,6 +734,18 @@ class Driver:
             self.cluster.stop(timeout=max(0.0, deadline - time.monotonic()))
         self.server.close()
         log.info("shutdown: done in %.2f s", time.monotonic() - started)
+
+
+def replacement_delay(young_deaths: int) -> float:
+    """Seconds to wait before replacing a local worker.
+
+    None (0) for a process that lived :data:`YOUNG_S` or more (``young_deaths`` 0); then
+    0.5 s after the first young death, doubling with each one in a row, at most
+    :data:`BACKOFF_MAX_S`: a worker that crashes at once cannot make the driver spin.
+    """
+    if young_deaths <= 0:
+        return 0.0
+    return float(min(BACKOFF_MAX_S, 0.5 * 2 ** (young_deaths - 1)))
 
 
 def probe_window(heartbeat_timeout: float) -> float:

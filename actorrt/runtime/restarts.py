@@ -57,7 +57,7 @@ class Recipe:
     meta: dict[str, Any]
     left: int  # restarts left; -1: no limit
     why_dead: str | None = None  # set once it will not come back
-    leases: list[Any] = field(default_factory=list)  # RRefs of the recreated instances
+    leases: list[Any] = field(default_factory=list)  # RRefs of every recreated instance
 
 
 class Restarts:
@@ -81,6 +81,9 @@ class Restarts:
         directory.on_release = self.forget
         # Set by the runtime: a caller found this process unreachable (judge it now).
         self.on_unreachable: Callable[[str], None] | None = None
+        # Set by a local cluster's driver: waits (bounded) for a dead worker's replacement
+        # to join; False when none is coming.
+        self.await_capacity: Callable[[], bool] | None = None
 
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
@@ -103,6 +106,16 @@ class Restarts:
         with self._cond:
             self._cleared.add(worker)
             self._cond.notify_all()
+
+    def worker_back(self, worker: str) -> None:
+        """A new process took the dead ``worker``'s name: it is not dead any more.
+
+        Without this a restart placed on the new process would be taken for one whose
+        process died while it was recreated there, and be restarted again: the first
+        instance's lease then goes, which releases the actor on the new process.
+        """
+        with self._cond:
+            self._dead.discard(worker)
 
     def worker_died(self, worker: str) -> None:
         """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
@@ -136,6 +149,7 @@ class Restarts:
         actor_id = recipe.record.actor_id
         why: str | None = None
         placed: Placement | None = None
+        created: list[Any] = []  # every lease made, also on processes found unreachable
         for attempt in range(CREATE_TRIES):
             placement: Placement | None = None
             try:
@@ -149,6 +163,7 @@ class Restarts:
                     rpc_create,
                     args=(actor_id, recipe.class_key, recipe.class_blob, wire, meta),
                 )
+                created.append(lease)
                 # Its process answers after it got the actor (one pipe per pair, in order):
                 # one that died and is not yet marked fails here (EPIPE, reset, no answer),
                 # not in the first call that meets the new instance. Not the RRef's own
@@ -161,6 +176,9 @@ class Restarts:
                 break
             except PlacementError as exc:
                 why = f"its process died and no live process can host it again ({exc})"
+                # A replacement of a dead local worker is coming: the actor goes there.
+                if self.await_capacity is not None and self.await_capacity():
+                    continue
                 break
             except Exception as exc:
                 why = f"recreating it failed ({type(exc).__name__}: {exc})"
@@ -178,7 +196,11 @@ class Restarts:
             self._restarting.discard(actor_id)
             if placed is not None:
                 recipe.record = recipe.record._replace(worker=placed.worker)
-                recipe.leases = [lease]  # the instance on the dead process is gone
+                # The leases of instances on dead processes are kept, not dropped: a
+                # dropped RRef sends its owner a delete that torch retries while the owner
+                # is dead, and the retry crashes rank 0 (a segfault in findWorkerURL) once
+                # a local replacement has taken the dead process's name out of the group.
+                recipe.leases.extend(created)
                 if recipe.left > 0:
                     recipe.left -= 1
                 # The process it was placed on died while it was being recreated there
@@ -186,6 +208,7 @@ class Restarts:
                 again = placed.worker in self._dead
             else:
                 recipe.why_dead = why or "recreating it failed"
+                recipe.leases.extend(created)  # kept, as above
             self._cond.notify_all()
         if placed is not None and again:
             self.worker_died(placed.worker)
