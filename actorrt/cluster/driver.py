@@ -591,6 +591,8 @@ class Driver:
         last_heard = self._last_heard
         pending: dict[str, Any] = {}
         sent_at: dict[str, float] = {}
+        beats: dict[str, tuple[int, float]] = {}  # worker -> its store count, read when
+        store = self.server.store
 
         def beat() -> None:
             while not rt.stopped.wait(interval):
@@ -598,6 +600,19 @@ class Driver:
                 for name in self.workers:
                     if name in rt.dead_workers:
                         continue
+                    # Its store heartbeat (a connection of its own, which a bulk transfer
+                    # on the RPC pipe cannot hold up): a count that moved since the last
+                    # read is a sign of life given after that read.
+                    try:
+                        count = int(store.add(rendezvous.alive_key(name), 0))
+                    except Exception:  # the store is closing with the cluster
+                        count = -1
+                    seen, read_at = beats.get(name, (-1, now))
+                    if count >= 0:
+                        if seen >= 0 and count != seen:
+                            last_heard[name] = now
+                            self._alive_at[name] = max(self._alive_at.get(name, 0.0), read_at)
+                        beats[name] = (count, now)
                     fut = pending.get(name)
                     if fut is not None and fut.done():
                         try:

@@ -44,6 +44,9 @@ class Probe:
         time.sleep(s)
         return s
 
+    def make(self, nbytes):
+        return torch.ones(nbytes // 4)
+
     def checksum(self, t):
         return [t.numel(), float(t[::4096].sum())]
 
@@ -355,6 +358,39 @@ def scenario_restart_moves_on(rt, cfg):
         "second_s": time.monotonic() - started,
         "f1_marked": _marked_within(f1.worker, 10) is not None,
         "actors": [dataclasses.asdict(a) for a in actorrt.actors()],
+        "shutdown_s": _timed_shutdown(),
+    }
+
+
+def scenario_slow_link(rt, cfg):
+    """A 64 MB result over a link the test throttles after READY (the gate file tells).
+
+    Liveness must not ride on the link's queue: the worker is not marked dead while its
+    reply crosses (longer than heartbeat_timeout), and answers again after it.
+    """
+    probe = Probe.remote()
+    where = actorrt.get(probe.where.remote(), timeout=60)
+    print("READY " + json.dumps(where["pid"]), flush=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(cfg["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    try:
+        big = actorrt.get(probe.make.remote(64 << 20), timeout=240)
+        result = [big.numel(), float(big[::4096].sum())]
+    except actorrt.ActorDiedError as exc:
+        result = f"ActorDiedError: {exc}"
+    took = time.monotonic() - started
+    alive = _alive(probe.worker)
+    try:
+        after = actorrt.get(probe.where.remote(), timeout=60)["pid"] == where["pid"]
+    except actorrt.ActorDiedError:
+        after = False
+    return {
+        "result": result,
+        "took": took,
+        "alive": alive,
+        "after": after,
         "shutdown_s": _timed_shutdown(),
     }
 
