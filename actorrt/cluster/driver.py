@@ -579,8 +579,11 @@ class Driver:
             log.warning("%s joined the running cluster (RPC id %d)", name, rpc_id)
 
     def _start_heartbeat(self, rt: Runtime) -> None:
-        """Pings every worker; one silent for ``heartbeat_timeout`` is marked dead.
+        """Watches every worker; one silent for ``heartbeat_timeout`` is marked dead.
 
+        Two signs of life count: an answered RPC ping, and the worker's store counter
+        (:func:`~actorrt.cluster.rendezvous.alive_key`) having moved. The second has a
+        connection of its own, so a bulk transfer queued on the RPC pipe cannot starve it.
         A dead process fails its calls by itself (its connections close); a hung one
         (stopped, deadlocked in C code, its host partitioned away) does not, and would go
         on receiving actors. Marked dead, it gets no new actor and calls to it fail at
