@@ -64,7 +64,7 @@ def start(
     timeout: float = 60.0,
     shutdown_timeout: float = 10.0,
     heartbeat_timeout: float = 10.0,
-    max_worker_restarts: int = 0,
+    max_worker_restarts: int = 10,
     rpc_timeout: float = 60.0,
     num_worker_threads: int = 16,
     log_level: str | int | None = None,
@@ -114,9 +114,13 @@ def start(
             which fails the calls it holds.
         max_worker_restarts: A local cluster replaces a worker process that died (forked
             again from the zygote; it joins the running RPC group under the dead one's
-            name and plan slot) at most this many times per worker; 0: never. Actors
-            with ``max_restarts`` are recreated at once on a live process; new actors
-            may go to the replacement once it is up. Multi-node workers are not replaced.
+            name and plan slot) at most this many times per worker (default 10); 0:
+            never. A worker whose processes keep dying within a minute of their start is
+            replaced after a delay (0.5 s, doubling, at most 10 s). Each replacement is
+            logged with the cause of death. Actors with ``max_restarts`` are recreated at
+            once on a live process, or on the replacement when no live process can host
+            them; new actors may go to the replacement once it is up. Multi-node workers
+            are not replaced (start ``actorrt worker`` again, or under a supervisor).
         rpc_timeout: Default timeout of control messages (actor calls never time out).
         num_worker_threads: TensorPipe's RPC thread pool size per process.
         log_level: Level of the ``actorrt`` logger (``"debug"``, ``"info"``, ``"warning"``,

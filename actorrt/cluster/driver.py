@@ -43,6 +43,20 @@ __all__ = ["Driver"]
 
 log = get_logger("driver")
 
+#: How many times a local worker process that died is replaced, per rank, by default.
+DEFAULT_MAX_WORKER_RESTARTS = 10
+
+#: A local worker that dies within this many seconds of its start died young: the next
+#: replacement of its rank waits (see replacement_delay).
+YOUNG_S = 60.0
+
+#: The longest a replacement of a worker that keeps dying young waits.
+BACKOFF_MAX_S = 10.0
+
+#: How long an actor restart waits for a replacement to join when no live process can
+#: host the actor.
+REPLACEMENT_WAIT_S = 30.0
+
 _started_before = False  # torch's RRef context stays bound to this process's first agent
 
 _RESTART_WARNING = (
@@ -94,6 +108,9 @@ class Driver:
         self.workers: list[str] = []  # RPC names of ranks 1.., once RPC is up
         self.rt: Runtime | None = None
         self._last_heard: dict[str, float] = {}  # worker -> when it last answered a ping
+        # worker -> when the newest ping it answered was sent: an answer to a ping sent
+        # after a claim for its rank arrived proves the rank runs (see _late_claim)
+        self._alive_at: dict[str, float] = {}
         self._restarts: dict[int, int] = {}  # rank -> replacements so far
         self.join_timeout = join_timeout
         # name -> (when, with which RPC id) it was given to a process that has not joined
@@ -106,6 +123,16 @@ class Driver:
         self._descriptions: list[dict[str, Any]] = []  # by rank, growers accepted included
         self._world_size = 0  # set at launch: the ranks the cluster started with
         self._claimed_by: dict[str, int] = {}  # name -> pid of the late worker taking it
+        self._probing: set[str] = set()  # suspect workers being probed (multi-node)
+        self._probe_lock = threading.Lock()
+        # Local replacements: when each rank's process started (for the backoff), how
+        # many of its processes in a row died young, and the ranks being replaced.
+        self._born: dict[int, float] = {}
+        self._young_deaths: dict[int, int] = {}
+        self._replacing: set[int] = set()
+        self._admitted = threading.Condition()
+        self._admissions = 0
+        self._rank_joining: int | None = None  # the local replacement joining now
 
     @classmethod
     def launch(
@@ -127,7 +154,7 @@ class Driver:
         log_level: str,
         log_to_driver: bool,
         heartbeat_timeout: float = 10.0,
-        max_worker_restarts: int = 0,
+        max_worker_restarts: int = DEFAULT_MAX_WORKER_RESTARTS,
         trace: bool = False,
     ) -> Runtime:
         """Forms the cluster with this process as rank 0; returns its installed runtime.
@@ -261,7 +288,12 @@ class Driver:
         rendezvous.serve_late_claims(server, rt.stopped, driver._late_claim)
         if cluster is not None:
             rt.local_worker_pids = cluster.pids
+            driver._born = dict.fromkeys(range(1, world_size), time.monotonic())
+            if rt.restarts is not None:
+                rt.restarts.await_capacity = driver._await_replacement
             driver._watch_local_workers(rt, cluster)
+        else:
+            rt.probe = lambda worker: driver._probe(rt, worker)
         driver._start_heartbeat(rt)
         log.info(
             "cluster up in %.2f s: %d process(es) on %d host(s)",
@@ -277,18 +309,31 @@ class Driver:
             if rt.stopped.is_set():
                 return  # exits during shutdown are the expected ones
             name = process_setup.process_name(rank)
+            replace = self._restarts.get(rank, 0) < self.max_worker_restarts
+            with self._admitted:
+                if replace:  # before it is marked: its actors' restarts may wait for it
+                    self._replacing.add(rank)
+                if self._rank_joining == rank:  # it died joining: the next one may join
+                    self._rank_joining = None
+                    self._admitted.notify_all()
             rt.mark_worker_dead(name)
             pid, code = cluster.exit_of(rank)
+            cause = exit_text(code)
             log.warning(
                 "%s (rank %d, pid %s) died: %s; calls to its actors fail with "
                 "ActorDiedError and no new actor is placed there",
-                name, rank, pid, exit_text(code),
+                name, rank, pid, cause,
             )  # fmt: skip
-            if self._restarts.get(rank, 0) < self.max_worker_restarts:
+            if replace:
                 threading.Thread(
-                    target=self._replace, args=(rt, cluster, rank), name="actorrt-replace",
-                    daemon=True,
+                    target=self._replace, args=(rt, cluster, rank, cause),
+                    name="actorrt-replace", daemon=True,
                 ).start()  # fmt: skip
+            elif self.max_worker_restarts:
+                log.warning(
+                    "%s is not replaced: its max_worker_restarts=%d replacements are used up",
+                    name, self.max_worker_restarts,
+                )  # fmt: skip
 
         def confirm_dead(worker: str) -> bool:
             # A call failed because its connection closed: the process is exiting or gone.
@@ -308,35 +353,80 @@ class Driver:
         for rank in cluster.dead_ranks():  # exits reported before the callback was set
             exited(rank)
 
-    def _replace(self, rt: Runtime, cluster: LocalCluster, rank: int) -> None:
+    def _replace(self, rt: Runtime, cluster: LocalCluster, rank: int, cause: str) -> None:
         """Forks a new worker for the dead ``rank``; it joins the running RPC group.
 
         It takes the dead one's name and plan slot and a fresh RPC id (TensorPipe keeps a
-        broken connection per id); :meth:`_admit` lets it in.
+        broken connection per id); :meth:`_admit` lets it in. A rank whose processes keep
+        dying young waits first (:func:`replacement_delay`), so a crash loop cannot spin.
         """
         name = process_setup.process_name(rank)
         self._restarts[rank] = self._restarts.get(rank, 0) + 1
-        rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
+        lived = time.monotonic() - self._born.get(rank, 0.0)
+        young = self._young_deaths.get(rank, 0) + 1 if lived < YOUNG_S else 0
+        self._young_deaths[rank] = young
+        delay = replacement_delay(young)
+        log.warning(
+            "replacing %s (rank %d; it died: %s, after %.1f s) with a new process%s (%d of "
+            "max_worker_restarts=%d)",
+            name, rank, cause, lived, f" in {delay:g} s" if delay else "",
+            self._restarts[rank], self.max_worker_restarts,
+        )  # fmt: skip
         try:
+            if rt.stopped.wait(delay):
+                raise ClusterError("the cluster is shutting down")
+            # One replacement joins at a time: several at once (every worker died) took
+            # torch's group membership token in turns and one timed out waiting for it
+            # ("Group membership token ... timed out"), leaving its rank dead.
+            with self._admitted:
+                self._admitted.wait_for(
+                    lambda: self._rank_joining is None or rt.stopped.is_set(),
+                    timeout=self.join_timeout,
+                )
+                self._rank_joining = rank
+            if rt.stopped.is_set():
+                raise ClusterError("the cluster is shutting down")
+            rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
             group.evict(self.server.store, name)
             self._joining[name] = (time.monotonic(), rpc_id)
+            self._born[rank] = time.monotonic()
             cluster.respawn(rank, plan=self.published, rpc_id=rpc_id)
         except Exception as exc:  # stopping, or the store is gone: it stays dead
             if not rt.stopped.is_set():
                 log.warning("could not replace %s: %s", name, exc)
-            return
-        log.warning(
-            "replacing %s (rank %d) with a new process (%d of max_worker_restarts=%d)",
-            name, rank, self._restarts[rank], self.max_worker_restarts,
-        )  # fmt: skip
+            with self._admitted:
+                self._replacing.discard(rank)
+                if self._rank_joining == rank:
+                    self._rank_joining = None
+                self._admitted.notify_all()
+
+    def _await_replacement(self) -> bool:
+        """Waits (bounded) for a local replacement to join; False if none is coming.
+
+        An actor restart that finds no live process able to host it waits here, so a
+        restartable actor comes back once the replacement of its process is in.
+        """
+        with self._admitted:
+            if not self._replacing:
+                return False
+            seen = self._admissions
+            return (
+                self._admitted.wait_for(
+                    lambda: self._admissions != seen or not self._replacing,
+                    timeout=REPLACEMENT_WAIT_S,
+                )
+                and self._admissions != seen
+            )
 
     def _late_claim(self, claim: dict[str, Any], waited: float) -> dict[str, Any] | str | None:
         """Rank 0's answer to a worker claiming a place in the running cluster.
 
         A multi-node cluster takes a worker that replaces a dead rank (same ``--rank`` and
         ``--world-size``), and one that grows it by a rank (``--grow``). A claim for a rank
-        that still runs waits up to two heartbeat timeouts for it to be marked dead (its
-        process may be dying); any other claim is refused, the reason naming the fix.
+        whose process answers a ping sent after the claim arrived is refused at once; one
+        for a rank that answers nothing waits up to two heartbeat timeouts for it to be
+        marked dead (its process may be dying). Any other claim is refused, the reason
+        naming the fix.
 
         Returns:
             The plan for the claimant (its rank and RPC id under ``"join"``), the reason
@@ -365,8 +455,13 @@ class Driver:
             )
         name = process_setup.process_name(rank)
         if name not in rt.dead_workers:
-            if waited < 2 * self.heartbeat_timeout:
-                return None  # its process may be dying; the heartbeat will tell
+            # A process that answered a ping sent after the claim arrived runs: refused
+            # now (within a ping or two), not after two heartbeat timeouts, which may be
+            # longer than the claimant waits (it then read "no answer", not the fix).
+            # One that answers nothing may be dying: the heartbeat will tell.
+            answered = self._alive_at.get(name, -1.0) > time.monotonic() - waited
+            if not answered and waited < 2 * self.heartbeat_timeout:
+                return None
             return (
                 f"rank {rank} ({name}) is running; a worker started with --rank replaces a "
                 "dead one only. To add a process, start it with --grow."
@@ -480,14 +575,24 @@ class Driver:
         self._joining.pop(name, None)
         if self.cluster is not None:
             rt.local_worker_pids = self.cluster.pids
+        with self._admitted:
+            if rank is not None:
+                self._replacing.discard(rank)
+                if self._rank_joining == rank:
+                    self._rank_joining = None  # the next replacement may join
+            self._admissions += 1
+            self._admitted.notify_all()
         if growing is None:
             log.warning("%s is back (RPC id %d): actors may be placed on it again", name, rpc_id)
         else:
             log.warning("%s joined the running cluster (RPC id %d)", name, rpc_id)
 
     def _start_heartbeat(self, rt: Runtime) -> None:
-        """Pings every worker; one silent for ``heartbeat_timeout`` is marked dead.
+        """Watches every worker; one silent for ``heartbeat_timeout`` is marked dead.
 
+        Two signs of life count: an answered RPC ping, and the worker's store counter
+        (:func:`~actorrt.cluster.rendezvous.alive_key`) having moved. The second has a
+        connection of its own, so a bulk transfer queued on the RPC pipe cannot starve it.
         A dead process fails its calls by itself (its connections close); a hung one
         (stopped, deadlocked in C code, its host partitioned away) does not, and would go
         on receiving actors. Marked dead, it gets no new actor and calls to it fail at
@@ -497,6 +602,9 @@ class Driver:
         interval = heartbeat_interval(timeout)
         last_heard = self._last_heard
         pending: dict[str, Any] = {}
+        sent_at: dict[str, float] = {}
+        beats: dict[str, tuple[int, float]] = {}  # worker -> its store count, read when
+        store = self.server.store
 
         def beat() -> None:
             while not rt.stopped.wait(interval):
@@ -504,16 +612,32 @@ class Driver:
                 for name in self.workers:
                     if name in rt.dead_workers:
                         continue
+                    # Its store heartbeat (a connection of its own, which a bulk transfer
+                    # on the RPC pipe cannot hold up): a count that moved since the last
+                    # read is a sign of life given after that read.
+                    try:
+                        count = int(store.add(rendezvous.alive_key(name), 0))
+                    except Exception:  # the store is closing with the cluster
+                        count = -1
+                    seen, read_at = beats.get(name, (-1, now))
+                    if count >= 0:
+                        if seen >= 0 and count != seen:
+                            last_heard[name] = now
+                            self._alive_at[name] = max(self._alive_at.get(name, 0.0), read_at)
+                        beats[name] = (count, now)
                     fut = pending.get(name)
                     if fut is not None and fut.done():
                         try:
                             fut.wait()
                             last_heard[name] = now
+                            answered = sent_at.get(name, 0.0)
+                            self._alive_at[name] = max(self._alive_at.get(name, 0.0), answered)
                         except Exception:  # unreachable now; the silence decides
                             pass
                         fut = None
                     if fut is None:
                         try:
+                            sent_at[name] = time.monotonic()
                             pending[name] = rpc.rpc_async(name, rpc_ping, timeout=timeout)
                         except Exception:
                             pending.pop(name, None)
@@ -522,6 +646,54 @@ class Driver:
                         self._declare_dead(rt, name, silent)
 
         threading.Thread(target=beat, name="actorrt-heartbeat", daemon=True).start()
+
+    def _probe(self, rt: Runtime, name: str) -> None:
+        """A call could not reach ``name`` (multi-node): suspect now, judged within a window.
+
+        The caller's side knows first (its connection failed: ECONNRESET, eof), long before
+        the heartbeat's silence would. Until judged the directory places no actor there
+        (nor a restart); a probe then pings it, with :func:`probe_window` as its timeout: an
+        answer clears it; a failed connection or no answer marks it dead. Returns at once;
+        one probe per worker at a time.
+        """
+        if rt.stopped.is_set() or name in rt.dead_workers or name not in self.workers:
+            return
+        with self._probe_lock:
+            if name in self._probing:
+                return
+            self._probing.add(name)
+        if rt.directory is not None:
+            rt.directory.suspect(name)
+        if rt.restarts is not None:
+            rt.restarts.suspected(name)
+        threading.Thread(
+            target=self._judge_suspect, args=(rt, name), name="actorrt-probe", daemon=True
+        ).start()
+
+    def _judge_suspect(self, rt: Runtime, name: str) -> None:
+        window = probe_window(self.heartbeat_timeout)
+        answered, failure = False, ""
+        try:
+            try:
+                rpc.rpc_sync(name, rpc_ping, timeout=window)
+                answered = True
+            except Exception as exc:  # refused, reset, or no answer in the window
+                failure = (str(exc).splitlines() or [type(exc).__name__])[0]
+            if not answered and not rt.stopped.is_set() and name not in rt.dead_workers:
+                why = f"a call could not reach it, nor could a probe ({failure})"
+                rt.mark_worker_dead(name, why)
+                log.warning(
+                    "%s: %s; marked dead: calls to its actors fail with ActorDiedError and "
+                    "no new actor is placed there", name, why,
+                )  # fmt: skip
+            elif answered:
+                rt.worker_answered(name)
+                log.info("%s answered a probe after a call could not reach it", name)
+        finally:
+            if rt.directory is not None:
+                rt.directory.clear_suspect(name)
+            with self._probe_lock:
+                self._probing.discard(name)
 
     def _declare_dead(self, rt: Runtime, name: str, silent: float) -> None:
         rt.mark_worker_dead(name, f"it answered no heartbeat for {silent:.1f} s")
@@ -589,6 +761,27 @@ class Driver:
             self.cluster.stop(timeout=max(0.0, deadline - time.monotonic()))
         self.server.close()
         log.info("shutdown: done in %.2f s", time.monotonic() - started)
+
+
+def replacement_delay(young_deaths: int) -> float:
+    """Seconds to wait before replacing a local worker.
+
+    None (0) for a process that lived :data:`YOUNG_S` or more (``young_deaths`` 0); then
+    0.5 s after the first young death, doubling with each one in a row, at most
+    :data:`BACKOFF_MAX_S`: a worker that crashes at once cannot make the driver spin.
+    """
+    if young_deaths <= 0:
+        return 0.0
+    return float(min(BACKOFF_MAX_S, 0.5 * 2 ** (young_deaths - 1)))
+
+
+def probe_window(heartbeat_timeout: float) -> float:
+    """How long rank 0 waits for a worker a call could not reach to answer a probe.
+
+    Well inside the heartbeat's bound (a quarter of it, at most 2 s): a dead process's
+    connection fails at once, so the window matters only for one that hangs or is cut off.
+    """
+    return max(0.5, min(2.0, heartbeat_timeout / 4))
 
 
 def _local_gpus(

@@ -466,6 +466,11 @@ def serve_late_claims(
     threading.Thread(target=loop, name="actorrt-late-claims", daemon=True).start()
 
 
+def alive_key(name: str) -> str:
+    """The store counter process ``name`` adds to at every heartbeat (its liveness)."""
+    return f"{_PREFIX}alive/{name}"
+
+
 def publish_plan(store: dist.TCPStore, plan: dict[str, Any]) -> None:
     """On rank 0: publishes the plan (its JSON form) that every waiting worker reads."""
     store.set(_PREFIX + "plan", json.dumps(plan))

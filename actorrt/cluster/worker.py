@@ -219,19 +219,41 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0
             pass
         exit_now("lost the connection to the driver")
 
+    beat_ok = [time.monotonic()]  # when a store heartbeat last went through
+
+    def beat() -> None:
+        # Liveness on a path of its own (issue 25): a counter in the driver's store, on a
+        # connection of its own. RPC pings share the one TensorPipe pipe per pair, where
+        # they wait behind a bulk transfer (minutes on a slow link); this does not.
+        from actorrt.cluster.rendezvous import alive_key, connect_store
+
+        try:
+            client = connect_store(cfg.host, cfg.port, max(heartbeat_timeout, 5.0))
+        except Exception:  # the store is gone: watch_store ends this process
+            return
+        key = alive_key(rt.name)
+        while not rt.stop_requested.wait(heartbeat_interval(heartbeat_timeout)):
+            try:
+                client.add(key, 1)
+                beat_ok[0] = time.monotonic()
+            except Exception:  # slow or cut off: the next beat tries again
+                pass
+
     def watch_pings() -> None:
         # The store connection notices a dead driver host only after TCP keepalive gives
-        # up, and a cut link may never; the driver's pings stopping says it sooner.
+        # up, and a cut link may never; the driver's pings and our store heartbeats both
+        # stopping says it sooner (either one going through: the driver is there).
         from actorrt.runtime.host import last_ping
 
         bound = heartbeat_timeout * HEARTBEAT_EXIT_FACTOR
         since = time.monotonic()
         while not rt.stop_requested.wait(heartbeat_interval(heartbeat_timeout)):
-            silent = time.monotonic() - max(since, last_ping())
+            silent = time.monotonic() - max(since, last_ping(), beat_ok[0])
             if silent > bound:
                 exit_now(f"no heartbeat from the driver for {silent:.0f} s (cut off?)")
 
     if heartbeat_timeout > 0:
+        threading.Thread(target=beat, name="actorrt-heartbeat", daemon=True).start()
         threading.Thread(target=watch_pings, name="actorrt-ping-watch", daemon=True).start()
     if cfg.watch_stdin:
         threading.Thread(target=watch_stdin, name="actorrt-parent-watch", daemon=True).start()

@@ -127,6 +127,11 @@ class _Record:
     resources: Resources
     use: _SlotUse | None = None
     gpus: tuple[int, ...] = field(default_factory=tuple)
+    restartable: bool = False  # max_restarts: rank 0's restarts decide when it is gone
+
+
+#: How long a placement that only a suspect process could take waits for its probe.
+SUSPECT_WAIT_S = 5.0
 
 
 class ClusterDirectory:
@@ -152,6 +157,10 @@ class ClusterDirectory:
             uses.sort(key=lambda u: u.slot.index)
         self._records: dict[str, _Record] = {}
         self._names: dict[str, tuple[ActorRecord, str | None]] = {}  # name -> (actor, class)
+        # Processes a call could not reach, being probed (placer indices): no actor goes
+        # there until the probe clears them (or finds them dead).
+        self._suspects: set[int] = set()
+        self._settled = threading.Condition(self._lock)
         # Called with an actor's id once it ended (the restarts forget its recipe).
         self.on_release: Callable[[str], None] | None = None
 
@@ -161,40 +170,81 @@ class ClusterDirectory:
         return self._plan
 
     def place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
-        """Chooses the actor's process: a slot of its label, else the placer's pick."""
+        """Chooses the actor's process: a slot of its label, else the placer's pick.
+
+        A suspect process (see :meth:`suspect`) is passed over. When only suspects could
+        host the actor, it waits (at most :data:`SUSPECT_WAIT_S`) for their probes.
+        """
+        with self._lock:
+            try:
+                return self._place_among_trusted(actor_id, options, class_name)
+            except PlacementError:
+                if not self._suspects:
+                    raise
+            self._settled.wait_for(lambda: not self._suspects, timeout=SUSPECT_WAIT_S)
+            return self._place_among_trusted(actor_id, options, class_name)
+
+    def _place_among_trusted(
+        self, actor_id: str, options: ActorOptions, class_name: str
+    ) -> Placement:
+        # Under the lock: suspects count as not alive for this one placement.
+        alive = self._placer.alive
+        hidden = [i for i in self._suspects if alive[i]]
+        for i in hidden:
+            alive[i] = False
+        try:
+            return self._place_locked(actor_id, options, class_name)
+        finally:
+            for i in hidden:
+                alive[i] = True
+
+    def suspect(self, worker: str) -> None:
+        """A call could not reach ``worker``: no actor is placed there until it is judged."""
+        with self._lock:
+            self._suspects.update(i for i, p in enumerate(self._placer.procs) if p.name == worker)
+
+    def clear_suspect(self, worker: str) -> None:
+        """``worker`` was judged (it answered, or it was marked dead before this)."""
+        with self._lock:
+            self._suspects.difference_update(
+                i for i, p in enumerate(self._placer.procs) if p.name == worker
+            )
+            self._settled.notify_all()
+
+    def _place_locked(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
         res = options.resources
         label = options.label
-        with self._lock:
-            if label is not None and self._layout.specs:
-                use = self._slot_for(label, res, class_name)
-                index, gpus = use.index, use.slot.gpus if res.num_gpus else ()
-                use.cpu_units += res.cpu_units
-                use.gpu_units += res.gpu_units
-                use.actors += 1
-                slot_name: str | None = f"{label}/{use.slot.index}"
-                self._placer.load[index] += 1
-            else:
-                use, slot_name = None, None
-                try:
-                    index, gpu_infos = self._placer.place(label, res, self._layout.strategy)
-                except PlacementError as exc:
-                    raise PlacementError(f"{class_name}: {exc}") from None
-                gpus = tuple(g.index for g in gpu_infos)
-            proc = self._placer.procs[index]
-            info = ActorInfo(
-                actor_id=actor_id,
-                class_name=class_name,
-                name=options.name,
-                label=label,
-                process=proc.name,
-                rank=proc.rank,
-                host=proc.node.hostname,
-                gpus=gpus,
-                slot=slot_name,
-                state="ALIVE",
-            )
-            self._records[actor_id] = _Record(info, index, res, use, gpus)
-            return Placement(proc.name, gpus)
+        if label is not None and self._layout.specs:
+            use = self._slot_for(label, res, class_name)
+            index, gpus = use.index, use.slot.gpus if res.num_gpus else ()
+            use.cpu_units += res.cpu_units
+            use.gpu_units += res.gpu_units
+            use.actors += 1
+            slot_name: str | None = f"{label}/{use.slot.index}"
+            self._placer.load[index] += 1
+        else:
+            use, slot_name = None, None
+            try:
+                index, gpu_infos = self._placer.place(label, res, self._layout.strategy)
+            except PlacementError as exc:
+                raise PlacementError(f"{class_name}: {exc}") from None
+            gpus = tuple(g.index for g in gpu_infos)
+        proc = self._placer.procs[index]
+        info = ActorInfo(
+            actor_id=actor_id,
+            class_name=class_name,
+            name=options.name,
+            label=label,
+            process=proc.name,
+            rank=proc.rank,
+            host=proc.node.hostname,
+            gpus=gpus,
+            slot=slot_name,
+            state="ALIVE",
+        )
+        restartable = options.max_restarts != 0
+        self._records[actor_id] = _Record(info, index, res, use, gpus, restartable)
+        return Placement(proc.name, gpus)
 
     def _slot_for(self, label: str, res: Resources, class_name: str) -> _SlotUse:
         spec = self._layout.spec(label)
@@ -230,14 +280,17 @@ class ClusterDirectory:
             if rec is None:
                 return
             self._free(rec)
-            for name, (record, _) in list(self._names.items()):
-                if record.actor_id == actor_id:
-                    del self._names[name]
+            self._free_name(actor_id)
         if self.on_release is not None:
             self.on_release(actor_id)
 
-    def replace(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+    def replace(
+        self, actor_id: str, options: ActorOptions, class_name: str, retry: bool = False
+    ) -> Placement:
         """Places an actor again, after its process died (a restart); keeps its name.
+
+        ``retry``: the same restart again (the process chosen before could not be
+        reached), not counted as one more restart.
 
         Raises:
             KeyError: The actor ended (was killed or released): it is not restarted.
@@ -254,18 +307,31 @@ class ClusterDirectory:
             raise
         with self._lock:
             new = self._records[actor_id]
-            new.info = replace(new.info, restarts=rec.info.restarts + 1)
+            new.info = replace(new.info, restarts=rec.info.restarts + (0 if retry else 1))
             for name, (record, path) in list(self._names.items()):
                 if record.actor_id == actor_id:
                     self._names[name] = (record._replace(worker=placement.worker), path)
         return placement
 
     def set_state(self, actor_id: str, state: str) -> None:
-        """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``)."""
+        """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``).
+
+        ``DEAD`` is for good (its restarts are used up, or it cannot be placed again): its
+        name is freed, as in Ray, so a supervisor can create a replacement under it.
+        """
         with self._lock:
             rec = self._records.get(actor_id)
             if rec is not None:
                 rec.info = replace(rec.info, state=state)
+            if state == "DEAD":
+                self._free_name(actor_id)
+
+    def _free_name(self, actor_id: str) -> None:
+        # Under the lock. The DEAD row stays (actors() shows it, with its name); only
+        # the name's entry goes, so get_actor() raises and a new actor may take it.
+        for name, (record, _) in list(self._names.items()):
+            if record.actor_id == actor_id:
+                del self._names[name]
 
     def _free(self, rec: _Record) -> None:
         """Gives back what the actor took (slot share or the process's resources)."""
@@ -278,14 +344,23 @@ class ClusterDirectory:
             self._placer.give_back(rec.index, rec.resources, rec.gpus)
 
     def mark_dead(self, worker: str) -> None:
-        """No actor is placed on ``worker`` any more; its actors show as DEAD."""
+        """No actor is placed on ``worker`` any more; its actors show as DEAD.
+
+        The names of those without ``max_restarts`` are freed: they are gone for good.
+        An actor with restarts keeps its name while rank 0's restarts bring it back (they
+        set it ``DEAD`` through :meth:`set_state` if they cannot).
+        """
         with self._lock:
             for i, p in enumerate(self._placer.procs):
                 if p.name == worker:
                     self._placer.alive[i] = False
-            for rec in self._records.values():
+                    self._suspects.discard(i)  # judged: a placement waiting on it goes on
+            self._settled.notify_all()
+            for actor_id, rec in self._records.items():
                 if rec.info.process == worker:
                     rec.info = replace(rec.info, state="DEAD")
+                    if not rec.restartable:
+                        self._free_name(actor_id)
 
     def revive(self, worker: str) -> None:
         """A new process replaced the dead ``worker``: it takes actors again, from empty.

@@ -19,14 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from actorrt.errors import PlacementError
+import torch.distributed.rpc as rpc
+
+from actorrt.errors import ActorDiedError, PlacementError
 from actorrt.logs import get_logger
 from actorrt.options import ActorOptions
 from actorrt.runtime import context
-from actorrt.runtime.directory import ClusterDirectory
-from actorrt.runtime.host import create_remote
+from actorrt.runtime.directory import ClusterDirectory, Placement
+from actorrt.runtime.host import create_remote, rpc_ping
 from actorrt.runtime.payload import Wire, unpack
-from actorrt.runtime.protocol import ActorRecord
+from actorrt.runtime.protocol import ActorRecord, rpc_failure
 
 __all__ = ["Recipe", "Restarts", "rpc_keep_recipe", "rpc_locate"]
 
@@ -34,6 +36,12 @@ log = get_logger("restarts")
 
 #: How long a caller waits, at most, for an actor being recreated to be placed.
 LOCATE_TIMEOUT_S = 30.0
+
+#: Processes a restart tries, at most, when the one it chose cannot be reached.
+CREATE_TRIES = 8
+
+#: How long a process has to answer after it was sent a recreated actor.
+CREATE_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -49,7 +57,7 @@ class Recipe:
     meta: dict[str, Any]
     left: int  # restarts left; -1: no limit
     why_dead: str | None = None  # set once it will not come back
-    leases: list[Any] = field(default_factory=list)  # RRefs of the recreated instances
+    leases: list[Any] = field(default_factory=list)  # RRefs of every recreated instance
 
 
 class Restarts:
@@ -67,9 +75,15 @@ class Restarts:
         self._recipes: dict[str, Recipe] = {}
         self._restarting: set[str] = set()
         self._dead: set[str] = set()  # processes reported dead
+        # Suspect processes (a call could not reach them) that answered rank 0's probe:
+        # a caller waiting for an actor to leave one goes back to it.
+        self._cleared: set[str] = set()
         directory.on_release = self.forget
         # Set by the runtime: a caller found this process unreachable (judge it now).
         self.on_unreachable: Callable[[str], None] | None = None
+        # Set by a local cluster's driver: waits (bounded) for a dead worker's replacement
+        # to join; False when none is coming.
+        self.await_capacity: Callable[[], bool] | None = None
 
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
@@ -81,6 +95,27 @@ class Restarts:
         with self._cond:
             self._recipes.pop(actor_id, None)
             self._cond.notify_all()
+
+    def suspected(self, worker: str) -> None:
+        """Rank 0 probes ``worker``: callers waiting to leave it wait for the verdict."""
+        with self._cond:
+            self._cleared.discard(worker)
+
+    def cleared(self, worker: str) -> None:
+        """The suspect ``worker`` answered rank 0's probe: its actors live on there."""
+        with self._cond:
+            self._cleared.add(worker)
+            self._cond.notify_all()
+
+    def worker_back(self, worker: str) -> None:
+        """A new process took the dead ``worker``'s name: it is not dead any more.
+
+        Without this a restart placed on the new process would be taken for one whose
+        process died while it was recreated there, and be restarted again: the first
+        instance's lease then goes, which releases the actor on the new process.
+        """
+        with self._cond:
+            self._dead.discard(worker)
 
     def worker_died(self, worker: str) -> None:
         """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
@@ -101,7 +136,10 @@ class Restarts:
                     self._restarting.add(recipe.record.actor_id)
             self._cond.notify_all()
         for recipe in hit:
-            if recipe.why_dead is None:
+            if recipe.why_dead is not None:
+                # No restarts left: gone for good, so its name is freed.
+                self._directory.set_state(recipe.record.actor_id, "DEAD")
+            else:
                 self._directory.set_state(recipe.record.actor_id, "RESTARTING")
                 threading.Thread(
                     target=self._restart, args=(recipe,), name="actorrt-restart", daemon=True
@@ -110,39 +148,72 @@ class Restarts:
     def _restart(self, recipe: Recipe) -> None:
         actor_id = recipe.record.actor_id
         why: str | None = None
-        try:
-            placement = self._directory.replace(actor_id, recipe.options, recipe.record.class_name)
-            wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
-            meta = {**recipe.meta, "gpu_ids": placement.gpu_ids}
-            lease = create_remote(
-                placement.worker, actor_id, recipe.class_key, recipe.class_blob, wire, meta
-            )
-        except KeyError:
-            why = "it was killed"
-        except PlacementError as exc:
-            why = f"its process died and no live process can host it again ({exc})"
-        except Exception as exc:
-            why = f"recreating it failed ({type(exc).__name__}: {exc})"
+        placed: Placement | None = None
+        created: list[Any] = []  # every lease made, also on processes found unreachable
+        for attempt in range(CREATE_TRIES):
+            placement: Placement | None = None
+            try:
+                placement = self._directory.replace(
+                    actor_id, recipe.options, recipe.record.class_name, retry=attempt > 0
+                )
+                wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
+                meta = {**recipe.meta, "gpu_ids": placement.gpu_ids}
+                lease = create_remote(
+                    placement.worker, actor_id, recipe.class_key, recipe.class_blob, wire, meta
+                )
+                created.append(lease)
+                # Its process answers after it got the actor (one pipe per pair, in order):
+                # one that died and is not yet marked fails here (EPIPE, reset, no answer),
+                # not in the first call that meets the new instance. Not the RRef's own
+                # creation future: it may never complete when the process is gone.
+                rpc.rpc_sync(placement.worker, rpc_ping, timeout=CREATE_TIMEOUT_S)
+                placed, why = placement, None
+                break
+            except KeyError:
+                why = "it was killed"
+                break
+            except PlacementError as exc:
+                why = f"its process died and no live process can host it again ({exc})"
+                # A replacement of a dead local worker is coming: the actor goes there.
+                if self.await_capacity is not None and self.await_capacity():
+                    continue
+                break
+            except Exception as exc:
+                why = f"recreating it failed ({type(exc).__name__}: {exc})"
+                unreachable = isinstance(rpc_failure("", "", exc), ActorDiedError)
+                if placement is None or not unreachable or self.on_unreachable is None:
+                    break
+                # The process chosen is unreachable (dead, not yet marked): it is judged
+                # now (suspect: no placement goes there meanwhile) and the actor goes on
+                # to another live process. A failed try uses no restart.
+                log.info("recreating %s on %s failed (%s); trying another process",
+                         actor_id, placement.worker, exc)  # fmt: skip
+                self.on_unreachable(placement.worker)
         again = False
         with self._cond:
             self._restarting.discard(actor_id)
-            if why is None:
-                recipe.record = recipe.record._replace(worker=placement.worker)
-                recipe.leases = [lease]  # the instance on the dead process is gone
+            if placed is not None:
+                recipe.record = recipe.record._replace(worker=placed.worker)
+                # The leases of instances on dead processes are kept, not dropped: a
+                # dropped RRef sends its owner a delete that torch retries while the owner
+                # is dead, and the retry crashes rank 0 (a segfault in findWorkerURL) once
+                # a local replacement has taken the dead process's name out of the group.
+                recipe.leases.extend(created)
                 if recipe.left > 0:
                     recipe.left -= 1
                 # The process it was placed on died while it was being recreated there
                 # (its death skipped the actor, which was restarting): once more.
-                again = placement.worker in self._dead
+                again = placed.worker in self._dead
             else:
-                recipe.why_dead = why
+                recipe.why_dead = why or "recreating it failed"
+                recipe.leases.extend(created)  # kept, as above
             self._cond.notify_all()
-        if why is None and again:
-            self.worker_died(placement.worker)
-        if why is None:
+        if placed is not None and again:
+            self.worker_died(placed.worker)
+        if placed is not None:
             log.warning(
                 "%s actor %s restarted on %s (%s restart(s) left)",
-                recipe.record.class_name, actor_id, placement.worker,
+                recipe.record.class_name, actor_id, placed.worker,
                 "unlimited" if recipe.left < 0 else recipe.left,
             )  # fmt: skip
         else:
@@ -168,7 +239,10 @@ class Restarts:
                 return False
             recipe = self._recipes.get(actor_id)
             return (
-                recipe is None or recipe.why_dead is not None or recipe.record.worker != away_from
+                recipe is None
+                or recipe.why_dead is not None
+                or recipe.record.worker != away_from
+                or away_from in self._cleared
             )
 
         if away_from is not None and self.on_unreachable is not None:
@@ -182,7 +256,7 @@ class Restarts:
                 return None, recipe.why_dead
             if actor_id in self._restarting:
                 return None, f"it is still being recreated after {timeout:g} s"
-            if recipe.record.worker == away_from:
+            if recipe.record.worker == away_from and away_from not in self._cleared:
                 return None, (
                     f"its process {away_from!r} could not be reached, and rank 0 did not "
                     f"find it dead within {timeout:g} s"

@@ -90,6 +90,10 @@ class Route(Protocol):
         """Where the actor lives once it left ``dead`` (waits), or None and why it will not."""
         ...
 
+    def moved_from_replaced(self, target: Target) -> str | None:
+        """Points ``target`` where it lives if a new process took its process's name."""
+        ...
+
 
 @dataclass(eq=False)
 class _Call:
@@ -156,6 +160,16 @@ class CallRetries:
                     return
                 target.worker = worker = new
                 seq = self._route.seq_at(target.actor_id, worker)
+            else:
+                # A new process took the name of the actor's process: the actor may have
+                # died with the old one, or been recreated elsewhere meanwhile.
+                gone = self._route.moved_from_replaced(target)
+                if gone is not None:
+                    slot.fail(actor_gone(f"{target.class_name}.{method}", target.actor_id, gone))
+                    return
+                if target.worker != worker:
+                    worker = target.worker
+                    seq = self._route.seq_at(target.actor_id, worker)
             try:
                 wire = self._route.pack_call(target, worker, seq, method, args, kwargs)
             except TypeError as err:

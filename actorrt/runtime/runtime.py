@@ -169,6 +169,9 @@ class Runtime:
         # Driver only: whether a worker a call could not reach is gone (see
         # worker_unreachable); set by the launch, which knows how to tell.
         self.confirm_dead: Callable[[str], bool] | None = None
+        # Driver of a multi-node cluster: starts judging a worker a call could not reach
+        # (it is suspect until then: see worker_unreachable); set by the launch.
+        self.probe: Callable[[str], None] | None = None
         self.stopped = threading.Event()  # set once this runtime is shutting down
         self.stop_requested = threading.Event()  # a worker's cue (from the driver) to stop
 
@@ -339,13 +342,16 @@ class Runtime:
         if seq_worker is not None and worker != seq_worker:
             seq = self.seq_at(target.actor_id, worker)
         if worker in self._dead_workers or worker in self._suspects:
-            why = self._relocate(target)
+            was_dead = worker in self._dead_workers
+            why = self._relocate(target, was_dead)
             if why is not None:
                 slot.fail(
                     actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
                 )
                 return
-            if target.worker != worker:  # recreated: its own sequence numbers
+            # Recreated: its own sequence numbers (also on a new process that took the
+            # dead one's name: the number taken above was for the dead instance).
+            if target.worker != worker or was_dead:
                 worker = target.worker
                 seq = self.next_seq(target)
         elif worker in self._replaced and target.actor_id not in self._checked:
@@ -356,6 +362,12 @@ class Runtime:
                     actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
                 )
                 return
+            if target.worker != worker:
+                # It was recreated elsewhere while the new process joined under its old
+                # process's name: the call goes there, numbered for that instance (it went
+                # to the new process, where no such actor will ever be: a hang, issue 25).
+                worker = target.worker
+                seq = self.next_seq(target)
         begin = _trace.clock() if _trace.ON else 0  # the round trip starts before packing
         try:
             wire = self.pack_call(target, worker, seq, method, args, kwargs)
@@ -424,21 +436,50 @@ class Runtime:
         """Whether ``worker`` is known dead here, or a call could not reach it."""
         return worker in self._dead_workers or worker in self._suspects
 
-    def _relocate(self, target: Target) -> str | None:
+    def _relocate(self, target: Target, dead: bool = False) -> str | None:
         """Asks rank 0 where an actor whose process is dead (or suspect) lives now.
 
         Points ``target`` at that process (an actor with ``max_restarts`` may have been
-        recreated elsewhere) and returns None; or returns why the actor is gone.
+        recreated elsewhere) and returns None; or returns why the actor is gone. ``dead``:
+        its process was known dead, so whatever instance it finds is a new one, even under
+        the same process name (a new process took it).
         """
+        # A suspect process may be dead and not yet judged: rank 0 waits (bounded) for its
+        # verdict, and for the actor's restart, instead of sending it back there.
+        away = target.worker if target.worker in self._suspects else None
         try:
-            record, why = self._directory_call(rpc_locate, target.actor_id)
+            record, why = self._directory_call(rpc_locate, target.actor_id, away)
         except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
             return f"rank 0 could not say where it is ({exc})"
         if record is None or record.worker in self._dead_workers:
             return why or "its process died"
         self._suspects.discard(target.worker)
+        if dead:
+            self._seqs.pop((target.actor_id, target.worker), None)
+        self._left(target.actor_id, target.worker, record.worker)
         target.worker = record.worker
         return None
+
+    def _left(self, actor_id: str, old: str, new: str) -> None:
+        """The actor lives on ``new``, not ``old``: this process's numbers for ``old`` go.
+
+        Numbers are per instance, and the instance on ``old`` is gone (or never was: the
+        name was taken by a new process). Kept, the counter would go on from a number
+        taken for a call that went elsewhere, and an instance recreated on ``old`` later
+        (a restart onto the new process of that name) would wait for ever for the
+        numbers before it (issue 25).
+        """
+        if old != new:
+            self._seqs.pop((actor_id, old), None)
+
+    def moved_from_replaced(self, target: Target) -> str | None:
+        """Checks (once) an actor whose process name was taken by a replacement process.
+
+        Points ``target`` where the actor lives now; returns why it is gone, or None.
+        """
+        if target.worker not in self._replaced or target.actor_id in self._checked:
+            return None
+        return self._check_replaced(target)
 
     def _check_replaced(self, target: Target) -> str | None:
         """Whether an actor on a worker whose process was replaced lives there now.
@@ -454,6 +495,7 @@ class Runtime:
             return self._relocate(target)  # waits for the restart
         if process is None or state != "ALIVE":
             return "its process died and was replaced by a new one"
+        self._left(target.actor_id, target.worker, process)
         target.worker = process
         self._checked.add(target.actor_id)
         return None
@@ -471,7 +513,12 @@ class Runtime:
             record, why = self._directory_call(rpc_locate, actor_id, dead)
         except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
             return None, f"rank 0 could not say where it is ({exc})"
-        return (None, why) if record is None else (record.worker, "")
+        if record is None:
+            return None, why
+        # ``dead``'s instance is gone even if the actor is back under that name (a new
+        # process took it): the caller numbers its calls afresh for the new instance.
+        self._seqs.pop((actor_id, dead), None)
+        return record.worker, ""
 
     def skip(self, target: Target, seq: int, worker: str | None = None) -> None:
         """Gives up call ``seq`` to ``target``: its mailbox moves past the number.
@@ -778,10 +825,27 @@ class Runtime:
         confirm = self.confirm_dead
         if worker in self._dead_workers or self.stopped.is_set():
             return
-        if confirm is None:
-            self._suspects.add(worker)  # the next call asks rank 0 where the actor is
-        elif confirm(worker):
-            self.mark_worker_dead(worker, "its process is gone (a call found it so)")
+        if confirm is not None:
+            if confirm(worker):
+                self.mark_worker_dead(worker, "its process is gone (a call found it so)")
+            return
+        first = worker not in self._suspects
+        self._suspects.add(worker)  # the next call asks rank 0 where the actor is
+        if self.probe is not None:
+            self.probe(worker)  # suspect at once (no new actor there), judged soon
+        elif first and self.directory is None:
+            # Rank 0 judges it: its heartbeat alone would take heartbeat_timeout, and
+            # until then it would place new actors and restarts on the dead process.
+            try:
+                rpc.rpc_async(self.driver_name, rpc_unreachable, args=(worker,), timeout=5)
+            except Exception:  # rank 0 is gone or stopping: nothing to tell
+                pass
+
+    def worker_answered(self, worker: str) -> None:
+        """Rank 0's probe found the suspect ``worker`` answering: calls go to it again."""
+        self._suspects.discard(worker)
+        if self.restarts is not None:
+            self.restarts.cleared(worker)
 
     def note_dead(self, worker: str, why: str) -> None:
         """Rank 0 says ``worker`` died: calls to it go through rank 0's restarts from now on.
@@ -797,6 +861,11 @@ class Runtime:
         with self._dead_lock:
             self._replaced.add(worker)
             self._checked.clear()
+            # An actor recreated on the new process is a new instance whose mailbox counts
+            # this process's calls from 0: numbers kept for an instance on the dead process
+            # of that name would make it wait for ever for the ones before (issue 25).
+            for key in [k for k in self._seqs if k[1] == worker]:
+                del self._seqs[key]
             self._dead_workers.discard(worker)
             self._suspects.discard(worker)
         self.inflight.revive(worker)
@@ -835,6 +904,8 @@ class Runtime:
                 pass
         if replaces:
             self.note_alive(worker)
+            if self.restarts is not None:
+                self.restarts.worker_back(worker)  # before any restart may go there
             if self.directory is not None:
                 self.directory.revive(worker)
 
@@ -865,6 +936,13 @@ def rpc_worker_died(worker: str, why: str) -> None:
     rt = current_or_none()
     if rt is not None:
         rt.note_dead(worker, why)
+
+
+def rpc_unreachable(worker: str) -> None:
+    """Sent to rank 0 by a process whose call could not reach ``worker``: judge it now."""
+    rt = current_or_none()
+    if rt is not None:
+        rt.worker_unreachable(worker)
 
 
 def rpc_stop() -> None:

@@ -44,6 +44,9 @@ class Probe:
         time.sleep(s)
         return s
 
+    def make(self, nbytes):
+        return torch.ones(nbytes // 4)
+
     def checksum(self, t):
         return [t.numel(), float(t[::4096].sum())]
 
@@ -264,6 +267,146 @@ def scenario_dead_worker(rt, cfg):
         "fresh": [p.worker for p in fresh],
         "fresh_ok": [w["pid"] > 0 for w in fresh_where],
         "shutdown_s": time.monotonic() - started,
+    }
+
+
+def scenario_dead_name(rt, cfg):
+    """A named actor's worker is killed: once marked dead, the name is free again."""
+    named = Probe.options(name="keeper").remote()
+    victim = named.worker
+    os.kill(actorrt.get(named.where.remote(), timeout=60)["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while _alive(victim) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    state = {a.name: a.state for a in actorrt.actors()}.get("keeper")
+    try:
+        actorrt.get_actor("keeper")
+        lookup = "found"
+    except ValueError as exc:
+        lookup = str(exc)
+    again = Probe.options(name="keeper").remote()
+    where = actorrt.get(actorrt.get_actor("keeper").where.remote(), timeout=60)
+    return {
+        "victim": victim,
+        "marked": _alive(victim) is False,
+        "state": state,
+        "lookup": lookup,
+        "again": again.worker,
+        "again_rank": where["rank"],
+        "shutdown_s": _timed_shutdown(),
+    }
+
+
+def _try_where(handle, timeout=30):
+    """``handle.where()``'s rank, or the error it raised (type and message)."""
+    try:
+        return actorrt.get(handle.where.remote(), timeout=timeout)["rank"]
+    except (actorrt.ActorDiedError, actorrt.GetTimeoutError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _marked_within(process, seconds):
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        if _alive(process) is False:
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return None
+
+
+def scenario_suspect(rt, cfg):
+    """A worker is killed with a call pending; actors are created right after the error.
+
+    One actor alone on the victim, two on the other worker: the victim is where the
+    directory would put the next actor if it did not know better.
+    """
+    a, other, third = Probe.remote(), Probe.remote(), Probe.remote()
+    if a.worker == third.worker:
+        a, other = other, a
+    victim = actorrt.get(a.where.remote(), timeout=60)["pid"]
+    actorrt.get([other.where.remote(), third.where.remote()], timeout=60)
+    pending = a.sleep.remote(60)
+    time.sleep(0.2)
+    os.kill(victim, signal.SIGKILL)
+    killed = time.monotonic()
+    error = _outcome(pending, timeout=30)
+    b = Probe.remote()  # at once: no sleep, no polling
+    b_rank = _try_where(b)
+    marked_after = _marked_within(a.worker, 30)
+    if marked_after is not None:
+        marked_after += time.monotonic() - killed - marked_after  # since the kill
+    time.sleep(2)
+    c = Probe.remote()
+    return {
+        "victim": a.worker,
+        "error": error,
+        "b": b.worker,
+        "b_rank": b_rank,
+        "c": c.worker,
+        "c_rank": _try_where(c),
+        "marked_after": marked_after,
+        "shutdown_s": _timed_shutdown(),
+    }
+
+
+def scenario_restart_moves_on(rt, cfg):
+    """An actor with max_restarts=-1 loses its process, and the process its restart
+    would go to dies with it (not yet marked dead): it must come back on the third.
+
+    Layout: three slots of label "r", one per worker; the actor takes the first, one
+    filler each the other two; a restart takes the live slot with the fewest actors, the
+    lowest index first: the second (the filler's, killed too).
+    """
+    r = Probe.options(label="r", max_restarts=-1).remote()
+    f1 = Probe.options(label="r").remote()
+    f2 = Probe.options(label="r").remote()
+    where = actorrt.get([x.where.remote() for x in (r, f1, f2)], timeout=60)
+    os.kill(where[0]["pid"], signal.SIGKILL)
+    os.kill(where[1]["pid"], signal.SIGKILL)
+    first = _try_where(r)  # may fail once: it met the dead process
+    started = time.monotonic()
+    second = _try_where(r)
+    return {
+        "ranks": [w["rank"] for w in where],
+        "first": first,
+        "second": second,
+        "second_s": time.monotonic() - started,
+        "f1_marked": _marked_within(f1.worker, 10) is not None,
+        "actors": [dataclasses.asdict(a) for a in actorrt.actors()],
+        "shutdown_s": _timed_shutdown(),
+    }
+
+
+def scenario_slow_link(rt, cfg):
+    """A 64 MB result over a link the test throttles after READY (the gate file tells).
+
+    Liveness must not ride on the link's queue: the worker is not marked dead while its
+    reply crosses (longer than heartbeat_timeout), and answers again after it.
+    """
+    probe = Probe.remote()
+    where = actorrt.get(probe.where.remote(), timeout=60)
+    print("READY " + json.dumps(where["pid"]), flush=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(cfg["gate"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    try:
+        big = actorrt.get(probe.make.remote(64 << 20), timeout=240)
+        result = [big.numel(), float(big[::4096].sum())]
+    except actorrt.ActorDiedError as exc:
+        result = f"ActorDiedError: {exc}"
+    took = time.monotonic() - started
+    alive = _alive(probe.worker)
+    try:
+        after = actorrt.get(probe.where.remote(), timeout=60)["pid"] == where["pid"]
+    except actorrt.ActorDiedError:
+        after = False
+    return {
+        "result": result,
+        "took": took,
+        "alive": alive,
+        "after": after,
+        "shutdown_s": _timed_shutdown(),
     }
 
 

@@ -108,6 +108,19 @@ class Hosts:
         """Cuts host ``i`` off the bridge (its port down): a partition, nothing closes."""
         _ip("-n", self.switch, "link", "set", f"p{i}", "down")
 
+    def throttle(self, i: int, rate: str) -> None:
+        """Limits host ``i``'s link to ``rate`` (``tc`` syntax, e.g. ``20mbit``) both ways.
+
+        A token bucket on each end of its veth pair: the bridge's port (towards the host)
+        and the host's interface (away from it). Deleted with the namespaces.
+        """
+        bucket = ["root", "tbf", "rate", rate, "burst", "32kbit", "latency", "400ms"]
+        for ns, dev in ((self.switch, f"p{i}"), (self.names[i], self.ifnames[i])):
+            subprocess.run(
+                ["tc", "-n", ns, "qdisc", "add", "dev", dev, *bucket],
+                capture_output=True, text=True, timeout=20, check=True,
+            )  # fmt: skip
+
     def exec_prefix(self, i: int) -> list[str]:
         return ["ip", "netns", "exec", self.names[i]]
 

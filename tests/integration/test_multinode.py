@@ -225,6 +225,84 @@ def test_a_killed_worker_is_marked_dead_by_the_heartbeat(procs):
     assert procs.wait("driver", 30) == 0, procs.logs()
 
 
+def test_a_dead_named_actor_frees_its_name(procs):
+    """Was: get_actor() still found the DEAD actor, and its name raised ValueError."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    cfg = {"init": init, "world": 3, "scenario": "dead_name", "heartbeat_timeout": 2.0}
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    res = procs.result("driver", 90)
+    assert res["marked"] and res["state"] == "DEAD", res
+    assert "no actor named 'keeper' is alive" in res["lookup"], res
+    assert res["again"] != res["victim"] and res["again_rank"] in (1, 2), res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
+def test_a_claim_for_a_running_rank_hears_its_refusal_before_it_gives_up(procs):
+    """Was: refused only after two heartbeat timeouts (20 s), so a claimant waiting 8 s
+    read "rank 0 did not answer within 8 s" instead of the refusal and its fix."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    procs.start("driver", driver_argv({"init": init, "world": 2, "scenario": "idle"}), env)
+    procs.start("worker1", worker_argv(init, 1, 2), env)
+    procs.wait_for_line("driver", "READY ", 60)
+    procs.start("duplicate", worker_argv(init, 1, 2, "--timeout", "8"), env)
+    assert procs.wait("duplicate", 20) == 2, procs.logs()
+    log = procs.log("duplicate")
+    assert "rank 1 (worker1) is running" in log and "--grow" in log, log
+    assert procs.procs["worker1"].poll() is None, procs.logs()  # the running one goes on
+
+
+def test_actors_made_right_after_a_worker_died_avoid_it(procs):
+    """Was: both the actor made right after the error and one made 2 s later went to the
+    dead worker (and failed) until the heartbeat marked it dead."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    cfg = {"init": init, "world": 3, "scenario": "suspect", "heartbeat_timeout": 60.0}
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    res = procs.result("driver", 120)
+    assert res["error"] == "ActorDiedError", res
+    assert res["b"] != res["victim"] and isinstance(res["b_rank"], int), res
+    assert res["c"] != res["victim"] and isinstance(res["c_rank"], int), res
+    # Judged by a probe, well inside heartbeat_timeout (60 s here).
+    assert res["marked_after"] is not None and res["marked_after"] < 5.0, res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
+def test_a_restart_goes_on_when_the_process_it_chose_is_dead_too(procs):
+    """Was: recreated on a worker dead but not yet marked, the restart failed (EPIPE) and
+    the actor was declared gone with max_restarts=-1 (Ray's test_multiple_actor_restart)."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    cfg = {
+        "init": init,
+        "world": 4,
+        "scenario": "restart_moves_on",
+        "heartbeat_timeout": 60.0,
+        "labels": {"r": {"count": 3}},
+    }
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in (1, 2, 3):
+        procs.start(f"worker{rank}", worker_argv(init, rank, 4), env)
+    res = procs.result("driver", 120)
+    assert sorted(res["ranks"]) == [1, 2, 3], res
+    third = res["ranks"][2]
+    assert res["first"] in (third,) or res["first"].startswith("ActorDiedError"), res
+    assert res["second"] == third and res["second_s"] < 10.0, res
+    assert res["f1_marked"], res
+    (r,) = [a for a in res["actors"] if a["restarts"]]
+    assert r["state"] == "ALIVE" and r["rank"] == third and r["restarts"] == 1, res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
 def test_torchrun_launches_the_workers(procs):
     """``torchrun --nproc-per-node 2 -m actorrt worker``: RANK r -> rank r+1, MASTER_PORT+1."""
     port = free_port(pair=True)

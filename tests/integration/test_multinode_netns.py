@@ -316,3 +316,75 @@ def test_a_worker_cut_off_by_a_link_down_is_marked_dead_and_exits_on_its_own(pro
     assert res["pending_failed_after"] < 2.0 + 3.0, res
     assert res["late_call"] == "ActorDiedError", res
     assert res["shutdown_s"] < 4.0 + 1.5, res
+
+
+@pytest.mark.timeout(300)
+def test_a_64mb_result_over_a_20mbit_link_arrives_and_the_worker_lives_on(procs, tmp_path):
+    """Was: the heartbeat queued behind the reply on the one pipe per pair, the driver
+    marked the worker dead after 10 s ("answered no heartbeat"), and the call failed with
+    ActorDiedError. Liveness now also travels on the worker's own store connection."""
+    hosts = _hosts(2)
+    gate = tmp_path / "gate"
+    cfg = {
+        "init": f"tcp://{hosts.addrs[0]}:{PORT}",
+        "world": 2,
+        "scenario": "slow_link",
+        "heartbeat_timeout": 10.0,
+        "gate": str(gate),
+    }
+    env = {"ACTORRT_TOKEN": TOKEN}
+    try:
+        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
+        procs.start(
+            "worker1",
+            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
+            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
+        )
+        procs.wait_for_line("driver", "READY ", 90)
+        hosts.throttle(0, "20mbit")  # the driver's link: about 27 s for 64 MB
+        gate.touch()
+        res = procs.result("driver", 240)
+        assert procs.wait("driver", 30) == 0, procs.logs()
+        assert procs.wait("worker1", 20) == 0, procs.logs()
+    finally:
+        procs.close()
+        hosts.close()
+    assert res["result"] == [(64 << 20) // 4, 4096.0], res
+    assert res["took"] > 10.0, res  # it did take longer than heartbeat_timeout
+    assert res["alive"] and res["after"], res
+
+
+@pytest.mark.parametrize("sig", ["SIGSTOP", "SIGKILL"])
+def test_a_stopped_or_killed_worker_behind_a_slow_link_is_still_marked_dead_in_time(procs, sig):
+    """The store heartbeat must not keep a dead or stopped worker alive: over the same
+    20 Mbit/s link, SIGSTOP and kill -9 are detected within heartbeat_timeout (plus the
+    heartbeat's period), as before it."""
+    import signal
+
+    hosts = _hosts(2)
+    cfg = {
+        "init": f"tcp://{hosts.addrs[0]}:{PORT}",
+        "world": 2,
+        "scenario": "partition",
+        "heartbeat_timeout": 2.0,
+        "shutdown_timeout": 4.0,
+    }
+    env = {"ACTORRT_TOKEN": TOKEN}
+    try:
+        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
+        procs.start(
+            "worker1",
+            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
+            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
+        )
+        pid = int(procs.wait_for_line("driver", "READY ", 90))
+        hosts.throttle(0, "20mbit")
+        os.kill(pid, getattr(signal, sig))
+        res = procs.result("driver", 60)
+        assert procs.wait("driver", 30) == 0, procs.logs()
+    finally:
+        procs.close()
+        hosts.close()
+    assert res["marked_after"] is not None and res["marked_after"] < 2.0 + 3.0, res
+    assert res["pending_call"] == "ActorDiedError", res
+    assert res["late_call"] == "ActorDiedError", res

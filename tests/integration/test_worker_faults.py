@@ -186,3 +186,36 @@ def test_kill_and_shutdown_keep_their_bounds_with_a_hung_worker_not_yet_detected
     )
     assert rep["kill_s"] < 2 + 1.0, rep["kill_s"]
     assert rep["shutdown_s"] < 4 + 1.5, rep["shutdown_s"]
+
+
+def test_a_dead_named_actor_frees_its_name(tmp_path):
+    """Was: get_actor() still returned the DEAD actor and its name could not be taken."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5, heartbeat_timeout=60)
+        pids = list(rt.local_worker_pids)
+        a = Sleeper.options(name="keeper").remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        os.kill(victim, signal.SIGKILL)
+        try:
+            actorrt.get(a.pid.remote(), timeout=30)
+            error = "none"
+        except actorrt.ActorDiedError:
+            error = "ActorDiedError"
+        state = {i.name: i.state for i in actorrt.actors()}.get("keeper")
+        try:
+            actorrt.get_actor("keeper")
+            lookup = "found"
+        except ValueError as exc:
+            lookup = str(exc)
+        b = Sleeper.options(name="keeper").remote()  # the name is free again
+        value = actorrt.get(actorrt.get_actor("keeper").sleep.remote(0), timeout=30)
+        report(pids=pids, error=error, state=state, lookup=lookup, value=value)
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["error"] == "ActorDiedError" and rep["state"] == "DEAD", rep
+    assert "no actor named 'keeper' is alive" in rep["lookup"], rep
+    assert rep["value"] == 0, rep

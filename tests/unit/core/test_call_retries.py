@@ -59,6 +59,9 @@ class FakeRuntime:
     def worker_unreachable(self, worker):
         self.dead.add(worker)
 
+    def moved_from_replaced(self, target):
+        return None  # no process is replaced here
+
     def locate_away(self, actor_id, dead):
         home = self.homes.pop(0)
         return (home, "") if home else (None, "it has no restarts left (max_restarts=1)")

@@ -41,6 +41,7 @@ def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypa
         return object()
 
     monkeypatch.setattr(restarts_mod, "create_remote", create)
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", lambda *a, **k: None)  # it answers
     directory.mark_dead("w1")
     restarts.worker_died("w1")
     deadline = time.monotonic() + 10
@@ -49,3 +50,35 @@ def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypa
     record, why = restarts.locate("a1", timeout=10)
     assert created_on[0] != "w1" and len(created_on) == 2, created_on
     assert record is not None and record.worker == created_on[1] != created_on[0], (record, why)
+
+
+def test_a_restart_on_a_process_that_cannot_be_reached_goes_on_to_another(monkeypatch):
+    """The process chosen is dead but not yet marked: it is judged, and the actor goes on
+    (was: declared gone, "recreating it failed", with restarts left)."""
+    workers = [node("a"), node("a"), node("a")]
+    driver = replace(workers[0], labels=(), hosts_actors=False)
+    ps = [ProcessInfo(0, "driver", driver)]
+    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
+    directory = ClusterDirectory(make_plan(ps, Layout()), ps)
+    options = ActorOptions(max_restarts=-1)
+    assert directory.place("a1", options, "A").worker == "w1"
+    restarts = Restarts(directory, pack=lambda peer, value: value)
+    restarts.keep(Recipe(ActorRecord("a1", "w1", "A", "", 0), "k", b"", (), {}, options, {}, -1))
+    judged = []
+    restarts.on_unreachable = lambda worker: (judged.append(worker), directory.suspect(worker))
+    sent_to = []
+
+    def ping(worker, fn, timeout):
+        sent_to.append(worker)
+        if len(sent_to) == 1:
+            raise RuntimeError("EPIPE: broken pipe")
+
+    monkeypatch.setattr(restarts_mod.rpc, "remote", lambda worker, fn, args: object())
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", ping)
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    record, why = restarts.locate("a1", timeout=10)
+    assert judged == sent_to[:1] and len(sent_to) == 2, (judged, sent_to)
+    assert record is not None and record.worker == sent_to[1] not in ("w1", sent_to[0]), why
+    (info,) = directory.actors()
+    assert info.state == "ALIVE" and info.restarts == 1, info  # the failed try is no restart
