@@ -67,7 +67,8 @@ class Sink:
         return os.getpid()
 
 
-def _median(fn: Callable[[], Any], reps: int) -> float:
+def median_time(fn: Callable[[], Any], reps: int) -> float:
+    """The median of ``reps`` timings of ``fn()`` in seconds, after one warm-up call."""
     fn()  # warm-up: connections, pools, first allocations
     times = []
     for _ in range(reps):
@@ -91,17 +92,17 @@ def _measure(
     get([s.ping.remote() for s in [b, *sinks]])
     for n in PASS_SIZES:
         get(a.make.remote(n))
-        ref = _median(lambda n=n: get(b.nbytes.remote(a.tensor.remote(n))), reps)
-        direct = _median(lambda n=n: get(a.direct.remote(b, n)), reps)
+        ref = median_time(lambda n=n: get(b.nbytes.remote(a.tensor.remote(n))), reps)
+        direct = median_time(lambda n=n: get(a.direct.remote(b, n)), reps)
         out["pass"][str(n)] = {"ref": ref, "direct": direct}
     value = torch.ones(FANOUT_BYTES, dtype=torch.uint8)
     for k in FANOUT_NS:
-        out["fanout"][str(k)] = _median(
+        out["fanout"][str(k)] = median_time(
             lambda k=k: get([s.nbytes.remote(r) for r in [put(value)] for s in sinks[:k]]), reps
         )
     # publish() returns the ref of the state dict it put, in a list (Ray gets a nested ref
     # as itself only there), so the sinks fetch the state dict from A's process
-    out["broadcast"] = _median(
+    out["broadcast"] = median_time(
         lambda: get([s.nbytes.remote(r) for r in get(a.publish.remote()) for s in sinks]), reps
     )
     return out

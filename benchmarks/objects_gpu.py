@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from typing import Any
 
 import torch
 
 import actorrt
+from benchmarks.objects import median_time
 
 
 @actorrt.actor(label="producer", num_gpus=0.5)
@@ -42,16 +41,6 @@ class Consumer:
         return str(t.device)
 
 
-def _median(fn: Any, reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.objects_gpu", description=__doc__)
     p.add_argument("--mb", type=int, default=640)
@@ -67,9 +56,9 @@ def main() -> None:
         prod, cons = Producer.remote(), Consumer.remote()
         actorrt.get(prod.make.remote(args.mb << 20), timeout=300)
         before = rt.payload_bytes_in
-        ref = _median(lambda: actorrt.get(cons.look.remote(prod.tensor.remote())), args.reps)
+        ref = median_time(lambda: actorrt.get(cons.look.remote(prod.tensor.remote())), args.reps)
         received = rt.payload_bytes_in - before
-        direct = _median(lambda: actorrt.get(prod.direct.remote(cons)), args.reps)
+        direct = median_time(lambda: actorrt.get(prod.direct.remote(cons)), args.reps)
         device = actorrt.get(cons.look.remote(prod.tensor.remote()), timeout=300)
     out = {"mb": args.mb, "ref_s": ref, "direct_s": direct, "ratio": ref / direct,
            "device": device, "driver_bytes": received}  # fmt: skip

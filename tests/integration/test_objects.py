@@ -341,6 +341,15 @@ class Consumer:
         return int(t.sum())
     def pid(self):
         return os.getpid()
+
+def outcome(get):
+    try:
+        get()
+        return "value"
+    except actorrt.ObjectLostError as exc:
+        return str(exc)
+    except actorrt.GetTimeoutError:
+        return "timeout"
 """
 
 
@@ -356,18 +365,10 @@ def test_owner_death_makes_get_raise_object_lost(tmp_path):
     assert actorrt.wait([ref], timeout=30)[0] == [ref]
     os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
     start = time.monotonic()
-    try:
-        actorrt.get(ref, timeout=60)
-        outcome = "value"
-    except actorrt.ObjectLostError as exc:
-        outcome = str(exc)
+    got = outcome(lambda: actorrt.get(ref, timeout=60))
     took = time.monotonic() - start
-    try:
-        actorrt.get(c.total.remote(ref), timeout=60)
-        passed = "value"
-    except actorrt.ObjectLostError as exc:
-        passed = str(exc)
-    report(outcome=outcome, took=took, passed=passed, owner=ref._loc.owner)
+    passed = outcome(lambda: actorrt.get(c.total.remote(ref), timeout=60))
+    report(outcome=got, took=took, passed=passed, owner=ref._loc.owner)
     actorrt.shutdown()
     """
     reports = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)
@@ -386,14 +387,8 @@ def test_a_hung_owner_makes_get_raise_object_lost_within_the_heartbeat_bound(tmp
     actorrt.wait([ref], timeout=30)
     os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGSTOP)  # alive, silent
     start = time.monotonic()
-    try:
-        actorrt.get(ref, timeout=60)
-        outcome = "value"
-    except actorrt.ObjectLostError as exc:
-        outcome = str(exc)
-    except actorrt.GetTimeoutError:
-        outcome = "timeout"
-    report(outcome=outcome, took=time.monotonic() - start, owner=ref._loc.owner)
+    got = outcome(lambda: actorrt.get(ref, timeout=60))
+    report(outcome=got, took=time.monotonic() - start, owner=ref._loc.owner)
     actorrt.shutdown()
     """
     final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
@@ -421,14 +416,7 @@ def test_a_ref_kept_past_shutdown_raises_a_clear_error(tmp_path):
     mine = actorrt.put(torch.ones(4 << 20))
     actorrt.wait([ref], timeout=30)
     actorrt.shutdown()
-    errors = []
-    for r in (ref, mine):
-        try:
-            actorrt.get(r, timeout=10)
-            errors.append("value")
-        except actorrt.ObjectLostError as exc:
-            errors.append(str(exc))
-    report(errors=errors)
+    report(errors=[outcome(lambda r=r: actorrt.get(r, timeout=10)) for r in (ref, mine)])
     """
     reports = run_script(tmp_path, OWN_CLUSTER, body, timeout=120)
     assert all("shut down" in e for e in reports[-1]["errors"]), reports[-1]
