@@ -16,7 +16,6 @@ Needs root, iproute2 and tc (CI runs as root); skips with the reason otherwise.
 
 import json
 import shutil
-import subprocess
 
 import pytest
 from netns import HERE, PY, Hosts, require_netns, worker_argv
@@ -28,16 +27,6 @@ RATE = "20mbit"
 TOKEN = "objects-netns-token"
 
 
-def _shape(hosts: Hosts, i: int) -> None:
-    """Limits host ``i``'s link to RATE both ways (its egress, and the switch port's)."""
-    for ns, dev in ((hosts.names[i], hosts.ifnames[i]), (hosts.switch, f"p{i}")):
-        subprocess.run(
-            ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-             "rate", RATE, "burst", "32kbit", "latency", "400ms"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-
-
 def _run(procs, scenario, workers):
     """Runs objects_driver.py's ``scenario`` on host 0 (shaped) and its workers, each
     ``(first rank, host, label, processes)`` one ``actorrt worker`` command; its result."""
@@ -46,7 +35,7 @@ def _run(procs, scenario, workers):
         pytest.skip("needs iproute2's `tc` to shape a link")
     hosts = Hosts(3)
     try:
-        _shape(hosts, 0)
+        hosts.throttle(0, RATE)
         init = f"tcp://{hosts.addrs[0]}:{PORT}"
         world = sum(nproc for *_, nproc in workers) + 1
         # The namespaces share this machine's memory: actorrt's shared-memory road and
