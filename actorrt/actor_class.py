@@ -198,6 +198,9 @@ def _method_specs(cls: type) -> str:
             inspect.isfunction(raw) or inspect.ismethoddescriptor(raw)
         )
         sig = _signature(member, drop_self=bound)
+        returns = getattr(member, _NUM_RETURNS, 1)
+        if returns != 1:
+            name = f"{name}#{returns}"
         if sig is None:
             entries.append(name)
         else:
@@ -217,16 +220,20 @@ class MethodTable:
             ``<code><name>`` per parameter separated by ``,`` (code: kind index * 2 +
             has_default, as in :data:`Params`); a bare ``name`` has an unknown signature
             and goes unchecked. E.g. ``"add:3k;value:"`` for ``add(self, k=1)`` and
-            ``value(self)``.
+            ``value(self)``. A name may end in ``#N``: the method's ``num_returns``.
     """
 
-    __slots__ = ("specs", "names", "_binders")
+    __slots__ = ("specs", "names", "returns", "_binders")
 
     def __init__(self, specs: str) -> None:
         self.specs = specs
         self._binders: dict[str, _Binder | None] = {}
+        self.returns: dict[str, int] = {}  # num_returns of the methods that set one
         for entry in specs.split(";") if specs else ():
             name, has_params, params = entry.partition(":")
+            name, has_returns, returns = name.partition("#")
+            if has_returns:
+                self.returns[name] = int(returns)
             binder = None
             if has_params:
                 binder = _Binder(tuple((p[1:], int(p[0])) for p in params.split(",") if p))
@@ -360,34 +367,72 @@ class RemoteMethod(Protocol[S_contra, Q, L_co, R_co]):
     ) -> BoundRemoteMethod[Q, L_co, R_co]: ...
 
 
+_NUM_RETURNS = "__actorrt_num_returns__"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
 @overload
 def method(
     fn: Callable[Concatenate[S, Q], Coroutine[Any, Any, R]], /
 ) -> RemoteMethod[S, Q, Coroutine[Any, Any, R], R]: ...
 @overload
 def method(fn: Callable[Concatenate[S, Q], R], /) -> RemoteMethod[S, Q, R, R]: ...
+@overload
+def method(*, num_returns: int) -> Callable[[_F], _F]: ...
 
 
-def method(fn: Any, /) -> Any:
-    """Marks a method of a :class:`TypedActor` for typed remote calls; static only.
+def method(fn: Any = None, /, *, num_returns: int = 1) -> Any:
+    """Marks a method: for typed remote calls (static only), or with ``num_returns``.
 
-    For a type checker, ``handle.m.remote(...)`` of a marked ``m`` is checked against
-    ``m``'s parameters and is an ``ObjectRef[R]``, ``R`` being ``m``'s return type (for
-    an ``async def``, the awaited type). At run time it returns ``fn`` itself: the
-    method, its remote calls and local calls are exactly as without it.
+    For a type checker, ``handle.m.remote(...)`` of a marked ``m`` of a
+    :class:`TypedActor` is checked against ``m``'s parameters and is an
+    ``ObjectRef[R]``, ``R`` being ``m``'s return type (for an ``async def``, the awaited
+    type). At run time ``@actorrt.method`` returns ``fn`` itself.
+
+    ``@actorrt.method(num_returns=N)`` (as Ray's ``@ray.method``): ``handle.m.remote()``
+    returns a list of N refs, the i-th resolving to the i-th value of the tuple ``m``
+    returns; each value is its own result (a large one stays at the actor as its own
+    object). A method that returns something else fails each ref with an
+    ``ActorError`` saying so. ``handle.m.options(num_returns=N).remote()`` does the same
+    for one call.
 
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
+        num_returns: How many values the method returns (an int >= 1).
 
     Returns:
-        ``fn``, unchanged.
+        ``fn``, unchanged (marked with ``num_returns`` when given).
 
     Raises:
-        TypeError: ``fn`` is not callable.
+        TypeError: ``fn`` is not callable, or ``num_returns`` is not an int.
+        ValueError: ``num_returns`` is less than 1.
     """
+    if fn is None:
+        n = check_num_returns(num_returns)
+
+        def mark(f: _F) -> _F:
+            if not callable(f):
+                raise TypeError(f"@actorrt.method decorates methods, not {f!r}.")
+            setattr(f, _NUM_RETURNS, n)
+            return f
+
+        return mark
     if not callable(fn):
         raise TypeError(f"@actorrt.method decorates methods, not {type(fn).__name__} {fn!r}.")
     return fn
+
+
+def check_num_returns(num_returns: object) -> int:
+    """``num_returns`` as an int >= 1; raises ``TypeError`` / ``ValueError`` otherwise."""
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
+        raise TypeError(f"num_returns={num_returns!r} must be an int (e.g. num_returns=2).")
+    if num_returns < 1:
+        raise ValueError(
+            f"num_returns={num_returns} must be >= 1: the number of values the method "
+            "returns as a tuple."
+        )
+    return num_returns
 
 
 class ActorClass(Generic[T, P]):
@@ -674,24 +719,48 @@ def _rebuild_handle(
 class ActorMethod:
     """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
 
-    __slots__ = ("_handle", "_name")
+    __slots__ = ("_handle", "_name", "_returns")
 
-    def __init__(self, handle: ActorHandle, name: str) -> None:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int = 0) -> None:
         self._handle = handle
         self._name = name
+        self._returns = num_returns  # 0: the method's own (1 unless it set one)
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
         """Sends the call; returns an :class:`ObjectRef` for its result at once.
+
+        A method marked ``@actorrt.method(num_returns=N)`` (N other than 1) returns a list
+        of N refs instead, one per value it returns (for a type checker, call it through
+        ``.options(num_returns=N)``, whose ``remote`` is typed so).
 
         Raises:
             TypeError: The arguments do not bind to the method's signature.
         """
         handle = self._handle
-        handle._table.check(handle.class_name, self._name, args, kwargs)
+        table = handle._table
+        table.check(handle.class_name, self._name, args, kwargs)
         rt = current_or_none()
         if rt is None:  # raises; its message is made only here, not on every call
             rt = current(f"{handle.class_name}.{self._name}.remote()")
-        return send_call(rt, handle, self._name, args, kwargs)
+        returns = self._returns or (table.returns.get(self._name, 1) if table.returns else 1)
+        if returns == 1:
+            ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs)
+            return ref
+        # a list of refs, typed as the class's own calls are (see the docstring)
+        return cast("ObjectRef[Any]", send_call(rt, handle, self._name, args, kwargs, returns))
+
+    def options(self, *, num_returns: int) -> ManyReturns:
+        """The same method with options for its calls, as Ray's ``.options()``.
+
+        Args:
+            num_returns: How many values the method returns: ``.remote()`` then gives
+                that many refs (see :func:`method`).
+
+        Raises:
+            TypeError: ``num_returns`` is not an int.
+            ValueError: ``num_returns`` is less than 1.
+        """
+        return ManyReturns(ActorMethod(self._handle, self._name, check_num_returns(num_returns)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Always raises: call the method with ``handle.method.remote(...)``.
@@ -703,6 +772,26 @@ class ActorMethod:
             f"actor methods are called with .remote(): use "
             f"handle.{self._name}.remote(...) and actorrt.get() the result."
         )
+
+
+class ManyReturns:
+    """``handle.method.options(num_returns=N)``: its ``remote`` gives a list of N refs."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method: ActorMethod) -> None:
+        self._method = method
+
+    def remote(self, *args: Any, **kwargs: Any) -> list[ObjectRef[Any]]:
+        """Sends the call; returns its refs at once, the i-th of the i-th value returned.
+
+        With ``num_returns=1``, a list of one ref.
+
+        Raises:
+            TypeError: The arguments do not bind to the method's signature.
+        """
+        out = self._method.remote(*args, **kwargs)
+        return cast("list[ObjectRef[Any]]", out) if isinstance(out, list) else [out]
 
 
 class _Decorator(Protocol):

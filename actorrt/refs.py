@@ -30,10 +30,12 @@ from actorrt.runtime.payload import packing, unpack
 from actorrt.runtime.protocol import (
     COPY,
     LOCATED,
+    MULTI,
     OBJECT,
     OK,
     RAISE,
     LocalFailure,
+    Returns,
     decode_reply,
     rpc_failure,
     unreadable,
@@ -109,6 +111,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_rf",
         "_counted",
         "_direct",
+        "_part",
         "__weakref__",
     )
 
@@ -125,6 +128,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._rf: cf.Future[None] | None = None  # done once the call answered (wait)
         self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
         self._direct = False  # it holds its object directly (no lease yet: see _leased)
+        self._part = -1  # num_returns: which of the call's values this ref is
 
     def __del__(self) -> None:
         keep = self._keep
@@ -216,8 +220,12 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             if isinstance(error, ActorDiedError) and rt is not None:
                 rt.worker_unreachable(self._worker)  # marked dead before the caller hears
             raise error from None
-        if not self._counted:
+        if not self._counted and self._part <= 0:  # a call's bytes counted once
             self._count(wire)
+        return self._read(wire)
+
+    def _read(self, wire: Wire) -> tuple[ObjectLocation | None, Any]:
+        """:meth:`_reply_value` of a reply that arrived: ``wire``, read."""
         blob, side = wire
         if blob is None and side[0][0] == OK:  # a plain value
             return None, side[0][1]
@@ -227,6 +235,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             error = unreadable(f"the reply of {self._call}", exc)
             raise ActorError(str(error), error, "", self._actor_id) from None
         status = reply[0]
+        if status == MULTI:  # num_returns: this ref's own reply among the call's
+            return self._read(reply[1][self._part])
         if status == OBJECT or status == COPY:  # kept at the producer, held by this ref
             object_id, nbytes = reply[1][0], reply[1][1]
             with _hook_lock:
@@ -770,9 +780,33 @@ def _has_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return False
 
 
+class _Parts:
+    """Where one call with ``num_returns`` puts its outcome: each of its refs."""
+
+    __slots__ = ("refs",)
+
+    def __init__(self, refs: list[ObjectRef[Any]]) -> None:
+        self.refs = refs
+
+    def attach(
+        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+    ) -> None:
+        for ref in self.refs:
+            ref.attach(reply, worker, keep)
+
+    def fail(self, error: BaseException) -> None:
+        for ref in self.refs:
+            ref.fail(error)
+
+
 def send_call(
-    rt: Runtime, target: Target, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> ObjectRef:
+    rt: Runtime,
+    target: Target,
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    num_returns: int = 1,
+) -> Any:
     """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
 
     As in Ray, a call with top-level ``ObjectRef`` arguments is sent once they are ready
@@ -782,6 +816,9 @@ def send_call(
     came back inline travels with the call). The call's sequence number is taken now, so
     it still runs in the order it was made. Refs nested inside values travel as they are.
 
+    With ``num_returns`` other than 1, a list of that many refs, each of one value of the
+    tuple the method returns (each its own object, when large).
+
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
     """
@@ -789,10 +826,18 @@ def send_call(
     # call is sent (another thread found its process dead), send numbers it afresh.
     worker = target.worker
     seq = rt.seq_at(target.actor_id, worker)
-    ref = ObjectRef(f"{target.class_name}.{method}", target.actor_id)
+    what = f"{target.class_name}.{method}"
+    ref: ObjectRef[Any] = ObjectRef(what, target.actor_id)
+    slot: ObjectRef[Any] | _Parts = ref
+    out: Any = ref
+    if num_returns != 1:
+        out = [ObjectRef(what, target.actor_id) for _ in range(num_returns)]
+        for i, part in enumerate(out):
+            part._part = i
+        slot, ref, method = _Parts(out), out[0], Returns(method, num_returns)
     if not _has_refs(args, kwargs):
-        rt.send(target, seq, method, args, kwargs, ref, raise_now=True, seq_worker=worker)
-        return ref
+        rt.send(target, seq, method, args, kwargs, slot, raise_now=True, seq_worker=worker)
+        return out
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]
     remaining = [len(deps)]
@@ -807,15 +852,15 @@ def send_call(
         error = next((e for e in errors if e is not None), None)
         if error is not None:
             rt.skip(target, seq, worker)
-            ref.fail(error)
+            slot.fail(error)
             return
         a = tuple(x._as_argument() if type(x) is ObjectRef else x for x in args)
         kw = {k: v._as_argument() if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        rt.send(target, seq, method, a, kw, ref, raise_now=False, seq_worker=worker)
+        rt.send(target, seq, method, a, kw, slot, raise_now=False, seq_worker=worker)
         sent = ref._sent
         if sent is not None:  # the refs hold their objects until the callee has fetched them
             sent.add_done_callback(partial(_let_go_after_reply, deps))
 
     for dep in deps:
         dep._ready_future().add_done_callback(on_dep_ready)
-    return ref
+    return out

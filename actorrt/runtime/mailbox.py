@@ -33,6 +33,7 @@ from actorrt.runtime.protocol import (
     OK,
     died_reply,
     error_reply,
+    split_returns,
     unreadable,
     unsendable_reply,
 )
@@ -255,6 +256,8 @@ class Mailbox:
             exit_asked.set(None)
             self.kill(exit_reason(self.what, name, asked))
             return
+        if type(name) is not str:  # num_returns: one reply per value, for its refs
+            reply = split_returns(f"{self.what}.{name}", name.n, reply)  # type: ignore[attr-defined]
         self._finish(call, reply)
 
     def _start_task(self, call: Call) -> None:
@@ -292,6 +295,8 @@ class Mailbox:
             if asked is not None:  # the method caught its exit_actor(): end anyway
                 self.kill(exit_reason(self.what, name, asked))
                 return
+        if type(name) is not str:  # num_returns: one reply per value, for its refs
+            reply = split_returns(f"{self.what}.{name}", name.n, reply)  # type: ignore[attr-defined]
         self._finish(call, reply)
 
     def _begin(self, call: Call) -> bool:

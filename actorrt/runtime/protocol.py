@@ -30,11 +30,13 @@ __all__ = [
     "KEEP",
     "LOCATED",
     "LOST",
+    "MULTI",
     "OBJECT",
     "OK",
     "PICKLING_ERRORS",
     "RAISE",
     "RELAY",
+    "Returns",
     "ActorRecord",
     "LocalFailure",
     "ReplySlot",
@@ -44,6 +46,7 @@ __all__ = [
     "died_reply",
     "error_reply",
     "rpc_failure",
+    "split_returns",
     "unreadable",
     "unsendable_argument",
     "unsendable_reply",
@@ -59,6 +62,50 @@ COPY = 6  # as OBJECT, and a copy came along: (object id, bytes, value)
 LOCATED = 7  # a lent ref's answer: payload is an ObjectLocation with its lease
 RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: its name)
 KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
+MULTI = 10  # a call with num_returns: payload is one packed reply per value returned
+
+
+class Returns(str):
+    """A method's name that asks for ``n`` return values (``num_returns``).
+
+    It is the name (a ``str``: looked up, logged and sent as one), and the mailbox splits
+    the method's result into ``n`` replies (:func:`split_returns`), each its own value or
+    object, for the caller's ``n`` refs.
+    """
+
+    n: int
+
+    def __new__(cls, name: str, n: int) -> Returns:
+        """The name ``name``, asking for ``n`` values."""
+        self = super().__new__(cls, name)
+        self.n = n
+        return self
+
+    def __reduce__(self) -> tuple[type[Returns], tuple[str, int]]:
+        return (Returns, (str(self), self.n))
+
+
+def split_returns(what: str, n: int, reply: tuple[int, Any]) -> tuple[int, Any]:
+    """A method's reply for ``num_returns=n``: ``(MULTI, values)``, or the error to all.
+
+    Args:
+        what: ``Class.method`` of the actor (named in the error).
+        n: How many values the caller asked for.
+        reply: The method's own reply, ``(OK, result)`` or an error.
+    """
+    if reply[0] != OK:
+        return reply
+    result = reply[1]
+    if isinstance(result, (tuple, list)) and len(result) == n:
+        return MULTI, tuple(result)
+    got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__
+    return error_reply(
+        what,
+        ValueError(
+            f"it was called with num_returns={n} and returned {got}; return a tuple of "
+            f"{n} values, or call it with num_returns matching what it returns."
+        ),
+    )
 
 
 class ActorRecord(NamedTuple):

@@ -60,6 +60,7 @@ from actorrt.runtime.protocol import (
     COPY,
     KEEP,
     LOST,
+    MULTI,
     OBJECT,
     OK,
     RELAY,
@@ -568,6 +569,8 @@ class Runtime:
 
     def _pack_result(self, peer: str, reply: tuple[int, Any]) -> Wire:
         if reply[0] != OK:
+            if reply[0] == MULTI:  # num_returns: each value packed (or kept) on its own
+                return None, [(MULTI, [self._pack_result(peer, (OK, v)) for v in reply[1]])]
             return pack_for(reply, peer, self._road)
         packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
         if type(packed) is not int:

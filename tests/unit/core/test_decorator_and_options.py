@@ -171,3 +171,33 @@ def test_actor_error_keeps_cause_and_traceback():
     again = pickle.loads(pickle.dumps(err))
     assert isinstance(again.cause, ValueError)
     assert again.remote_traceback == "Traceback..."
+
+
+def test_num_returns_travels_in_the_method_table():
+    from actorrt.actor_class import MethodTable, _method_specs
+
+    class Two:
+        @actorrt.method(num_returns=2)
+        def pair(self, x):
+            return x, x
+
+        def one(self):
+            return 1
+
+    specs = _method_specs(Two)
+    assert "pair#2:" in specs and "one:" in specs
+    table = MethodTable(specs)
+    assert table.returns == {"pair": 2} and set(table.names) == {"one", "pair"}
+    table.check("Two", "pair", (1,), {})  # the signature is still checked
+    with pytest.raises(TypeError):
+        table.check("Two", "pair", (), {})
+
+
+def test_num_returns_options_are_checked():
+    from actorrt.actor_class import ActorMethod
+
+    method = ActorMethod(None, "m")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=">= 1"):
+        method.options(num_returns=0)
+    with pytest.raises(TypeError, match="must be an int"):
+        method.options(num_returns=True)

@@ -1,0 +1,97 @@
+"""``num_returns``: a method returning a tuple gives one ref per value (as Ray's)."""
+
+import asyncio
+
+import pytest
+import torch
+
+import actorrt
+
+pytestmark = pytest.mark.timeout(120)
+
+MB = 1 << 20
+
+
+@actorrt.actor
+class Splitter:
+    @actorrt.method(num_returns=2)
+    def pair(self, x):
+        return x, x + 1
+
+    @actorrt.method(num_returns=3)
+    def wrong(self):
+        return 1, 2  # one short
+
+    @actorrt.method(num_returns=2)
+    def boom(self):
+        raise KeyError("nope")
+
+    def many(self, n):
+        return tuple(range(n))
+
+    def big_pair(self):
+        return torch.ones(40 * MB, dtype=torch.uint8), torch.full((4,), 7)
+
+    def single(self):
+        return 5
+
+
+@actorrt.actor
+class AsyncSplitter:
+    @actorrt.method(num_returns=2)
+    async def pair(self, x):
+        await asyncio.sleep(0)
+        return [x, -x]
+
+
+@actorrt.actor
+class Reader:
+    def total(self, t):
+        return int(t.sum())
+
+
+def test_a_method_marked_with_num_returns_gives_a_ref_per_value(cluster):
+    s = Splitter.remote()
+    first, second = s.pair.remote(10)
+    assert actorrt.get([second, first], timeout=30) == [11, 10]
+    a = AsyncSplitter.remote()
+    assert actorrt.get(a.pair.remote(3), timeout=30) == [3, -3]
+
+
+def test_options_set_num_returns_for_a_call(cluster):
+    s = Splitter.remote()
+    refs = s.many.options(num_returns=3).remote(3)
+    assert len(refs) == 3 and actorrt.get(refs, timeout=30) == [0, 1, 2]
+    (one,) = s.single.options(num_returns=1).remote()
+    assert actorrt.get(one, timeout=30) == 5
+    assert actorrt.get(s.single.remote(), timeout=30) == 5  # unmarked: one ref, as before
+
+
+def test_the_wrong_number_of_values_or_an_error_fails_each_ref(cluster):
+    s = Splitter.remote()
+    for ref in s.wrong.remote():
+        with pytest.raises(actorrt.ActorError, match="num_returns=3 and returned 2 values"):
+            actorrt.get(ref, timeout=30)
+    for ref in s.boom.remote():
+        with pytest.raises(actorrt.ActorError, match="KeyError"):
+            actorrt.get(ref, timeout=30)
+    assert actorrt.get(s.single.remote(), timeout=30) == 5  # the actor goes on
+
+
+def test_each_value_is_its_own_object_and_travels_alone(cluster):
+    s, r = Splitter.remote(), Reader.remote()
+    big, small = s.big_pair.options(num_returns=2).remote()
+    actorrt.wait([big, small], num_returns=2, timeout=60)
+    before = cluster.payload_bytes_in
+    assert actorrt.get(small, timeout=30).tolist() == [7] * 4
+    assert cluster.payload_bytes_in - before < MB  # the 40 MB value stayed at the actor
+    assert big._failure() is None and big._loc is not None  # read, not fetched: kept at s
+    assert small._loc is None
+    assert actorrt.get(r.total.remote(big), timeout=60) == 40 * MB  # fetched from s
+
+
+def test_bad_num_returns_fail_at_the_call_site():
+    with pytest.raises(ValueError, match="num_returns=0 must be >= 1"):
+        actorrt.method(num_returns=0)
+    with pytest.raises(TypeError, match="must be an int"):
+        actorrt.method(num_returns="2")
