@@ -280,6 +280,18 @@ def test_two_hosts_actor_output_reaches_the_driver(procs):
     assert status_rows and remote in status_rows[0] and "1: Talker" in status_rows[0], res["status"]
 
 
+def _driver_and_worker(procs, hosts, cfg):
+    """Starts the driver on host 0 and worker 1 on host 1; the driver's READY line."""
+    env = {"ACTORRT_TOKEN": TOKEN}
+    procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
+    procs.start(
+        "worker1",
+        worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
+        {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
+    )
+    return procs.wait_for_line("driver", "READY ", 90)
+
+
 def test_a_worker_cut_off_by_a_link_down_is_marked_dead_and_exits_on_its_own(procs):
     """Was: calls to it never failed, shutdown took 17 s, and the worker still ran 120 s
     later. Now the heartbeat marks it dead, the call it held fails (a get() without a
@@ -293,15 +305,8 @@ def test_a_worker_cut_off_by_a_link_down_is_marked_dead_and_exits_on_its_own(pro
         "heartbeat_timeout": 2.0,
         "shutdown_timeout": 4.0,
     }
-    env = {"ACTORRT_TOKEN": TOKEN}
     try:
-        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
-        procs.start(
-            "worker1",
-            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
-            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
-        )
-        procs.wait_for_line("driver", "READY ", 90)
+        _driver_and_worker(procs, hosts, cfg)
         hosts.cut(1)
         res = procs.result("driver", 60)
         assert procs.wait("driver", 30) == 0, procs.logs()
@@ -332,15 +337,8 @@ def test_a_64mb_result_over_a_20mbit_link_arrives_and_the_worker_lives_on(procs,
         "heartbeat_timeout": 10.0,
         "gate": str(gate),
     }
-    env = {"ACTORRT_TOKEN": TOKEN}
     try:
-        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
-        procs.start(
-            "worker1",
-            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
-            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
-        )
-        procs.wait_for_line("driver", "READY ", 90)
+        _driver_and_worker(procs, hosts, cfg)
         hosts.throttle(0, "20mbit")  # the driver's link: about 27 s for 64 MB
         gate.touch()
         res = procs.result("driver", 240)
@@ -369,15 +367,8 @@ def test_a_stopped_or_killed_worker_behind_a_slow_link_is_still_marked_dead_in_t
         "heartbeat_timeout": 2.0,
         "shutdown_timeout": 4.0,
     }
-    env = {"ACTORRT_TOKEN": TOKEN}
     try:
-        procs.start("driver", driver_argv(cfg, hosts.exec_prefix(0)), env)
-        procs.start(
-            "worker1",
-            worker_argv(cfg["init"], 1, 2, prefix=hosts.exec_prefix(1)),
-            {**env, "TP_SOCKET_IFNAME": hosts.ifnames[1]},
-        )
-        pid = int(procs.wait_for_line("driver", "READY ", 90))
+        pid = int(_driver_and_worker(procs, hosts, cfg))
         hosts.throttle(0, "20mbit")
         os.kill(pid, getattr(signal, sig))
         res = procs.result("driver", 60)
