@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.errors import ActorDiedError, NotInitializedError, ObjectLostError
+from actorrt.errors import ActorDiedError, NotInitializedError, ObjectLostError, PlacementError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.plan import Plan
@@ -668,22 +668,22 @@ class Runtime:
 
     def _node_of(self, process: str) -> str | None:
         """The host (node id) the plan puts ``process`` on; None when it is not known."""
-        plan = self.plan
-        if plan is None:
+        if self.plan is None:
             return None
-        for p in plan.processes:
-            if p.name == process:
-                return p.node
-        return None
+        try:
+            return self.plan.for_name(process).node
+        except PlacementError:  # not in the plan (a grower this process has not heard of)
+            return None
 
     def road_name(self, peer: str) -> str:
         """How large tensors travel from ``peer`` to this process (for the timeline)."""
         if self._shm and shm.peer_ok(peer):
             return "shm"
         if self.plan is not None:
-            for pair in self.plan.pairs:
-                if {pair.src, pair.dst} == {peer, self.name}:
-                    return str(pair.transport)
+            try:
+                return self.plan.transport_between(peer, self.name)
+            except PlacementError:  # a pair the plan does not list: TensorPipe's default
+                pass
         return "tcp"
 
     def lost(self, loc: ObjectLocation, why: str) -> Exception:
