@@ -64,8 +64,9 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         ObjectLostError,
         PlacementError,
     )
-    from actorrt.options import ActorOptions
+    from actorrt.options import ActorOptions, FunctionOptions
     from actorrt.refs import ObjectRef, get, put, wait
+    from actorrt.remote_function import RemoteFunction, remote
     from actorrt.runtime.directory import ActorInfo, NodeInfo
     from actorrt.runtime.exits import exit_actor
 
@@ -97,10 +98,13 @@ _EXPORTS = {
     "ObjectLostError": "actorrt.errors",
     "PlacementError": "actorrt.errors",
     "ActorOptions": "actorrt.options",
+    "FunctionOptions": "actorrt.options",
     "ObjectRef": "actorrt.refs",
     "get": "actorrt.refs",
     "put": "actorrt.refs",
     "wait": "actorrt.refs",
+    "RemoteFunction": "actorrt.remote_function",
+    "remote": "actorrt.remote_function",
     "ActorInfo": "actorrt.runtime.directory",
     "NodeInfo": "actorrt.runtime.directory",
     "exit_actor": "actorrt.runtime.exits",
@@ -116,12 +120,14 @@ __all__ = [
     "ActorOptions",
     "ActorRtError",
     "ClusterError",
+    "FunctionOptions",
     "GetTimeoutError",
     "NodeInfo",
     "NotInitializedError",
     "ObjectLostError",
     "ObjectRef",
     "PlacementError",
+    "RemoteFunction",
     "TypedActor",
     "actor",
     "actors",
@@ -135,6 +141,7 @@ __all__ = [
     "nodes",
     "plan",
     "put",
+    "remote",
     "shutdown",
     "start",
     "status",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-import sys
 from collections.abc import Callable, Coroutine
 from typing import (
     TYPE_CHECKING,
@@ -34,7 +33,8 @@ from typing import (
 
 import cloudpickle
 
-from actorrt.options import ActorOptions
+from actorrt.binding import Binder, params_of, signature_of
+from actorrt.options import ActorOptions, check_num_returns
 from actorrt.refs import ObjectRef, send_call
 from actorrt.runtime import group
 from actorrt.runtime.payload import packing
@@ -70,120 +70,6 @@ if TYPE_CHECKING:
 else:  # typing.ParamSpec takes no default before 3.13; run time does not need it
     P = ParamSpec("P")
 
-_P = inspect.Parameter
-_KINDS = (
-    _P.POSITIONAL_ONLY,
-    _P.POSITIONAL_OR_KEYWORD,
-    _P.VAR_POSITIONAL,
-    _P.KEYWORD_ONLY,
-    _P.VAR_KEYWORD,
-)
-
-Params = tuple[tuple[str, int], ...]
-"""A signature: ``(name, kind index * 2 + has_default)`` per parameter."""
-
-
-class _Default:
-    """Stands for a default value in messages: handles carry no defaults, only their presence."""
-
-    def __repr__(self) -> str:
-        return "..."
-
-
-_DEFAULT = _Default()
-
-
-class _Binder:
-    """Checks that call arguments bind to one signature, in a few comparisons.
-
-    It runs on every ``.remote()``, so it keeps what binding needs precomputed;
-    :meth:`inspect.Signature.bind` runs only on a failure, to word the error.
-    """
-
-    __slots__ = ("params", "min_pos", "max_pos", "pos_names", "keywords", "varkw", "required_kw")
-
-    def __init__(self, params: Params) -> None:
-        self.params = params
-        pos_names: list[str | None] = []  # by position; None where there is no keyword form
-        self.keywords: dict[str, int] = {}  # name -> its position (maxsize: keyword-only)
-        required_kw = []
-        self.min_pos = 0
-        varargs = self.varkw = False
-        for name, code in params:
-            kind, has_default = _KINDS[code >> 1], code & 1
-            if kind in (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD):
-                if kind is _P.POSITIONAL_OR_KEYWORD:
-                    self.keywords[name] = len(pos_names)
-                pos_names.append(name if kind is _P.POSITIONAL_OR_KEYWORD else None)
-                if not has_default:
-                    self.min_pos = len(pos_names)
-            elif kind is _P.VAR_POSITIONAL:
-                varargs = True
-            elif kind is _P.KEYWORD_ONLY:
-                self.keywords[name] = sys.maxsize
-                if not has_default:
-                    required_kw.append(name)
-            else:
-                self.varkw = True
-        self.pos_names = tuple(pos_names)
-        self.max_pos = sys.maxsize if varargs else len(pos_names)
-        self.required_kw = tuple(required_kw)
-
-    def binds(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """True if ``f(*args, **kwargs)`` would bind (Python's rules, without defaults)."""
-        n = len(args)
-        if n > self.max_pos:
-            return False
-        if not kwargs:  # the common call
-            return n >= self.min_pos and not self.required_kw
-        for key in kwargs:
-            at = self.keywords.get(key)
-            if at is None:
-                if not self.varkw:
-                    return False
-            elif at < n:  # given by position too
-                return False
-        # required positionals not given by position must come by keyword
-        if any(self.pos_names[i] not in kwargs for i in range(n, self.min_pos)):
-            return False
-        return all(k in kwargs for k in self.required_kw)
-
-    def fail(self, what: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Raises the ``TypeError`` a local call would, naming ``what``; after :meth:`binds`.
-
-        Raises:
-            TypeError: Python's own message, and the signature.
-        """
-        sig = inspect.Signature(
-            [
-                _P(name, _KINDS[code >> 1], default=_DEFAULT if code & 1 else _P.empty)
-                for name, code in self.params
-            ]
-        )
-        try:
-            sig.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{what}: {exc} (the signature is {sig})") from None
-        # bind() accepts what binds() refused: trust Python, let the call go
-
-
-def _params(sig: inspect.Signature) -> Params:
-    return tuple(
-        (p.name, _KINDS.index(p.kind) * 2 + (p.default is not p.empty))
-        for p in sig.parameters.values()
-    )
-
-
-def _signature(fn: Any, drop_self: bool) -> inspect.Signature | None:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # some builtins have none: their calls go unchecked
-        return None
-    params = list(sig.parameters.values())
-    if drop_self and params and params[0].kind in _KINDS[:2]:
-        return sig.replace(parameters=params[1:])
-    return sig
-
 
 def _method_specs(cls: type) -> str:
     """The methods of ``cls`` in the form :class:`MethodTable` takes."""
@@ -197,14 +83,14 @@ def _method_specs(cls: type) -> str:
         bound = not isinstance(raw, (staticmethod, classmethod)) and (
             inspect.isfunction(raw) or inspect.ismethoddescriptor(raw)
         )
-        sig = _signature(member, drop_self=bound)
+        sig = signature_of(member, drop_self=bound)
         returns = getattr(member, _NUM_RETURNS, 1)
         if returns != 1:
             name = f"{name}#{returns}"
         if sig is None:
             entries.append(name)
         else:
-            entries.append(f"{name}:" + ",".join(f"{code}{p}" for p, code in _params(sig)))
+            entries.append(f"{name}:" + ",".join(f"{code}{p}" for p, code in params_of(sig)))
     return ";".join(entries)
 
 
@@ -218,16 +104,17 @@ class MethodTable:
     Args:
         specs: Methods sorted by name, separated by ``;``: ``name:params``, params being
             ``<code><name>`` per parameter separated by ``,`` (code: kind index * 2 +
-            has_default, as in :data:`Params`); a bare ``name`` has an unknown signature
-            and goes unchecked. E.g. ``"add:3k;value:"`` for ``add(self, k=1)`` and
-            ``value(self)``. A name may end in ``#N``: the method's ``num_returns``.
+            has_default, as in :data:`~actorrt.binding.Params`); a bare ``name`` has an
+            unknown signature and goes unchecked. E.g. ``"add:3k;value:"`` for
+            ``add(self, k=1)`` and ``value(self)``. A name may end in ``#N``: the
+            method's ``num_returns``.
     """
 
     __slots__ = ("specs", "names", "returns", "_binders")
 
     def __init__(self, specs: str) -> None:
         self.specs = specs
-        self._binders: dict[str, _Binder | None] = {}
+        self._binders: dict[str, Binder | None] = {}
         self.returns: dict[str, int] = {}  # num_returns of the methods that set one
         for entry in specs.split(";") if specs else ():
             name, has_params, params = entry.partition(":")
@@ -236,7 +123,7 @@ class MethodTable:
                 self.returns[name] = int(returns)
             binder = None
             if has_params:
-                binder = _Binder(tuple((p[1:], int(p[0])) for p in params.split(",") if p))
+                binder = Binder(tuple((p[1:], int(p[0])) for p in params.split(",") if p))
             self._binders[name] = binder
         self.names = tuple(self._binders)
 
@@ -423,18 +310,6 @@ def method(fn: Any = None, /, *, num_returns: int = 1) -> Any:
     return fn
 
 
-def check_num_returns(num_returns: object) -> int:
-    """``num_returns`` as an int >= 1; raises ``TypeError`` / ``ValueError`` otherwise."""
-    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
-        raise TypeError(f"num_returns={num_returns!r} must be an int (e.g. num_returns=2).")
-    if num_returns < 1:
-        raise ValueError(
-            f"num_returns={num_returns} must be >= 1: the number of values the method "
-            "returns as a tuple."
-        )
-    return num_returns
-
-
 class ActorClass(Generic[T, P]):
     """A class turned into a remote class by :func:`actor`.
 
@@ -465,9 +340,9 @@ class ActorClass(Generic[T, P]):
         return _method_table(_method_specs(self._cls))
 
     @functools.cached_property
-    def _init(self) -> _Binder | None:
-        sig = _signature(self._cls, drop_self=False)  # __init__ (or __new__) without self
-        return None if sig is None else _Binder(_params(sig))
+    def _init(self) -> Binder | None:
+        sig = signature_of(self._cls, drop_self=False)  # __init__ (or __new__) without self
+        return None if sig is None else Binder(params_of(sig))
 
     @property
     def _methods(self) -> tuple[str, ...]:
@@ -636,6 +511,8 @@ class ActorHandle:
         self.max_task_retries = max_task_retries
         self._table = methods
         self._rref = rref
+
+    moves = True  # runtime.protocol.Target: an actor lives on one process at a time
 
     # `handle.__init__` finds this method (never __getattr__), and a bound method reads
     # missing attributes from its function: so `handle.__init__.remote()` lands here.

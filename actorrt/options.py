@@ -1,4 +1,4 @@
-"""Actor options: parsed and validated once, when the class is decorated.
+"""Actor and remote function options: parsed and validated once, when the class is decorated.
 
 Bad options fail here, at decoration or ``.options()`` time, never later on a worker.
 """
@@ -7,12 +7,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from actorrt.placement.layout import LABEL_PATTERN
 from actorrt.placement.resources import Resources
 
-__all__ = ["ActorOptions", "check_actor_name"]
+__all__ = ["ActorOptions", "FunctionOptions", "check_actor_name", "check_num_returns"]
+
+
+def check_num_returns(num_returns: object) -> int:
+    """``num_returns`` as an int >= 1; raises ``TypeError`` / ``ValueError`` otherwise."""
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
+        raise TypeError(f"num_returns={num_returns!r} must be an int (e.g. num_returns=2).")
+    if num_returns < 1:
+        raise ValueError(
+            f"num_returns={num_returns} must be >= 1: the number of values the method "
+            "(or function) returns as a tuple."
+        )
+    return num_returns
 
 
 def check_actor_name(name: object, where: str = "name") -> None:
@@ -88,13 +100,7 @@ class ActorOptions:
     max_task_retries: int = 0
 
     def __post_init__(self) -> None:
-        if self.label is not None and (
-            not isinstance(self.label, str) or not LABEL_PATTERN.match(self.label)
-        ):
-            raise ValueError(
-                f"label={self.label!r} is not a valid label: use letters, digits, '_', '.', '-' "
-                "(starting with a letter or '_'), e.g. label='learner'."
-            )
+        _check_label(self.label)
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         if self.name is not None:
             check_actor_name(self.name)
@@ -105,16 +111,9 @@ class ActorOptions:
                 "e.g. max_concurrency=4."
             )
         mr = self.max_restarts
-        if isinstance(mr, bool) or not isinstance(mr, int) or mr < -1:
-            raise ValueError(
-                f"max_restarts={mr!r} must be an int >= 0, or -1 for no limit, e.g. max_restarts=3."
-            )
+        _check_retries("max_restarts", mr, "3")
         mtr = self.max_task_retries
-        if isinstance(mtr, bool) or not isinstance(mtr, int) or mtr < -1:
-            raise ValueError(
-                f"max_task_retries={mtr!r} must be an int >= 0, or -1 for no limit, e.g. "
-                "max_task_retries=3."
-            )
+        _check_retries("max_task_retries", mtr, "3")
         if mtr != 0 and mr == 0:
             # Ray takes this and never retries (the actor is not recreated): refuse it.
             raise ValueError(
@@ -140,11 +139,78 @@ class ActorOptions:
         cls, kwargs: Mapping[str, Any], base: ActorOptions | None = None
     ) -> ActorOptions:
         """Builds options from keyword arguments, naming any unknown key and the valid ones."""
-        valid = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(kwargs) - set(valid))
-        if unknown:
-            raise TypeError(
-                f"unknown actor option(s) {', '.join(map(repr, unknown))}; "
-                f"valid options are: {', '.join(valid)}."
-            )
-        return dataclasses.replace(base or cls(), **dict(kwargs))
+        return _replaced(base or cls(), kwargs, "actor")
+
+
+_O = TypeVar("_O", "ActorOptions", "FunctionOptions")
+
+
+def _replaced(base: _O, kwargs: Mapping[str, Any], what: str) -> _O:
+    """``base`` with ``kwargs`` replaced; an unknown key is a ``TypeError`` naming valid ones."""
+    valid = [f.name for f in dataclasses.fields(base)]
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        raise TypeError(
+            f"unknown {what} option(s) {', '.join(map(repr, unknown))}; "
+            f"valid options are: {', '.join(valid)}."
+        )
+    return dataclasses.replace(base, **dict(kwargs))
+
+
+def _check_label(label: object) -> None:
+    if label is not None and (not isinstance(label, str) or not LABEL_PATTERN.match(label)):
+        raise ValueError(
+            f"label={label!r} is not a valid label: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or '_'), e.g. label='learner'."
+        )
+
+
+def _check_retries(what: str, value: object, example: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(
+            f"{what}={value!r} must be an int >= 0, or -1 for no limit, e.g. {what}={example}."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionOptions:
+    """How a remote function runs (``@actorrt.remote(...)``, ``f.options(...)``), as Ray's.
+
+    Attributes:
+        label: Runs the function only on processes of this label: with a layout
+            (``actorrt.start(labels=...)``), those holding a slot of it; without one, those
+            offering it (``actorrt worker --labels``), or any when none offers labels.
+        num_cpus: CPUs each running call takes (1, as in Ray): a process runs as many
+            calls at once as its share of its host's CPUs holds (at least one).
+        num_gpus: GPUs each running call takes: a fraction below 1 (that many calls share
+            a GPU) or whole GPUs. The call's thread has its GPU as the current device.
+        num_returns: How many values the function returns as a tuple: ``.remote()`` then
+            gives that many refs.
+        max_retries: How many times a call is sent again, to another process, when the
+            process running it dies (3, as in Ray); -1: without limit; 0: never. An
+            exception the function raises is not retried. A retried call may run twice.
+    """
+
+    label: str | None = None
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+    num_returns: int = 1
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        _check_label(self.label)
+        Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
+        check_num_returns(self.num_returns)
+        _check_retries("max_retries", self.max_retries, "3")
+
+    @property
+    def resources(self) -> Resources:
+        """What each running call takes (validated by :class:`Resources`)."""
+        return Resources(self.num_cpus, self.num_gpus)
+
+    @classmethod
+    def from_kwargs(
+        cls, kwargs: Mapping[str, Any], base: FunctionOptions | None = None
+    ) -> FunctionOptions:
+        """Builds options from keyword arguments, naming any unknown key and the valid ones."""
+        return _replaced(base or cls(), kwargs, "remote function")

@@ -41,6 +41,7 @@ from actorrt.runtime.protocol import (
     unreadable,
 )
 from actorrt.runtime.runtime import current, current_or_none
+from actorrt.runtime.threads import lender
 from actorrt.runtime.trace import wire_bytes
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from actorrt.runtime.protocol import Target
     from actorrt.runtime.runtime import Runtime
 
-__all__ = ["ObjectRef", "get", "put", "send_call", "wait"]
+__all__ = ["ObjectRef", "get", "new_refs", "put", "send_call", "wait", "when_ready"]
 
 T = TypeVar("T")
 
@@ -238,13 +239,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         if status == MULTI:  # num_returns: this ref's own reply among the call's
             return self._read(reply[1][self._part])
         if status == OBJECT or status == COPY:  # kept at the producer, held by this ref
-            object_id, nbytes = reply[1][0], reply[1][1]
+            object_id, nbytes, owner = reply[1][0], reply[1][1], reply[1][2]
             with _hook_lock:
                 if self._loc is None:
-                    self._loc = ObjectLocation(object_id, self._worker, nbytes)
+                    self._loc = ObjectLocation(object_id, owner, nbytes)
                     self._direct = True
                 loc = self._loc
-            return (loc, None) if status == OBJECT else (None, reply[1][2])
+            return (loc, None) if status == OBJECT else (None, reply[1][3])
         if status == LOCATED:  # a lender's answer: a location with its lease
             with _hook_lock:
                 if self._loc is None:
@@ -668,6 +669,23 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
         TypeError: ``timeout`` is not a number.
         ValueError: ``timeout`` is negative.
     """
+    pool = lender()
+    if pool is not None and not _all_done(refs):  # in a remote function: lend its thread
+        with pool.lending():
+            return _get(refs, timeout)
+    return _get(refs, timeout)
+
+
+def _all_done(refs: object) -> bool:
+    if isinstance(refs, ObjectRef):
+        return refs.done()
+    return isinstance(refs, (list, tuple)) and all(
+        isinstance(r, ObjectRef) and r.done() for r in refs
+    )
+
+
+def _get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], timeout: float | None) -> Any:
+    """:func:`get`, waiting on this thread."""
     if timeout is None and type(refs) is ObjectRef:  # a sync call's get: nothing to check
         sent = refs._sent
         if sent is None:
@@ -754,6 +772,17 @@ def wait(
         raise ValueError("actorrt.wait got the same ObjectRef twice; pass each ref once.")
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")
+    pool = lender()
+    if pool is not None and sum(1 for r in refs if r.done()) < num_returns:
+        with pool.lending():  # in a remote function: lend its thread while it waits
+            return _wait(refs, num_returns, timeout)
+    return _wait(refs, num_returns, timeout)
+
+
+def _wait(
+    refs: list[ObjectRef[T]], num_returns: int, timeout: float | None
+) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]:
+    """:func:`wait` of checked arguments, waiting on this thread."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = {r._ready_future() for r in refs}  # ready, not fetched (as Ray's fetch_local=False)
     while sum(1 for r in refs if r.done()) < num_returns:
@@ -799,45 +828,47 @@ class _Parts:
             ref.fail(error)
 
 
-def send_call(
-    rt: Runtime,
-    target: Target,
-    method: str,
+def new_refs(
+    what: str, actor_id: str | None, method: str, num_returns: int
+) -> tuple[Any, ObjectRef[Any] | _Parts, str]:
+    """The refs of one call: what ``.remote()`` returns, where its outcome goes, its name.
+
+    With ``num_returns`` other than 1 that is a list of refs, each of one value of the
+    tuple the call returns, and the name carries the count (:class:`Returns`).
+    """
+    ref: ObjectRef[Any] = ObjectRef(what, actor_id)
+    if num_returns == 1:
+        return ref, ref, method
+    out = [ObjectRef(what, actor_id) for _ in range(num_returns)]
+    for i, part in enumerate(out):
+        part._part = i
+    return out, _Parts(out), Returns(method, num_returns)
+
+
+def when_ready(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    num_returns: int = 1,
-) -> Any:
-    """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
+    send: Callable[[tuple[Any, ...], dict[str, Any], bool], torch.futures.Future[Wire] | None],
+    give_up: Callable[[BaseException], None],
+) -> None:
+    """Calls ``send(args, kwargs, now)`` once the call's top-level ref arguments are ready.
 
     As in Ray, a call with top-level ``ObjectRef`` arguments is sent once they are ready
-    (their calls answered), so the actor never waits on a producer that may itself wait
-    on the actor; it then fetches their values from their owners before the method runs,
-    so the bytes go producer -> consumer, not through this process (a small value that
-    came back inline travels with the call). The call's sequence number is taken now, so
-    it still runs in the order it was made. Refs nested inside values travel as they are.
+    (their calls answered), so the callee never waits on a producer that may itself wait
+    on it; the callee then fetches their values from their owners before it runs, so the
+    bytes go producer -> consumer, not through this process (a small value that came
+    back inline travels with the call). Refs nested inside values travel as they are.
 
-    With ``num_returns`` other than 1, a list of that many refs, each of one value of the
-    tuple the method returns (each its own object, when large).
-
-    Raises:
-        TypeError: An argument cannot be sent (a call without ref arguments).
+    Args:
+        args: The call's positional arguments.
+        kwargs: Its keyword arguments.
+        send: Sends the call (``now``: made in ``.remote()`` itself, which may raise);
+            returns the future of its reply, until which the refs hold their objects.
+        give_up: A ref argument failed: the call fails with its error, unsent.
     """
-    # The number is the actor's instance on this worker's; if the actor moves before the
-    # call is sent (another thread found its process dead), send numbers it afresh.
-    worker = target.worker
-    seq = rt.seq_at(target.actor_id, worker)
-    what = f"{target.class_name}.{method}"
-    ref: ObjectRef[Any] = ObjectRef(what, target.actor_id)
-    slot: ObjectRef[Any] | _Parts = ref
-    out: Any = ref
-    if num_returns != 1:
-        out = [ObjectRef(what, target.actor_id) for _ in range(num_returns)]
-        for i, part in enumerate(out):
-            part._part = i
-        slot, ref, method = _Parts(out), out[0], Returns(method, num_returns)
     if not _has_refs(args, kwargs):
-        rt.send(target, seq, method, args, kwargs, slot, raise_now=True, seq_worker=worker)
-        return out
+        send(args, kwargs, True)
+        return
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]
     remaining = [len(deps)]
@@ -851,16 +882,54 @@ def send_call(
         errors = (d._failure() for d in deps)
         error = next((e for e in errors if e is not None), None)
         if error is not None:
-            rt.skip(target, seq, worker)
-            slot.fail(error)
+            give_up(error)
             return
         a = tuple(x._as_argument() if type(x) is ObjectRef else x for x in args)
         kw = {k: v._as_argument() if type(v) is ObjectRef else v for k, v in kwargs.items()}
-        rt.send(target, seq, method, a, kw, slot, raise_now=False, seq_worker=worker)
-        sent = ref._sent
+        sent = send(a, kw, False)
         if sent is not None:  # the refs hold their objects until the callee has fetched them
             sent.add_done_callback(partial(_let_go_after_reply, deps))
 
     for dep in deps:
         dep._ready_future().add_done_callback(on_dep_ready)
+
+
+def send_call(
+    rt: Runtime,
+    target: Target,
+    method: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    num_returns: int = 1,
+) -> Any:
+    """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
+
+    Top-level ref arguments: see :func:`when_ready`. The call's sequence number is taken
+    now, so it still runs in the order it was made.
+
+    With ``num_returns`` other than 1, a list of that many refs, each of one value of the
+    tuple the method returns (each its own object, when large).
+
+    Raises:
+        TypeError: An argument cannot be sent (a call without ref arguments).
+    """
+    # The number is the actor's instance on this worker's; if the actor moves before the
+    # call is sent (another thread found its process dead), send numbers it afresh.
+    worker = target.worker
+    seq = rt.seq_at(target.actor_id, worker)
+    what = f"{target.class_name}.{method}"
+    out, slot, name = new_refs(what, target.actor_id, method, num_returns)
+    first: ObjectRef[Any] = out[0] if num_returns != 1 else out
+
+    def send(
+        a: tuple[Any, ...], kw: dict[str, Any], now: bool
+    ) -> torch.futures.Future[Wire] | None:
+        rt.send(target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker)
+        return first._sent
+
+    def give_up(error: BaseException) -> None:
+        rt.skip(target, seq, worker)
+        slot.fail(error)
+
+    when_ready(args, kwargs, send, give_up)
     return out

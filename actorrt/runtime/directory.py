@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from actorrt.errors import PlacementError
 from actorrt.options import ActorOptions
+from actorrt.placement.functions import FunctionSpot, function_spots
 from actorrt.placement.node import ProcessInfo
 from actorrt.placement.plan import Plan
 from actorrt.placement.resources import Resources
@@ -28,6 +29,7 @@ __all__ = [
     "NodeInfo",
     "Placement",
     "rpc_actors",
+    "rpc_function_spots",
     "rpc_lookup",
     "rpc_nodes",
     "rpc_place",
@@ -386,6 +388,19 @@ class ClusterDirectory:
             self._placer.add(process)
             self._plan = plan
 
+    def function_spots(self, label: str | None, res: Resources) -> tuple[FunctionSpot, ...]:
+        """The executors that can run a remote function of ``label`` taking ``res`` per call.
+
+        Dead and suspect processes are left out (see
+        :func:`~actorrt.placement.functions.function_spots`).
+
+        Raises:
+            PlacementError: No live process can run it.
+        """
+        with self._lock:
+            alive = [a and i not in self._suspects for i, a in enumerate(self._placer.alive)]
+            return function_spots(self._placer.procs, self._plan, label, res, alive)
+
     def where(self, actor_id: str) -> tuple[str | None, str]:
         """The process an actor was placed on and its state, or (None, "") if it ended."""
         with self._lock:
@@ -492,6 +507,11 @@ def _directory() -> ClusterDirectory:
 def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
     """Runs on rank 0: places one actor (see :meth:`ClusterDirectory.place`)."""
     return _directory().place(actor_id, options, class_name)
+
+
+def rpc_function_spots(label: str | None, res: Resources) -> tuple[FunctionSpot, ...]:
+    """Runs on rank 0: :meth:`ClusterDirectory.function_spots`."""
+    return _directory().function_spots(label, res)
 
 
 def rpc_released(actor_id: str) -> None:

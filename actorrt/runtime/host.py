@@ -17,7 +17,9 @@ import cloudpickle
 import torch
 import torch.distributed.rpc as rpc
 
+from actorrt.placement.functions import EXECUTOR_PREFIX
 from actorrt.runtime import context, group, quick_rpc
+from actorrt.runtime.executor import open_executor
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
 
@@ -82,6 +84,8 @@ class ActorHost:
                     box.mark_dead(reason)  # answers every call with why the actor is gone
                 else:
                     self._mailboxes[actor_id] = box
+                    if actor_id.startswith(EXECUTOR_PREFIX):  # remote functions' own
+                        open_executor(box, actor_id)
             return box
 
     def create(

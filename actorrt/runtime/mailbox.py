@@ -81,6 +81,7 @@ class Mailbox:
         self._pack_reply = pack_reply
         self.what = f"actor {actor_id}"
         self._class_name = "actor"
+        self._prefix = f"{self.what}."  # what a call's errors are said of: prefix + method
         self._lock = threading.Lock()
         self._next_seq: dict[str, int] = {}
         self._held: dict[str, dict[int, Call]] = {}
@@ -104,6 +105,7 @@ class Mailbox:
         class_name: str,
         max_concurrency: int | None,
         gpu_ids: tuple[int, ...],
+        call_prefix: str | None = None,
     ) -> None:
         """Queues the constructor first, then every call that arrived before it.
 
@@ -114,9 +116,12 @@ class Mailbox:
             max_concurrency: How many calls may run at once; None: 1, or
                 :data:`ASYNC_MAX_CONCURRENCY` for a class with an ``async def`` method.
             gpu_ids: The actor's GPUs; the first is the current device of its threads.
+            call_prefix: What a call's errors name before the method's name (default:
+                ``"<class_name> actor <id>."``).
         """
         self.what = f"{class_name} actor {self.actor_id}"
         self._class_name = class_name
+        self._prefix = call_prefix if call_prefix is not None else f"{self.what}."
         name = f"{class_name}-{self.actor_id[:8]}"
         is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
         with self._lock:
@@ -248,7 +253,7 @@ class Mailbox:
             self.kill(exit_reason(self.what, name, exc))
             return
         except BaseException as exc:
-            reply = error_reply(f"{self.what}.{name}", exc)
+            reply = error_reply(self._prefix + name, exc)
         finally:
             in_method.reset(token)
         asked = exit_asked.get()  # not take_exit(): one read per call on this road
@@ -257,7 +262,7 @@ class Mailbox:
             self.kill(exit_reason(self.what, name, asked))
             return
         if type(name) is not str:  # num_returns: one reply per value, for its refs
-            reply = split_returns(f"{self.what}.{name}", name.n, reply)  # type: ignore[attr-defined]
+            reply = split_returns(self._prefix + name, name.n, reply)  # type: ignore[attr-defined]
         self._finish(call, reply)
 
     def _start_task(self, call: Call) -> None:
@@ -290,13 +295,13 @@ class Mailbox:
                 self.kill(exit_reason(self.what, name, exc))
                 return
             except BaseException as exc:
-                reply = error_reply(f"{self.what}.{name}", exc)
+                reply = error_reply(self._prefix + name, exc)
             asked = take_exit()  # the task's own context: set only by its own method
             if asked is not None:  # the method caught its exit_actor(): end anyway
                 self.kill(exit_reason(self.what, name, asked))
                 return
         if type(name) is not str:  # num_returns: one reply per value, for its refs
-            reply = split_returns(f"{self.what}.{name}", name.n, reply)  # type: ignore[attr-defined]
+            reply = split_returns(self._prefix + name, name.n, reply)  # type: ignore[attr-defined]
         self._finish(call, reply)
 
     def _begin(self, call: Call) -> bool:
@@ -399,7 +404,7 @@ class Mailbox:
         try:
             wire = self._pack_reply(call.caller, reply)
         except Exception as exc:  # the return value cannot be pickled: the caller hears why
-            what = f"{self.what}.{call.method}: its return value"
+            what = f"{self._prefix}{call.method}: its return value"
             wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
         call.future.set_result(wire)
         if _trace.ON:

@@ -18,6 +18,8 @@ import cloudpickle
 from actorrt.errors import ActorDiedError, ActorError, ObjectLostError
 
 if TYPE_CHECKING:
+    import threading
+
     import torch
 
     from actorrt.runtime.outbox import KeepAlive
@@ -39,6 +41,7 @@ __all__ = [
     "Returns",
     "ActorRecord",
     "LocalFailure",
+    "Liveness",
     "ReplySlot",
     "Target",
     "actor_gone",
@@ -56,9 +59,11 @@ OK = 0
 ERROR = 1
 DIED = 2
 LOST = 3  # an object the call needed (or a fetch asked for) is gone: payload says why
-OBJECT = 4  # the value stayed where it was made: payload (object id, bytes); the caller holds it
+# The value stayed where it was made: payload (object id, bytes, owner); the caller holds
+# it. The owner is named because a call sent again (retries) is answered by another process.
+OBJECT = 4
 RAISE = 5  # payload is an exception to raise as it is (a lent ref whose call failed)
-COPY = 6  # as OBJECT, and a copy came along: (object id, bytes, value)
+COPY = 6  # as OBJECT, and a copy came along: (object id, bytes, owner, value)
 LOCATED = 7  # a lent ref's answer: payload is an ObjectLocation with its lease
 RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: its name)
 KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
@@ -141,6 +146,37 @@ class Target(Protocol):
     @property
     def max_task_retries(self) -> int:
         """How often a call is sent again after the actor's process died (-1: no limit)."""
+        ...
+
+    @property
+    def moves(self) -> bool:
+        """Whether it lives on one process, asked of rank 0 once that process died.
+
+        True for actors (rank 0 knows whether they were recreated elsewhere); False for a
+        remote function's executor, of which every process has its own: a call whose
+        process died is sent again by the function's own retries, to another.
+        """
+        ...
+
+
+class Liveness(Protocol):
+    """What resending calls needs of the runtime (``Runtime`` is one): who is down, numbers."""
+
+    @property
+    def stopped(self) -> threading.Event:
+        """Set once the runtime is shutting down."""
+        ...
+
+    def is_down(self, worker: str) -> bool:
+        """Whether ``worker`` is known dead, or a call could not reach it."""
+        ...
+
+    def seq_at(self, actor_id: str, worker: str) -> int:
+        """The next sequence number of this process's calls to ``actor_id`` on ``worker``."""
+        ...
+
+    def worker_unreachable(self, worker: str) -> None:
+        """A call could not reach ``worker``: let the driver judge it."""
         ...
 
 

@@ -31,7 +31,7 @@ import torch
 
 from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
-from actorrt.runtime.protocol import LocalFailure, actor_gone, rpc_failure
+from actorrt.runtime.protocol import Liveness, LocalFailure, actor_gone, rpc_failure
 
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
@@ -48,21 +48,8 @@ log = get_logger("retries")
 SETTLE_S = 5.0
 
 
-class Route(Protocol):
+class Route(Liveness, Protocol):
     """What the retries need of the runtime (``Runtime`` is one)."""
-
-    @property
-    def stopped(self) -> threading.Event:
-        """Set once the runtime is shutting down."""
-        ...
-
-    def is_down(self, worker: str) -> bool:
-        """Whether ``worker`` is known dead, or a call could not reach it."""
-        ...
-
-    def seq_at(self, actor_id: str, worker: str) -> int:
-        """The next sequence number of this process's calls to the actor's instance there."""
-        ...
 
     def pack_call(
         self,
@@ -80,10 +67,6 @@ class Route(Protocol):
         self, target: Target, worker: str, seq: int, method: str, wire: Wire, may_queue: bool
     ) -> tuple[torch.futures.Future[Wire], KeepAlive | None]:
         """Sends a packed call; the future of its reply (raises if the agent refuses it)."""
-        ...
-
-    def worker_unreachable(self, worker: str) -> None:
-        """A call could not reach ``worker``: let the driver judge it."""
         ...
 
     def locate_away(self, actor_id: str, dead: str) -> tuple[str | None, str]:

@@ -25,6 +25,7 @@ import torch.distributed.rpc as rpc
 from actorrt.errors import ActorDiedError, NotInitializedError, ObjectLostError, PlacementError
 from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
+from actorrt.placement.functions import FunctionSpot
 from actorrt.placement.plan import Plan
 from actorrt.runtime import context, group, quick_rpc, shm
 from actorrt.runtime import host as host_mod
@@ -37,6 +38,7 @@ from actorrt.runtime.directory import (
     NodeInfo,
     Placement,
     rpc_actors,
+    rpc_function_spots,
     rpc_lookup,
     rpc_nodes,
     rpc_place,
@@ -44,6 +46,7 @@ from actorrt.runtime.directory import (
     rpc_released,
     rpc_where,
 )
+from actorrt.runtime.functions import FunctionRoutes, Shape
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.inflight import InFlight
 from actorrt.runtime.objects import (
@@ -150,6 +153,8 @@ class Runtime:
             self.restarts.on_unreachable = self.worker_unreachable
         # Calls to actors with max_task_retries, kept until answered (runtime/retries.py).
         self.retries = CallRetries(self)
+        # Remote functions: which executor runs a call, and their resends (functions.py).
+        self.functions = FunctionRoutes(self)
         self._suspects: set[str] = set()  # workers a call could not reach (not rank 0)
         self._dead_lock = threading.Lock()
         self._coalesce = coalescing_enabled()
@@ -284,6 +289,14 @@ class Runtime:
     def _place(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
         return self._directory_call(rpc_place, actor_id, options, class_name)
 
+    def function_spots(self, shape: Shape) -> tuple[FunctionSpot, ...]:
+        """Asks rank 0 which executors can run remote functions of ``shape``.
+
+        Raises:
+            PlacementError: No live process can.
+        """
+        return self._directory_call(rpc_function_spots, shape.label, shape.resources)
+
     def _directory_call(self, fn: Callable[..., R], *args: Any) -> R:
         if self.directory is not None:
             return fn(*args)
@@ -342,7 +355,9 @@ class Runtime:
         worker = target.worker
         if seq_worker is not None and worker != seq_worker:
             seq = self.seq_at(target.actor_id, worker)
-        if worker in self._dead_workers or worker in self._suspects:
+        if not target.moves:  # a function's executor: its own retries pick another process
+            pass
+        elif worker in self._dead_workers or worker in self._suspects:
             was_dead = worker in self._dead_workers
             why = self._relocate(target, was_dead)
             if why is not None:
@@ -578,8 +593,8 @@ class Runtime:
         # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
         object_id = self.objects.keep(reply[1], packed, holder=peer)
         if packed >= self.pull_bytes:
-            return None, [(OBJECT, (object_id, packed))]
-        return self.pack(peer, (COPY, (object_id, packed, reply[1])))
+            return None, [(OBJECT, (object_id, packed, self.name))]
+        return self.pack(peer, (COPY, (object_id, packed, self.name, reply[1])))
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).
@@ -929,6 +944,7 @@ class Runtime:
         self.objects.clear()
         self.calls.close("the cluster is shutting down")
         self.retries.close()
+        self.functions.close()
         self.replies.close()
         if self._on_shutdown is not None:
             self._on_shutdown()

@@ -10,18 +10,42 @@ another only when work is queued while none is idle, so ``max_concurrency=100_00
 costs threads only for the calls that do run at once. Once all ``count`` threads are up
 (at once for the common one-thread actor), :meth:`ActorThreads.submit` is a bare
 ``put``.
+
+A remote function's executor lends its thread while the function waits on other work
+(``actorrt.get`` / ``wait`` of refs not ready): one more thread may run meanwhile, as
+Ray gives back a task's CPU while it waits, so that nested functions cannot take every
+thread and wait on each other for ever (:meth:`ActorThreads.lending`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ActorThreads"]
+__all__ = ["ActorThreads", "lender", "may_lend"]
 
 _STOP = object()
+
+_local = threading.local()  # .pool: whose thread this is; .lends: may lend it now
+
+
+def lender() -> ActorThreads | None:
+    """The pool of this thread, if its work may lend the thread while it waits; else None."""
+    return getattr(_local, "lends", None)
+
+
+@contextlib.contextmanager
+def may_lend() -> Iterator[None]:
+    """While inside, a wait on this pool's thread lends it (see :meth:`ActorThreads.lending`)."""
+    before = getattr(_local, "lends", None)
+    _local.lends = getattr(_local, "pool", None)
+    try:
+        yield
+    finally:
+        _local.lends = before
 
 
 class ActorThreads:
@@ -50,7 +74,7 @@ class ActorThreads:
 
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         """Queues ``fn(arg)``; raises ``RuntimeError`` once :meth:`close` was called."""
-        if self._started == self._count:  # no thread left to start: nothing to count
+        if self._started >= self._count:  # no thread left to start: nothing to count
             if self._closed:
                 raise RuntimeError("the actor's threads are closed")
             self._queue.put((fn, arg))
@@ -61,8 +85,25 @@ class ActorThreads:
             self._queue.put((fn, arg))
             if self._idle:
                 self._idle -= 1  # that thread will take this work
-            else:
+            elif self._started < self._count:  # (above it while a lent thread comes back)
                 self._start()
+
+    @contextlib.contextmanager
+    def lending(self) -> Iterator[None]:
+        """The calling thread, one of these, waits on other work: one more runs meanwhile.
+
+        The count goes up by one (a thread starts at once if all were up) and back down
+        afterwards; a thread over the count ends once it has finished its work.
+        """
+        with self._lock:
+            self._count += 1
+            if not self._closed and self._started < self._count:
+                self._start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count -= 1
 
     def close(self) -> None:
         """Ends each thread once the work queued before this call has run."""
@@ -90,6 +131,7 @@ class ActorThreads:
         self._started += 1
 
     def _loop(self) -> None:
+        _local.pool = self
         if self._initializer is not None:
             self._initializer()
         get = self._queue.get
@@ -99,6 +141,10 @@ class ActorThreads:
                 return
             fn, arg = item
             fn(arg)
-            if self._started < self._count:  # else no submit counts idle threads any more
+            if self._started != self._count:  # else no submit counts idle threads any more
                 with self._lock:
-                    self._idle += 1
+                    if self._started > self._count:  # a lent thread is back: one too many
+                        self._started -= 1
+                        return
+                    if self._started < self._count:
+                        self._idle += 1

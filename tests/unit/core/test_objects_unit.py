@@ -15,7 +15,7 @@ from actorrt.errors import ActorError, ObjectLostError
 from actorrt.refs import ObjectRef, _failed_ref, _inline_ref, _located_ref
 from actorrt.runtime import payload, trace
 from actorrt.runtime.objects import ObjectLocation, ObjectStore, resolve_args
-from actorrt.runtime.protocol import KEEP, LOST, OBJECT, OK, RAISE, RELAY, decode_reply
+from actorrt.runtime.protocol import COPY, KEEP, LOST, OBJECT, OK, RAISE, RELAY, decode_reply
 
 MB = 1 << 20
 
@@ -94,6 +94,20 @@ def test_a_located_ref_is_ready_without_being_fetched():
     ready, not_ready = actorrt.wait([ref], timeout=0)
     assert ready == [ref] and not_ready == []
     assert ref._failure() is None
+
+
+def test_a_kept_result_is_owned_by_the_process_that_answered():
+    """A call sent again (retries, remote functions) is answered by another process than
+    the one it first went to: the reply names the owner, and the ref follows it."""
+    for status, payload_ in [(OBJECT, ("o1", 5 * MB, "w2")), (COPY, ("o2", 2 * MB, "w2", 7))]:
+        ref = ObjectRef("C.m")
+        sent = torch.futures.Future()
+        sent.set_result((None, [(status, payload_)]))
+        ref.attach(sent, "w1", None)
+        loc, value = ref._reply_value(sent)
+        assert ref._loc.owner == "w2" and ref._loc.nbytes == payload_[1]
+        assert (loc, value) == ((ref._loc, None) if status == OBJECT else (None, 7))
+        ref._direct = False  # no runtime here to tell the owner when the ref goes
 
 
 def test_replies_decode_to_their_errors():

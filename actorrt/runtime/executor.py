@@ -1,0 +1,101 @@
+"""The worker's side of remote functions: an executor runs them as an actor's mailbox would.
+
+An executor is a mailbox (per-caller order, its own threads, the payload road, results
+kept here when large) whose instance is a :class:`FunctionExecutor`: the call's method
+name is the function's name, and its first two arguments are the function itself, as a
+cache key and cloudpickle bytes, unpickled once per process. The host opens an
+executor on the first call that names it; its id says how many threads it has and which
+GPUs they use (:func:`actorrt.placement.functions.parse_executor_id`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import cloudpickle
+import torch
+
+from actorrt.placement.functions import parse_executor_id
+from actorrt.runtime.exits import in_method
+from actorrt.runtime.mailbox import Mailbox
+from actorrt.runtime.payload import pack
+from actorrt.runtime.threads import may_lend
+
+__all__ = ["FunctionExecutor", "open_executor"]
+
+_functions: dict[str, Callable[..., Any]] = {}  # cache key -> the function, per process
+_functions_lock = threading.Lock()
+
+
+def _load(key: str, blob: bytes) -> Callable[..., Any]:
+    fn = _functions.get(key)
+    if fn is None:
+        with _functions_lock:
+            fn = _functions.get(key)
+            if fn is None:
+                fn = _functions[key] = cloudpickle.loads(blob)
+    return fn
+
+
+class FunctionExecutor:
+    """Runs remote functions: ``getattr(executor, name)`` is a runner for function ``name``.
+
+    Args:
+        groups: The GPU groups of its threads (thread ``i`` takes ``groups[i % len]`` as
+            its current device); empty for CPU functions.
+    """
+
+    def __init__(self, groups: tuple[tuple[int, ...], ...]) -> None:
+        self._actorrt_groups = groups
+        self._actorrt_turn = itertools.count()
+        self._actorrt_local = threading.local()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        # Any name is a function's: the mailbox looks the call's method name up here.
+        if name.startswith("_actorrt_"):  # not set yet (a half-made instance)
+            raise AttributeError(name)
+        return partial(self._actorrt_run, name)
+
+    def _actorrt_run(self, name: str, key: str, blob: bytes, *args: Any, **kwargs: Any) -> Any:
+        fn = _load(key, blob)
+        if self._actorrt_groups and not getattr(self._actorrt_local, "gpu_set", False):
+            groups = self._actorrt_groups
+            torch.cuda.set_device(groups[next(self._actorrt_turn) % len(groups)][0])
+            self._actorrt_local.gpu_set = True
+        token = in_method.set(None)  # a function is no actor method: exit_actor() refuses
+        try:
+            with may_lend():  # its get() of other calls lends this thread (nested functions)
+                result = fn(*args, **kwargs)
+                if inspect.iscoroutine(result):  # an async def function runs to its end here
+                    result = asyncio.run(result)
+            return result
+        except SystemExit as exc:  # would end the executor, which other calls share
+            raise RuntimeError(
+                f"{name} called sys.exit({exc.code!r}); a remote function cannot end its "
+                "worker process: return, or raise an exception, instead"
+            ) from None
+        finally:
+            in_method.reset(token)
+
+
+def open_executor(box: Mailbox, executor: str) -> None:
+    """Opens ``box`` as the executor ``executor`` names (threads and GPU groups).
+
+    Raises:
+        ValueError: ``executor`` is not an executor's id.
+    """
+    threads, groups = parse_executor_id(executor)
+    box.open(
+        FunctionExecutor,
+        pack(((groups,), {})),
+        class_name="remote function",
+        max_concurrency=threads,
+        gpu_ids=(),
+        call_prefix="remote function ",
+    )

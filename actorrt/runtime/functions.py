@@ -1,0 +1,325 @@
+"""The caller's side of remote functions: which executor runs a call, and its retries.
+
+Rank 0 says once per function shape (label, CPUs and GPUs per call) which executors can
+run it (:func:`~actorrt.placement.functions.function_spots`); this process keeps that
+table and sends each call to the executor with the fewest of its calls outstanding per
+thread, passing over processes known to be down. A call goes the way an actor call goes
+(``Runtime.send``: one payload pipeline, one send), to the executor's mailbox.
+
+A call is kept until answered (:class:`FunctionCall`), and when the process running it
+dies it is sent again, to another process, up to ``max_retries`` times, as Ray retries
+tasks. The resend never runs on torch's RPC threads, which complete the failed attempt:
+packing the arguments again may take long, so a thread of this module's sends it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import torch
+
+from actorrt.errors import ActorDiedError, PlacementError
+from actorrt.logs import get_logger
+from actorrt.placement.functions import FunctionSpot
+from actorrt.runtime.protocol import Liveness, LocalFailure, rpc_failure
+
+if TYPE_CHECKING:
+    from actorrt.placement.resources import Resources
+    from actorrt.runtime.outbox import KeepAlive
+    from actorrt.runtime.payload import Wire
+    from actorrt.runtime.protocol import ReplySlot, Target
+
+__all__ = ["FunctionCall", "FunctionRoutes", "FunctionTarget", "Shape"]
+
+log = get_logger("functions")
+
+
+class Shape(NamedTuple):
+    """What decides where a function may run: its label and what each call takes."""
+
+    label: str | None
+    resources: Resources
+
+
+class Route(Liveness, Protocol):
+    """What the functions need of the runtime (``Runtime`` is one)."""
+
+    def send(
+        self,
+        target: Target,
+        seq: int,
+        method: str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        slot: ReplySlot,
+        *,
+        raise_now: bool,
+        seq_worker: str | None = None,
+    ) -> None:
+        """Sends one call (``Runtime.send``)."""
+        ...
+
+    def function_spots(self, shape: Shape) -> tuple[FunctionSpot, ...]:
+        """Asks rank 0 which executors can run functions of ``shape``."""
+        ...
+
+
+class FunctionTarget:
+    """Where one attempt of a function call goes: an executor (``runtime.protocol.Target``)."""
+
+    __slots__ = ("actor_id", "worker", "class_name")
+
+    max_task_retries = 0  # the call's own retries resend it (see FunctionCall)
+    moves = False  # every process has its own executor: nothing to ask rank 0
+
+    def __init__(self, spot: FunctionSpot, what: str) -> None:
+        self.actor_id = spot.executor
+        self.worker = spot.worker
+        self.class_name = what
+
+
+class FunctionRoutes:
+    """This process's tables of executors per function shape, and its calls' resends.
+
+    Args:
+        route: The runtime.
+    """
+
+    def __init__(self, route: Route) -> None:
+        self._route = route
+        self._lock = threading.Lock()
+        self._tables: dict[Shape, tuple[FunctionSpot, ...]] = {}
+        self._outstanding: dict[FunctionSpot, int] = {}
+        self._turn = itertools.count()
+        self._lost: queue.SimpleQueue[tuple[FunctionCall, str, BaseException] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+
+    def _table(self, shape: Shape, fresh: bool = False) -> tuple[FunctionSpot, ...]:
+        table = None if fresh else self._tables.get(shape)
+        if table is None:
+            table = self._route.function_spots(shape)  # raises PlacementError if none
+            with self._lock:
+                self._tables[shape] = table
+        return table
+
+    def choose(self, shape: Shape, avoid: str = "") -> FunctionSpot:
+        """The executor for one call: the least busy per thread, of those not down.
+
+        Args:
+            shape: The function's shape.
+            avoid: A process not to send to (where the call's last attempt died).
+
+        Raises:
+            PlacementError: No process can run it (asks rank 0 again before saying so:
+                processes may have been replaced or have joined since).
+        """
+        spots = self._live(self._table(shape), avoid)
+        if not spots:
+            spots = self._live(self._table(shape, fresh=True), avoid)
+        if not spots:
+            raise PlacementError("every process that can run it is down")
+        turn = next(self._turn)
+        out = self._outstanding
+        n = len(spots)
+        # Ties go round: a burst of calls spreads over equally idle executors.
+        best = min(
+            range(n), key=lambda i: (out.get(spots[i], 0) / spots[i].threads, (i - turn) % n)
+        )
+        spot = spots[best]
+        with self._lock:
+            out[spot] = out.get(spot, 0) + 1
+        return spot
+
+    def _live(self, spots: tuple[FunctionSpot, ...], avoid: str) -> list[FunctionSpot]:
+        return [s for s in spots if s.worker != avoid and not self._route.is_down(s.worker)]
+
+    def answered(self, spot: FunctionSpot) -> None:
+        """A call :meth:`choose` sent to ``spot`` is over there."""
+        with self._lock:
+            self._outstanding[spot] -= 1
+
+    def lost(self, call: FunctionCall, worker: str, exc: BaseException) -> None:
+        """``call``'s attempt on ``worker`` found it dead: a thread sends it again."""
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._resend_loop, name="actorrt-function-retries", daemon=True
+                    )
+                    self._thread.start()
+        self._lost.put((call, worker, exc))
+
+    def _resend_loop(self) -> None:
+        while True:
+            item = self._lost.get()
+            if item is None:
+                return
+            call, worker, exc = item
+            try:
+                if not isinstance(exc, LocalFailure):  # the driver may not know yet
+                    self._route.worker_unreachable(worker)
+                call.retry(worker)
+            except Exception as error:  # never lose the thread: its calls would wait
+                call.give_up(error)
+
+    def close(self) -> None:
+        """Stops the resending thread (the runtime is stopping)."""
+        self._lost.put(None)
+
+
+class FunctionCall:
+    """One call of a remote function, kept until answered; the slot of each attempt.
+
+    The call's refs wait on :attr:`reply`, which the first attempt to be answered
+    completes; an attempt that finds its process dead is sent again elsewhere while
+    retries are left.
+
+    Args:
+        routes: This process's routes.
+        route: The runtime.
+        shape: The function's shape.
+        what: ``remote function <name>``, for errors.
+        method: The name the executor runs it under (a ``Returns`` for ``num_returns``).
+        retries: Its ``max_retries`` (-1: no limit).
+    """
+
+    __slots__ = (
+        "_routes",
+        "_route",
+        "_shape",
+        "_what",
+        "_method",
+        "_left",
+        "_retries",
+        "_args",
+        "_kwargs",
+        "_spot",
+        "_keep",
+        "reply",
+    )
+
+    def __init__(
+        self,
+        routes: FunctionRoutes,
+        route: Route,
+        shape: Shape,
+        what: str,
+        method: str,
+        retries: int,
+    ) -> None:
+        self._routes = routes
+        self._route = route
+        self._shape = shape
+        self._what = what
+        self._method = method
+        self._left = self._retries = retries
+        self._args: tuple[Any, ...] = ()
+        self._kwargs: dict[str, Any] = {}
+        self._spot: FunctionSpot | None = None
+        self._keep: KeepAlive | None = None
+        self.reply: torch.futures.Future[Wire] = torch.futures.Future()
+
+    def send(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], now: bool, avoid: str = ""
+    ) -> torch.futures.Future[Wire]:
+        """Sends the first attempt (``now``: from ``.remote()``, which may raise).
+
+        Raises:
+            PlacementError: No process can run it (``now`` only; else the refs fail).
+            TypeError: An argument cannot be sent (``now`` only).
+        """
+        if self._retries:  # kept for a resend; dropped once answered
+            self._args, self._kwargs = args, kwargs
+        try:
+            self._attempt(args, kwargs, now, avoid)
+        except PlacementError as exc:
+            error = PlacementError(f"{self._what}: {exc}")
+            if now:
+                raise error from None
+            self.give_up(error)
+        return self.reply
+
+    def _attempt(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], now: bool, avoid: str
+    ) -> None:
+        spot = self._spot = self._routes.choose(self._shape, avoid)
+        target = FunctionTarget(spot, self._what)
+        seq = self._route.seq_at(spot.executor, spot.worker)
+        try:
+            self._route.send(target, seq, self._method, args, kwargs, self, raise_now=now)
+        except BaseException:
+            self._routes.answered(spot)
+            raise
+
+    def retry(self, dead: str) -> None:
+        """Sends the call again, away from ``dead`` (on the resending thread)."""
+        if self._left > 0:
+            self._left -= 1
+        self.send(self._args, self._kwargs, False, avoid=dead)
+
+    def give_up(self, error: BaseException) -> None:
+        """Fails the call's refs with ``error``."""
+        self._args, self._kwargs = (), {}
+        if not self.reply.done():
+            try:
+                self.reply.set_exception(LocalFailure(error))  # type: ignore[arg-type]
+            except RuntimeError:  # completed in between
+                pass
+
+    # -- runtime.protocol.ReplySlot, of the current attempt --------------------------
+    def attach(
+        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+    ) -> None:
+        """The attempt went out to ``worker``."""
+        self._keep = keep
+        spot = self._spot
+        assert spot is not None
+        reply.add_done_callback(lambda f: self._answered(spot, f))
+
+    def fail(self, error: BaseException) -> None:
+        """The attempt could not go out (an argument cannot be sent)."""
+        if self._spot is not None:
+            self._routes.answered(self._spot)
+        self.give_up(error)
+
+    def _answered(self, spot: FunctionSpot, attempt: torch.futures.Future[Wire]) -> None:
+        # On torch's RPC thread: no waiting here.
+        self._routes.answered(spot)
+        keep, self._keep = self._keep, None
+        if keep is not None:
+            keep.let_go()
+        try:
+            wire = attempt.value()
+        except Exception as exc:
+            error = exc.error if isinstance(exc, LocalFailure) else exc
+            died = isinstance(error, ActorDiedError) or isinstance(
+                rpc_failure(self._what, spot.worker, exc), ActorDiedError
+            )
+            if not died:
+                self.give_up(rpc_failure(self._what, spot.worker, exc))
+            elif self._left != 0 and not self._route.stopped.is_set():
+                self._routes.lost(self, spot.worker, exc)
+            else:
+                self.give_up(self._died(spot.worker, exc))
+            return
+        self._args, self._kwargs = (), {}
+        if not self.reply.done():
+            self.reply.set_result(wire)
+
+    def _died(self, worker: str, exc: BaseException) -> ActorDiedError:
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if self._route.stopped.is_set():
+            why = "and the cluster is shutting down"
+        elif self._retries:
+            why = f"and its retries are used up (max_retries={self._retries})"
+        else:
+            why = "and it was not sent again (max_retries=0)"
+        return ActorDiedError(
+            f"{self._what}: the process running it, {worker!r}, died ({cause}), {why}. "
+            "Call it again to go on, or raise max_retries."
+        )
