@@ -27,6 +27,10 @@ def main() -> None:
         from benchmarks import objects
 
         result = objects.run(system, cfg)
+    elif suite == "tasks":
+        from benchmarks import tasks
+
+        result = tasks.run(system, cfg)
     elif suite == "world-size":
         from benchmarks import world_size
 

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks import latency_report, objects, report, world_report, world_size
+from benchmarks import latency_report, objects, report, tasks, world_report, world_size
 from benchmarks.common import WORLD_SIZES, child_env, config
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,6 +53,8 @@ JOBS = [
     ("ray", "world-size"),
     ("actorrt", "objects"),
     ("ray", "objects"),
+    ("actorrt", "tasks"),
+    ("ray", "tasks"),
 ]
 SYSTEMS = tuple(dict.fromkeys(system for system, _ in JOBS))
 SUITES = tuple(dict.fromkeys(suite for _, suite in JOBS))
@@ -306,6 +308,10 @@ def main(argv: list[str] | None = None) -> None:
         doc["objects_table"] = objects.table(doc)
         print("\nobjects: refs passed, puts fanned out, a state dict broadcast (median s):")
         print(doc["objects_table"])
+    if "tasks" in ran:
+        doc["tasks_table"] = tasks.table(doc)
+        print("\ntasks: remote functions against Ray's tasks (median s):")
+        print(doc["tasks_table"])
     if "dqn-throughput" in ran and "dqn_throughput" in results.get("actorrt", {}):
         tp = results["actorrt"]["dqn_throughput"]
         raw = ", ".join(f"{r['frames_per_s']:,.0f}" for r in tp["raw"])

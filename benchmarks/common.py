@@ -48,6 +48,8 @@ def config(quick: bool) -> dict[str, Any]:
             "world_sizes": WORLD_SIZES_QUICK,
             "world_budget_s": 120.0,
             "objects_reps": 2,
+            "tasks_calls": 100,
+            "tasks_burst": 1000,
         }
     return {
         "quick": False,
@@ -73,6 +75,8 @@ def config(quick: bool) -> dict[str, Any]:
         "world_sizes": WORLD_SIZES_QUICK,
         "world_budget_s": 120.0,
         "objects_reps": 3,
+        "tasks_calls": 300,
+        "tasks_burst": 2000,
     }
 
 
