@@ -95,6 +95,7 @@ def test_typed_calls_run(cluster):
         "echoed": b"abab",
         "plain": 7,
         "twice": 36,
+        "scaled": [4.5, 4.0],
     }
     assert asyncio.run(typed_sample.run_async()) == 3
 

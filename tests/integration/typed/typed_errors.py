@@ -6,7 +6,7 @@ other line any. Never imported: the calls would fail.
 
 from __future__ import annotations
 
-from typed_sample import Counter, Echo
+from typed_sample import Counter, Echo, scale
 
 import actorrt
 
@@ -25,6 +25,8 @@ def wrong_calls() -> None:
     Echo.options(num_cpus=1).remote(b"x")  # E: call-overload
     e = Echo.remote()
     e.echo.remote("text")  # E: arg-type
+    scale.remote("three")  # E: arg-type
+    scale.options(num_gpus=0).remote(1, 2, 3)  # E: call-arg
 
 
 def wrong_results() -> tuple[object, ...]:
@@ -32,4 +34,5 @@ def wrong_results() -> tuple[object, ...]:
     n: str = actorrt.get(c.add.remote())  # E: assignment
     texts: list[int] = actorrt.get([c.describe.remote(1)])  # E: list-item
     ref: actorrt.ObjectRef[str] = c.add.remote()  # E: assignment
-    return n, texts, ref
+    scaled: str = actorrt.get(scale.remote(1))  # E: assignment
+    return n, texts, ref, scaled

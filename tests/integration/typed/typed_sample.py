@@ -66,6 +66,11 @@ class _Plain:
 Plain = actorrt.actor(_Plain)
 
 
+@actorrt.remote
+def scale(x: int, k: float = 2.0) -> float:
+    return x * k
+
+
 def run() -> dict[str, Any]:
     """Makes typed calls; the values, for the runtime test to check."""
     c = Counter.remote(10)
@@ -110,6 +115,10 @@ def run() -> dict[str, Any]:
     plain = actorrt.get(p.value.remote())
 
     twice = actorrt.get(c.twice.remote())
+    scaled_ref = scale.remote(3, k=1.5)  # a remote function: checked against its signature
+    assert_type(scaled_ref, ObjectRef[float])
+    scaled = actorrt.get(scale.options(num_cpus=0).remote(2))
+    assert_type(scaled, float)
     actorrt.kill(e)  # a typed handle is still a handle for kill()
     return {
         "added": added,
@@ -120,6 +129,7 @@ def run() -> dict[str, Any]:
         "echoed": echoed,
         "plain": plain,
         "twice": twice,
+        "scaled": [actorrt.get(scaled_ref), scaled],
     }
 
 
