@@ -355,9 +355,9 @@ class Runtime:
         worker = target.worker
         if seq_worker is not None and worker != seq_worker:
             seq = self.seq_at(target.actor_id, worker)
-        if not target.moves:  # a function's executor: its own retries pick another process
-            pass
-        elif worker in self._dead_workers or worker in self._suspects:
+        # An actor whose process is down or was replaced is looked for at rank 0; not a
+        # function's executor (target.moves False): its own retries pick another process.
+        if target.moves and (worker in self._dead_workers or worker in self._suspects):
             was_dead = worker in self._dead_workers
             why = self._relocate(target, was_dead)
             if why is not None:
@@ -370,7 +370,7 @@ class Runtime:
             if target.worker != worker or was_dead:
                 worker = target.worker
                 seq = self.next_seq(target)
-        elif worker in self._replaced and target.actor_id not in self._checked:
+        elif target.moves and worker in self._replaced and target.actor_id not in self._checked:
             why = self._check_replaced(target)
             if why is not None:
                 self.skip(target, seq)
