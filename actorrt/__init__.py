@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from actorrt.options import ActorOptions, FunctionOptions
     from actorrt.refs import ObjectRef, get, put, wait
     from actorrt.remote_function import RemoteFunction, remote
+    from actorrt.runtime.devices import get_gpu_ids
     from actorrt.runtime.directory import ActorInfo, NodeInfo
     from actorrt.runtime.exits import exit_actor
 
@@ -108,6 +109,7 @@ _EXPORTS = {
     "ActorInfo": "actorrt.runtime.directory",
     "NodeInfo": "actorrt.runtime.directory",
     "exit_actor": "actorrt.runtime.exits",
+    "get_gpu_ids": "actorrt.runtime.devices",
 }
 
 __all__ = [
@@ -135,6 +137,7 @@ __all__ = [
     "exit_actor",
     "get",
     "get_actor",
+    "get_gpu_ids",
     "is_initialized",
     "kill",
     "method",

@@ -19,9 +19,9 @@ from functools import partial
 from typing import Any
 
 import cloudpickle
-import torch
 
 from actorrt.placement.functions import parse_executor_id
+from actorrt.runtime import devices
 from actorrt.runtime.exits import in_method
 from actorrt.runtime.mailbox import Mailbox
 from actorrt.runtime.payload import pack
@@ -66,7 +66,7 @@ class FunctionExecutor:
         fn = _load(key, blob)
         if self._actorrt_groups and not getattr(self._actorrt_local, "gpu_set", False):
             groups = self._actorrt_groups
-            torch.cuda.set_device(groups[next(self._actorrt_turn) % len(groups)][0])
+            devices.assign(groups[next(self._actorrt_turn) % len(groups)])
             self._actorrt_local.gpu_set = True
         token = in_method.set(None)  # a function is no actor method: exit_actor() refuses
         try:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from actorrt.errors import ObjectLostError
+from actorrt.runtime import devices
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.exits import exit_asked, exit_reason, in_method, take_exit
 from actorrt.runtime.objects import resolve_args, resolve_args_async
@@ -421,5 +422,4 @@ def _claim(call: Call) -> bool:
 
 def _set_gpu(gpu_ids: tuple[int, ...]) -> None:
     # Each actor thread makes its first GPU current, so the actor's CUDA work lands there.
-    if gpu_ids and torch.cuda.is_available():
-        torch.cuda.set_device(gpu_ids[0])
+    devices.assign(gpu_ids)

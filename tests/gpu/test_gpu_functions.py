@@ -21,7 +21,7 @@ from actorrt.runtime.functions import Shape
 def where(_):
     t = torch.ones(4, device="cuda")
     return {"current": torch.cuda.current_device(), "device": str(t.device),
-            "pid": os.getpid()}
+            "pid": os.getpid(), "ids": actorrt.get_gpu_ids()}
 
 @actorrt.remote(num_gpus=0.5)
 def span(s):
@@ -58,6 +58,7 @@ def test_a_gpu_function_runs_with_its_gpu_current(tmp_path):
     assert sum(len(executor.split("/")[2].split(".")) for _, executor, _ in spots) == gpus
     for g in rep["got"]:
         assert g["device"] == f"cuda:{g['current']}", g
+        assert g["ids"] == [g["current"]], g  # as ray.get_gpu_ids()
     currents = {g["current"] for g in rep["got"]}
     assert currents <= set(range(gpus)) and currents, rep["got"]
     assert rep["checked"] is True  # a CUDA result read by an actor from its ref

@@ -81,6 +81,11 @@ def interval(s):
 
 
 @actorrt.remote
+def gpu_ids():
+    return actorrt.get_gpu_ids()
+
+
+@actorrt.remote
 def ends_actor():
     actorrt.exit_actor()
 
@@ -100,6 +105,9 @@ class Holder:
 
     def call_square(self, x):
         return actorrt.get(square.remote(x), timeout=60)
+
+    def gpu_ids(self):
+        return actorrt.get_gpu_ids()
 
 
 def test_a_remote_function_runs_on_a_worker_and_gives_a_ref(cluster):
@@ -181,6 +189,14 @@ def test_a_process_runs_as_many_at_once_as_its_cpu_share_allows(cluster):
         most = max(most, at_once)
         assert at_once <= threads, (pid, spans)
     assert most == threads, runs
+
+
+def test_get_gpu_ids_is_empty_without_gpus(cluster):
+    """As ray.get_gpu_ids(): [] on the driver and in actors and functions without GPUs
+    (tests/gpu/test_gpu_functions.py checks the ids of those with GPUs)."""
+    assert actorrt.get_gpu_ids() == []
+    assert actorrt.get(gpu_ids.remote(), timeout=30) == []
+    assert actorrt.get(Holder.remote().gpu_ids.remote(), timeout=30) == []
 
 
 def test_exit_actor_and_sys_exit_in_a_function_fail_only_that_call(cluster):
