@@ -145,6 +145,9 @@ class FunctionRoutes:
 
     def lost(self, call: FunctionCall, worker: str, exc: BaseException) -> None:
         """``call``'s attempt on ``worker`` found it dead: a thread sends it again."""
+        if self._route.stopped.is_set():  # the thread may be gone: nothing is resent now
+            call.give_up(call.died(worker, exc))
+            return
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -305,13 +308,14 @@ class FunctionCall:
             elif self._left != 0 and not self._route.stopped.is_set():
                 self._routes.lost(self, spot.worker, exc)
             else:
-                self.give_up(self._died(spot.worker, exc))
+                self.give_up(self.died(spot.worker, exc))
             return
         self._args, self._kwargs = (), {}
         if not self.reply.done():
             self.reply.set_result(wire)
 
-    def _died(self, worker: str, exc: BaseException) -> ActorDiedError:
+    def died(self, worker: str, exc: BaseException) -> ActorDiedError:
+        """The error of the call once its process ``worker`` died and it is not resent."""
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         if self._route.stopped.is_set():
             why = "and the cluster is shutting down"
