@@ -9,9 +9,18 @@
 #
 # Steps (each bounded by `timeout`, each writing under $OUT, each going on if one fails):
 #   machine     nvidia-smi, cores, versions
+#   learner     python -m benchmarks.dqn_learner: the learner alone on the GPU, gradient
+#               steps/s and samples/s at batch 32, 128, 512 and 1024 (the Pong preset's
+#               replay ratio), with and without a device sync per step, and the frames/s
+#               each pays for at 8 samples per transition (target: 15,000) (about 1 min)
 #   throughput  python -m benchmarks.dqn_throughput: the raw ALE vector env against the
 #               example's collection with the learner training at the preset's replay
-#               ratio, 12 collectors, --transport cpu then cuda (about 2 x 2 min)
+#               ratio (8 samples per transition; the learner on the GPU trains on its
+#               default batch there, 512), 12 collectors, --transport cpu then cuda; then
+#               --transport cpu at --batch-size 32 (the batch of the runs in issue 24), to
+#               tell the batch's share of the change from the rest. Each prints the raw
+#               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
+#               ratio kept and how busy the training thread was (about 3 x 2 min)
 #   eval        the README's default run (Pong, 2 collectors, 40,000 frames) and the
 #               issue's 4-collector cuda run (60,416 frames, with --trace: its
 #               timeline.json shows where the time goes): the final evaluation's
@@ -29,11 +38,11 @@
 #   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py and
 #               tests/gpu/test_gpu_objects.py: the cuda transport with hand-set shares and
 #               without any GPU flag, CUDA objects GPU to GPU (about 4 min)
-# About 16 minutes in all. Every figure lands in $OUT/summary.txt.
+# About 20 minutes in all. Every figure lands in $OUT/summary.txt.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-machine objects throughput eval pong}
+STEPS=${STEPS:-machine learner throughput eval pong objects}
 COLLECTORS=${COLLECTORS:-12}
 PONG_S=${PONG_S:-600}
 mkdir -p "$OUT"
@@ -59,13 +68,24 @@ for step in $STEPS; do
         nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
         note "  cores $(nproc); $($PYTHON -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")')"
         ;;
+    learner)
+        timeout 240 $PYTHON -m benchmarks.dqn_learner --batch-sizes 32,128,512,1024 \
+            --seconds 5 --json "$OUT/learner.json" > "$OUT/learner.log" 2>&1
+        note "  the learner alone (exit $?):"
+        grep -E '^batch' "$OUT/learner.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        ;;
     throughput)
-        for transport in cpu cuda; do
+        # name transport extra-flags: the example's default batch on cpu and cuda, then
+        # the old batch of 32 (same code) for comparison
+        for run in "cpu cpu" "cuda cuda" "cpu-b32 cpu --batch-size 32"; do
+            set -- $run
+            name=$1 transport=$2
+            shift 2
             timeout 400 $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
-                --transport "$transport" --frames 120000 --raw-seconds 10 \
-                --json "$OUT/throughput-$transport.json" > "$OUT/throughput-$transport.log" 2>&1
-            note "  transport $transport (exit $?):"
-            grep -E '^(raw|DQN|ratio)' "$OUT/throughput-$transport.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+                --transport "$transport" --frames 120000 --raw-seconds 10 "$@" \
+                --json "$OUT/throughput-$name.json" > "$OUT/throughput-$name.log" 2>&1
+            note "  $name: transport $transport $* (exit $?):"
+            grep -E '^(GPUs:|raw|DQN|ratio)' "$OUT/throughput-$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         done
         ;;
     eval)
@@ -107,7 +127,7 @@ for step in $STEPS; do
         note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, objects, throughput, eval, pong, tcp, gputest)"
+        note "  unknown step $step (machine, learner, objects, throughput, eval, pong, tcp, gputest)"
         ;;
     esac
 done
