@@ -166,9 +166,11 @@ class Learner:
 
         # Locks, never held while waiting on another: the ring (a push's add against a
         # step's sample), the parameters (a step's optimizer update against weights and
-        # checkpoint reads), and the counters below with their condition.
+        # checkpoint reads), the published weights, and the counters below with their
+        # condition.
         self._replay_lock = threading.Lock()
         self._param_lock = threading.Lock()
+        self._publish_lock = threading.Lock()  # the last version put (publish)
         self._cv = threading.Condition()
         self._owed = 0  # transitions past learning_starts not yet paid for with a step
         self._order: dict[int, tuple[int, int]] = {}  # collector -> (nonce, next seq)
@@ -412,26 +414,29 @@ class Learner:
             are copies (training goes on while they are read): on the learner's GPU with
             ``transport="cuda"``, on the CPU otherwise.
         """
-        # Under the parameter lock: a copy of one version, never half an optimizer step.
         with self._param_lock:
             version = self.weight_version
             if known_version == version:
                 return None
             self.weights_served += 1
-            state = self.q_net.state_dict()
-            if cpu:
-                return version, to_cpu(state)
-            if self._published is not None and self._published[0] == version:
-                return self._published
-            if self.transport == "cuda" and self.device.type == "cuda":
-                copy_ = {k: v.detach().clone() for k, v in state.items()}
-            else:
-                copy_ = to_cpu(state)
-            if self._publish is None:
-                return version, copy_
-            # Once per version: the collectors that ask for it fetch this one object.
-            self._published = (version, backend(self._publish).put(copy_))
-            self.weights_published += 1
+            published = self._published
+            if not cpu and published is not None and published[0] == version:
+                return published
+            # A copy of one version, never half an optimizer step. On a GPU it is a
+            # device-to-device copy queued between two steps: nothing here waits for it.
+            snapshot = {k: v.detach().clone() for k, v in self.q_net.state_dict().items()}
+        on_gpu = self.device.type == "cuda"
+        if on_gpu and (cpu or self.transport != "cuda"):
+            # Outside the lock: this waits for the device, the training thread does not.
+            snapshot = to_cpu(snapshot)
+        if cpu or self._publish is None:
+            return version, snapshot
+        with self._publish_lock:
+            # Once per version: the collectors that ask for it fetch this one object. A
+            # newer one put meanwhile by another call is as good.
+            if self._published is None or self._published[0] < version:
+                self._published = (version, backend(self._publish).put(snapshot))
+                self.weights_published += 1
             return self._published
 
     def stats(self, episodes_since: int = 0) -> dict[str, Any]:
