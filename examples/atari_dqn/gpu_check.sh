@@ -9,7 +9,8 @@
 #
 # Steps (each bounded by `timeout`, each writing under $OUT, each going on if one fails):
 #   machine     nvidia-smi, cores, versions
-#   learner     python -m benchmarks.dqn_learner: the learner alone on the GPU, gradient
+#   learner     tests/gpu/test_gpu_dqn_learner.py (the learner's GPU code paths, 1 min),
+#               then python -m benchmarks.dqn_learner: the learner alone on the GPU, gradient
 #               steps/s and samples/s at batch 32, 128, 512 and 1024 (the Pong preset's
 #               replay ratio), with and without a device sync per step, and the frames/s
 #               each pays for at 8 samples per transition (target: 15,000) (about 1 min)
@@ -36,8 +37,8 @@
 #               this shows whether those spinning threads hold collection back (2 min)
 #   objects     python -m benchmarks.objects_gpu: a 640 MB CUDA tensor's ref passed
 #               between two actors on one GPU against a direct call (issue 23; 1 min)
-#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py and
-#               tests/gpu/test_gpu_objects.py: the cuda transport with hand-set shares and
+#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py,
+#               tests/gpu/test_gpu_dqn_learner.py and tests/gpu/test_gpu_objects.py: the cuda transport with hand-set shares and
 #               without any GPU flag, CUDA objects GPU to GPU (about 4 min)
 # About 20 minutes in all. Every figure lands in $OUT/summary.txt.
 set -u
@@ -45,6 +46,7 @@ OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
 STEPS=${STEPS:-machine learner throughput eval pong objects}
 COLLECTORS=${COLLECTORS:-12}
+TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
 PONG_S=${PONG_S:-660}
 # 6M frames: 400 s at the 15,000 frames/s aimed at, so the run (evaluations included)
 # ends within the issue's 10 minutes if collection gets there; lower it if it does not.
@@ -73,6 +75,9 @@ for step in $STEPS; do
         note "  cores $(nproc); $($PYTHON -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")')"
         ;;
     learner)
+        timeout 240 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_dqn_learner.py \
+            > "$OUT/learner-test.log" 2>&1
+        note "  tests/gpu/test_gpu_dqn_learner.py (exit $?): $(tail -1 "$OUT/learner-test.log")"
         timeout 240 $PYTHON -m benchmarks.dqn_learner --batch-sizes 32,128,512,1024 \
             --seconds 5 --json "$OUT/learner.json" > "$OUT/learner.log" 2>&1
         note "  the learner alone (exit $?):"
@@ -86,7 +91,7 @@ for step in $STEPS; do
             name=$1 transport=$2
             shift 2
             timeout 400 $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
-                --transport "$transport" --frames 120000 --raw-seconds 10 "$@" \
+                --transport "$transport" --frames "$TP_FRAMES" --raw-seconds 10 "$@" \
                 --json "$OUT/throughput-$name.json" > "$OUT/throughput-$name.log" 2>&1
             note "  $name: transport $transport $* (exit $?):"
             grep -E '^(GPUs:|raw|DQN|ratio)' "$OUT/throughput-$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
@@ -128,7 +133,7 @@ for step in $STEPS; do
         ;;
     gputest)
         timeout 500 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_atari_dqn.py \
-            tests/gpu/test_gpu_objects.py > "$OUT/gputest.log" 2>&1
+            tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_objects.py > "$OUT/gputest.log" 2>&1
         note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
