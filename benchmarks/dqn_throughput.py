@@ -9,10 +9,12 @@
    has collectors, each with the collector's number of envs on one thread; no policy,
    no replay, no runtime. Emulator frames/s summed over the processes.
 2. **dqn**: the example's learner and collectors as actorrt actors (the example's
-   layout), the learner training at the preset's replay ratio (one gradient step of 32
-   per 4 transitions: 8 samples per transition), measured after a warm-up in which the
+   layout and GPU shares), the learner training at the preset's replay ratio (8 samples
+   per transition: a step of 32 per 4 transitions, or with the learner on a GPU the
+   example's default there, a step of 512 per 64), measured after a warm-up in which the
    learner passes ``learning_starts``. Emulator frames/s, the learner's gradient
-   steps/s, and the replay ratio it kept.
+   steps/s, the replay ratio it kept, and the share of the time its training thread
+   spent in steps.
 3. **raw** again, so a change in the machine's load between the two shows.
 
 It prints both rates and their ratio (dqn / raw: 1.0 would mean the runtime, the
@@ -37,16 +39,34 @@ REPLAY_CAPACITY = 100_000
 START_TIMEOUT_S = 120.0  # an emulator process that is not ready by then fails the run
 
 
-def dqn_config(num_envs: int | None = None) -> Any:
-    """The example's Pong preset (its replay ratio), training starting within the warm-up."""
-    from examples.atari_dqn.config import config_for_env
+def dqn_config(
+    num_envs: int | None = None, batch_size: int | None = None, learner_gpus: float = 0.0
+) -> Any:
+    """The example's Pong preset (its replay ratio), training starting within the warm-up.
 
-    return config_for_env(
+    The batch is the example's choice (``driver.build_config``): ``batch_size`` if given,
+    else the preset's ``gpu_batch_size`` with a learner GPU, else the preset's.
+    """
+    from examples.atari_dqn.config import config_for_env, with_batch_size
+
+    cfg = config_for_env(
         ENV_ID,
         learning_starts=LEARNING_STARTS,
         replay_capacity=REPLAY_CAPACITY,
         num_envs_per_collector=num_envs,
     )
+    if batch_size is None and learner_gpus > 0:
+        batch_size = cfg.gpu_batch_size
+    return with_batch_size(cfg, batch_size) if batch_size else cfg
+
+
+def example_args(collectors: int, transport: str) -> Any:
+    """The example's parsed flags for this run, its GPU shares fitted to this machine."""
+    from examples.atari_dqn.driver import fit_gpus, parse_args
+
+    args = parse_args(["--collectors", str(collectors), "--transport", transport])
+    fit_gpus(args)  # the shares the example would choose on this machine
+    return args
 
 
 def _emulate(
@@ -120,15 +140,13 @@ def raw_rate(cfg: Any, processes: int, seconds: float) -> dict[str, Any]:
     return {"frames_per_s": fps, "frames": frames, "processes": processes, "seconds": seconds}
 
 
-def dqn_rate(cfg: Any, collectors: int, frames: int, transport: str = "cpu") -> dict[str, Any]:
+def dqn_rate(cfg: Any, args: Any, frames: int) -> dict[str, Any]:
     """The example's collection rate with the learner training (actorrt, its layout)."""
     import actorrt
     from examples.atari_dqn.bench_support import run_with_actors
-    from examples.atari_dqn.driver import build_layout, fit_gpus, parse_args
+    from examples.atari_dqn.driver import build_layout
 
-    argv = ["--collectors", str(collectors), "--transport", transport]
-    args = parse_args(argv)
-    fit_gpus(args)  # the shares the example would choose on this machine
+    collectors, transport = args.collectors, args.transport
     warmup = 2 * LEARNING_STARTS * cfg.frame_skip // collectors  # per collector
     with actorrt.start(transport=transport, timeout=120, **build_layout(args)):
         got = run_with_actors(
@@ -148,6 +166,10 @@ def dqn_rate(cfg: Any, collectors: int, frames: int, transport: str = "cpu") -> 
         "updates_per_s": got["updates_per_s"],
         "replay_ratio": got["updates"] * cfg.batch_size / max(transitions, 1),
         "preset_replay_ratio": cfg.batch_size / cfg.train_every,
+        "batch_size": cfg.batch_size,
+        "lr": cfg.lr,
+        "learner_busy_percent": 100 * got["train_seconds"] / got["seconds"],
+        "push_wait_s": got["push_wait_seconds"],
         "comm_percent": 100 * got["comm_share"],
         "wait_percent": 100 * got["wait_share"],
         "collectors": collectors,
@@ -163,16 +185,20 @@ def measure(
     raw_seconds: float,
     num_envs: int | None = None,
     transport: str = "cpu",
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """raw, dqn, raw; returns every figure and the ratio dqn / mean(raw)."""
-    cfg = dqn_config(num_envs)
+    args = example_args(collectors, transport)
+    cfg = dqn_config(num_envs, batch_size, args.learner_gpus)
     first = raw_rate(cfg, collectors, raw_seconds)
     print(f"raw ALE, {collectors} process(es): {first['frames_per_s']:,.0f} frames/s", flush=True)
-    dqn = dqn_rate(cfg, collectors, frames, transport)
+    dqn = dqn_rate(cfg, args, frames)
     print(
         f"DQN, {collectors} collector(s), training: {dqn['frames_per_s']:,.0f} frames/s, "
-        f"{dqn['updates_per_s']:,.1f} updates/s, replay ratio {dqn['replay_ratio']:.2f} "
-        f"(preset {dqn['preset_replay_ratio']:g})",
+        f"{dqn['updates_per_s']:,.1f} updates/s of batch {dqn['batch_size']}, replay ratio "
+        f"{dqn['replay_ratio']:.2f} (preset {dqn['preset_replay_ratio']:g}), learner thread "
+        f"in steps {dqn['learner_busy_percent']:.0f}% of the time, collectors waiting "
+        f"{dqn['wait_percent']:.0f}%",
         flush=True,
     )
     second = raw_rate(cfg, collectors, raw_seconds)
@@ -221,6 +247,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--frames", type=int, default=40_000, help="frames of the measured DQN phase")
     p.add_argument("--raw-seconds", type=float, default=10.0, help="seconds of each raw phase")
     p.add_argument("--transport", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="the learner's batch, at the preset's replay ratio (default: the example's, "
+        "32 on a CPU learner, 512 on a GPU one)",
+    )
     p.add_argument("--json", default=None, help="also write the figures here")
     opts = p.parse_args(argv)
     result = measure(
@@ -229,6 +262,7 @@ def main(argv: list[str] | None = None) -> None:
         opts.raw_seconds,
         opts.envs_per_collector,
         opts.transport,
+        opts.batch_size,
     )
     if opts.json:
         with open(opts.json, "w") as f:

@@ -89,6 +89,11 @@ class Mailbox:
         self._before_open: list[Call] = []  # released before the constructor was queued
         self._opened = False  # the constructor is queued: calls may follow it
         self._threads: ActorThreads | None = None  # a sync actor's threads
+        # Set once __init__ has returned or failed: with max_concurrency > 1, a call can
+        # reach another of the actor's threads while __init__ still runs on the first.
+        # _ready mirrors it as a plain attribute: one read per call, no method call.
+        self._constructed = threading.Event()
+        self._ready = False
         self._loop: asyncio.AbstractEventLoop | None = None  # an async actor's loop
         self._slots: asyncio.Semaphore | None = None  # an async actor's max_concurrency
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -147,6 +152,13 @@ class Mailbox:
                 self._queue(call)
 
     def _construct(self, what: tuple[type, Wire]) -> None:
+        try:
+            self._construct_now(what)
+        finally:
+            self._ready = True
+            self._constructed.set()
+
+    def _construct_now(self, what: tuple[type, Wire]) -> None:
         cls, wire = what
         token = in_method.set(f"{self._class_name}.__init__")
         try:
@@ -234,6 +246,8 @@ class Mailbox:
         """Runs a call on one of a sync actor's threads."""
         name = call.method
         assert name is not None  # a skipped seq is never queued (see _release)
+        if not self._ready:  # a second thread, __init__ still running
+            self._constructed.wait()
         if self._dead is not None and not self._begin(call):  # read first: no call per call
             return
         if _trace.ON:

@@ -43,6 +43,9 @@ __all__ = [
 # across the cluster, which is all the replay needs.
 _STREAM_SHIFT = 16
 
+# What a push carries on the GPU with the cuda transport: what the replay stores there.
+_DEVICE_KEYS = ("frame", "action", "reward", "terminated")
+
 
 class CollectorCore:
     """Environments plus a local policy copy; turns env steps into replay records.
@@ -83,6 +86,7 @@ class CollectorCore:
         self.agent_steps = 0
         self.episodes = 0
         self._streams = [(collector_id << _STREAM_SHIFT) + j for j in range(len(self.pool))]
+        self.new_push_order()
         self._new_push()
         # The first observation of every env starts an episode: it goes out in the first
         # push, so the learner can build that episode's first stacks.
@@ -90,6 +94,15 @@ class CollectorCore:
             self._add_record(j, self.pool.obs[j], PREV_NONE, 0, 0.0, False)
 
     # ----------------------------------------------------------------- records
+    def new_push_order(self) -> None:
+        """Numbers the next pushes from 0 again, under a new nonce (a new learner).
+
+        A learner may run two pushes of one collector at once (``max_concurrency`` > 1)
+        and adds them in this order, which the back pointers of their records need.
+        """
+        self._nonce = int.from_bytes(os.urandom(7), "little")
+        self._push_seq = 0
+
     def _new_push(self) -> None:
         self._frames: list[np.ndarray] = []
         self._stream: list[int] = []
@@ -124,12 +137,17 @@ class CollectorCore:
             "terminated": torch.tensor(self._term, dtype=torch.bool),
             "ep_return": torch.tensor(self._ep_return, dtype=torch.float32),
             "ep_length": torch.tensor(self._ep_length, dtype=torch.int64),
+            "order": torch.tensor([self.collector_id, self._nonce, self._push_seq]),
         }
+        self._push_seq += 1
         self._new_push()
         if self.device.type != "cpu":
             # CUDA transport: the push leaves from this GPU and the device map lands it on
-            # the learner's GPU without a trip through host memory.
-            batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+            # the learner's GPU without a trip through host memory. The bookkeeping the
+            # learner reads on the host (stream ids, back pointers, episode ends, order)
+            # stays on the CPU: reading it from a GPU would wait for the learner's queue
+            # of training kernels.
+            batch.update({k: batch[k].to(self.device, non_blocking=True) for k in _DEVICE_KEYS})
         return batch
 
     # ----------------------------------------------------------------- acting
@@ -414,6 +432,7 @@ class Collector:
         """
         self.link = ActorLink(learner, self.backend)
         self.core.weight_version = -1
+        self.core.new_push_order()
 
     def run(self, max_frames: int, timeout: float = 300.0) -> dict[str, Any]:
         """Collects ``max_frames`` frames; returns the loop's counters."""

@@ -40,9 +40,9 @@ from examples.atari_dqn.backend import BACKENDS, ActorSpec, Backend
 from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
-from examples.atari_dqn.config import DQNConfig, config_for_env
+from examples.atari_dqn.config import DQNConfig, config_for_env, with_batch_size
 from examples.atari_dqn.gpus import GpuShares, share_gpus
-from examples.atari_dqn.learner import Learner
+from examples.atari_dqn.learner import Learner, learner_concurrency
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
 from examples.atari_dqn.monitor import CALL_TIMEOUT_S, Evaluator, Monitor, progress_fields
 from examples.atari_dqn.recovery import (
@@ -54,6 +54,7 @@ from examples.atari_dqn.recovery import (
 )
 
 __all__ = [
+    "batch_line",
     "build_config",
     "build_layout",
     "fit_gpus",
@@ -197,6 +198,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--eval-episodes", type=int, default=None, help="episodes per evaluation (default: preset)"
     )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="transitions per gradient step; the preset's replay ratio and target period "
+        "are kept and the learning rate scaled by sqrt(batch / preset batch) (default: "
+        "the preset's, 32 on Atari, or with the learner on a GPU its gpu_batch_size, "
+        "512 on Atari)",
+    )
     p.add_argument("--learning-starts", type=int, default=None)
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
@@ -246,7 +256,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def build_config(args: argparse.Namespace) -> DQNConfig:
-    """The env preset with the command-line overrides applied."""
+    """The env preset with the command-line overrides applied.
+
+    The batch: ``--batch-size``, else the preset's ``gpu_batch_size`` when the learner
+    gets a GPU (:func:`resolve_gpus`), else the preset's; a batch other than the preset's
+    keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`).
+
+    Raises:
+        ValueError: A batch size that cannot keep the replay ratio, or a bad override.
+    """
     cfg = config_for_env(
         args.env,
         total_frames=args.total_frames,
@@ -260,7 +278,25 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     # plus one per episode start (the slack).
     steps = math.ceil(cfg.total_frames / cfg.frame_skip)
     cfg.replay_capacity = max(1024, min(cfg.replay_capacity, int(steps * 1.1) + 1024))
-    return cfg
+    batch = getattr(args, "batch_size", None)
+    if batch is None and cfg.gpu_batch_size:
+        learner_gpus, _ = resolve_gpus(
+            getattr(args, "transport", "cpu"),
+            getattr(args, "learner_gpus", None),
+            getattr(args, "collector_gpus", None),
+        )
+        if learner_gpus > 0:
+            batch = cfg.gpu_batch_size
+    return with_batch_size(cfg, batch) if batch is not None else cfg
+
+
+def batch_line(cfg: DQNConfig) -> str:
+    """One line: the batch, the replay ratio it keeps, the learning rate, the target period."""
+    return (
+        f"batch {cfg.batch_size}: one gradient step per {cfg.train_every} transitions "
+        f"({cfg.batch_size / cfg.train_every:g} samples per transition), lr {cfg.lr:.3g}, "
+        f"target copy every {cfg.target_update_every} steps"
+    )
 
 
 def resolve_gpus(
@@ -453,10 +489,17 @@ def _learner_actor(
     transport: str,
     learner_gpus: float,
     learner_threads: int | None,
+    num_collectors: int,
     label: str | None = "learner",
 ) -> Any:
-    """Creates the learner actor (its constructor may still be running)."""
-    spec = ActorSpec(label=label, num_gpus=learner_gpus, max_concurrency=1)
+    """Creates the learner actor (its constructor may still be running).
+
+    It trains in a thread of its own (``background=True``), and runs calls side by side
+    (:func:`~examples.atari_dqn.learner.learner_concurrency`): pushes do not wait behind
+    gradient steps, and stats and weights requests do not wait behind pushes.
+    """
+    concurrency = learner_concurrency(num_collectors, DQNConfig.from_dict(cfg_dict))
+    spec = ActorSpec(label=label, num_gpus=learner_gpus, max_concurrency=concurrency)
     # publish: each weight version is one object in the learner's process, which the
     # collectors fetch from there (the driver reads weights only to evaluate).
     return rt.actor(
@@ -466,6 +509,7 @@ def _learner_actor(
         transport=transport,
         num_threads=learner_threads,
         publish=rt.name,
+        background=True,
     )
 
 
@@ -509,7 +553,7 @@ def launch_actors(
     learner_threads = _learner_threads(learner_threads, learner_gpus, num_collectors)
     spec = ActorSpec(label="collector", num_gpus=collector_gpus, max_restarts=collector_restarts)
     cfg_dict = cfg.to_dict()
-    learner = _learner_actor(rt, cfg_dict, transport, learner_gpus, learner_threads)
+    learner = _learner_actor(rt, cfg_dict, transport, learner_gpus, learner_threads, num_collectors)
     collectors = [
         rt.actor(
             Collector,
@@ -542,9 +586,13 @@ def _replacement_learner(cfg: DQNConfig, args: argparse.Namespace) -> Any:
     threads = _learner_threads(args.learner_threads, learner_gpus, args.collectors)
     cfg_dict = cfg.to_dict()
     try:
-        learner = _learner_actor(rt, cfg_dict, args.transport, learner_gpus, threads)
+        learner = _learner_actor(
+            rt, cfg_dict, args.transport, learner_gpus, threads, args.collectors
+        )
     except actorrt.PlacementError:
-        learner = _learner_actor(rt, cfg_dict, args.transport, learner_gpus, threads, None)
+        learner = _learner_actor(
+            rt, cfg_dict, args.transport, learner_gpus, threads, args.collectors, None
+        )
     rt.get(learner.stats.remote(), CALL_TIMEOUT_S)
     return learner
 
@@ -567,8 +615,9 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         ``eval_seconds`` (the final evaluation's wall time); with
         ``--trace``, ``timeline`` (the timeline.json path, None if it failed).
     """
+    fit_gpus(args)  # first: the batch depends on where the learner goes
     cfg = build_config(args)
-    fit_gpus(args)
+    print(batch_line(cfg), flush=True)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
     resume_state = None
@@ -703,6 +752,8 @@ def _run(
             monitor.watch(crew)
             if top_up(crew, cfg.total_frames, CALL_TIMEOUT_S):
                 continue
+            # The steps the last transitions paid for: the run keeps its replay ratio.
+            crew.rt.get(crew.learner.drain.remote(0.9 * CALL_TIMEOUT_S), CALL_TIMEOUT_S)
             state = crew.rt.get(crew.learner.checkpoint_state.remote(), CALL_TIMEOUT_S)
             stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
             save_checkpoint(ckpt_path, state, stats["frames"], cfg.env_id)

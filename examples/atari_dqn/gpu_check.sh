@@ -9,15 +9,26 @@
 #
 # Steps (each bounded by `timeout`, each writing under $OUT, each going on if one fails):
 #   machine     nvidia-smi, cores, versions
+#   learner     tests/gpu/test_gpu_dqn_learner.py (the learner's GPU code paths, 1 min),
+#               then python -m benchmarks.dqn_learner: the learner alone on the GPU, gradient
+#               steps/s and samples/s at batch 32, 128, 512 and 1024 (the Pong preset's
+#               replay ratio), with and without a device sync per step, and the frames/s
+#               each pays for at 8 samples per transition (target: 15,000) (about 1 min)
 #   throughput  python -m benchmarks.dqn_throughput: the raw ALE vector env against the
 #               example's collection with the learner training at the preset's replay
-#               ratio, 12 collectors, --transport cpu then cuda (about 2 x 2 min)
+#               ratio (8 samples per transition; the learner on the GPU trains on its
+#               default batch there, 512), 12 collectors, --transport cpu then cuda; then
+#               --transport cpu at --batch-size 32 (the batch of the runs in issue 24), to
+#               tell the batch's share of the change from the rest. Each prints the raw
+#               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
+#               ratio kept and how busy the training thread was (about 3 x 2 min)
 #   eval        the README's default run (Pong, 2 collectors, 40,000 frames) and the
 #               issue's 4-collector cuda run (60,416 frames, with --trace: its
 #               timeline.json shows where the time goes): the final evaluation's
 #               share of the wall time (target: at most 15%) (about 2 min)
 #   pong        the one-GPU recipe of the README (12 collectors, --transport cuda,
-#               GPU shares fitted automatically), cut at 10 minutes; its learning
+#               GPU shares fitted automatically, the learner's batch 512), $PONG_FRAMES
+#               frames (default 6M), cut at $PONG_S s (default 11 min); its learning
 #               curve is in $OUT/pong (metrics.csv, learning_curve.png)
 #   tcp         (not in the default STEPS) the throughput benchmark, --transport cpu, with
 #               ACTORRT_TP_TRANSPORTS=uv: TensorPipe's shm reactor busy-polls a core in
@@ -26,16 +37,22 @@
 #               this shows whether those spinning threads hold collection back (2 min)
 #   objects     python -m benchmarks.objects_gpu: a 640 MB CUDA tensor's ref passed
 #               between two actors on one GPU against a direct call (issue 23; 1 min)
-#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py and
-#               tests/gpu/test_gpu_objects.py: the cuda transport with hand-set shares and
+#   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py,
+#               tests/gpu/test_gpu_dqn_learner.py, tests/gpu/test_gpu_objects.py and
+#               tests/gpu/test_gpu_functions.py (remote functions on GPU slots, issue 26):
+#               the cuda transport with hand-set shares and
 #               without any GPU flag, CUDA objects GPU to GPU (about 4 min)
-# About 16 minutes in all. Every figure lands in $OUT/summary.txt.
+# About 20 minutes in all. Every figure lands in $OUT/summary.txt.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-machine objects throughput eval pong}
+STEPS=${STEPS:-machine learner throughput eval pong objects}
 COLLECTORS=${COLLECTORS:-12}
-PONG_S=${PONG_S:-600}
+TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
+PONG_S=${PONG_S:-660}
+# 6M frames: 400 s at the 15,000 frames/s aimed at, so the run (evaluations included)
+# ends within the issue's 10 minutes if collection gets there; lower it if it does not.
+PONG_FRAMES=${PONG_FRAMES:-6000000}
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$SUMMARY"; }
@@ -59,19 +76,34 @@ for step in $STEPS; do
         nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
         note "  cores $(nproc); $($PYTHON -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")')"
         ;;
+    learner)
+        timeout 240 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_dqn_learner.py \
+            > "$OUT/learner-test.log" 2>&1
+        note "  tests/gpu/test_gpu_dqn_learner.py (exit $?): $(tail -1 "$OUT/learner-test.log")"
+        timeout 240 $PYTHON -m benchmarks.dqn_learner --batch-sizes 32,128,512,1024 \
+            --seconds 5 --json "$OUT/learner.json" > "$OUT/learner.log" 2>&1
+        note "  the learner alone (exit $?):"
+        grep -E '^batch' "$OUT/learner.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        ;;
     throughput)
-        for transport in cpu cuda; do
+        # name transport extra-flags: the example's default batch on cpu and cuda, then
+        # the old batch of 32 (same code) for comparison
+        for run in "cpu cpu" "cuda cuda" "cpu-b32 cpu --batch-size 32"; do
+            set -- $run
+            name=$1 transport=$2
+            shift 2
             timeout 400 $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
-                --transport "$transport" --frames 120000 --raw-seconds 10 \
-                --json "$OUT/throughput-$transport.json" > "$OUT/throughput-$transport.log" 2>&1
-            note "  transport $transport (exit $?):"
-            grep -E '^(raw|DQN|ratio)' "$OUT/throughput-$transport.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+                --transport "$transport" --frames "$TP_FRAMES" --raw-seconds 10 "$@" \
+                --json "$OUT/throughput-$name.json" > "$OUT/throughput-$name.log" 2>&1
+            note "  $name: transport $transport $* (exit $?):"
+            grep -E '^(GPUs:|raw|DQN|ratio)' "$OUT/throughput-$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         done
         ;;
     eval)
         timeout 300 $PYTHON -m examples.atari_dqn --no-progress --logdir "$OUT/default" \
             > "$OUT/default.log" 2>&1
         note "  README default run (exit $?):"
+        grep -E '^batch' "$OUT/default.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         eval_share "$OUT/default.log"
         timeout 300 $PYTHON -m examples.atari_dqn --no-progress --collectors 4 \
             --transport cuda --total-frames 60416 --trace --logdir "$OUT/four-cuda" \
@@ -82,11 +114,11 @@ for step in $STEPS; do
         ;;
     pong)
         timeout "$PONG_S" $PYTHON -m examples.atari_dqn --env ALE/Pong-v5 \
-            --collectors "$COLLECTORS" --transport cuda --total-frames 2000000 \
-            --replay-capacity 1000000 --eval-every 250000 --eval-episodes 8 \
+            --collectors "$COLLECTORS" --transport cuda --total-frames "$PONG_FRAMES" \
+            --replay-capacity 1000000 --eval-every 500000 --eval-episodes 8 \
             --no-progress --logdir "$OUT/pong" > "$OUT/pong.log" 2>&1
-        note "  Pong recipe (exit $?; 124: cut at ${PONG_S} s):"
-        grep -E '^(GPUs:|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        note "  Pong recipe, $PONG_FRAMES frames (exit $?; 124: cut at ${PONG_S} s):"
+        grep -E '^(GPUs:|batch|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         tail -3 "$OUT/pong/metrics.csv" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
     tcp)
@@ -103,11 +135,12 @@ for step in $STEPS; do
         ;;
     gputest)
         timeout 500 $PYTHON -m pytest -p no:cacheprovider -q tests/gpu/test_gpu_atari_dqn.py \
-            tests/gpu/test_gpu_objects.py > "$OUT/gputest.log" 2>&1
+            tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_objects.py \
+            tests/gpu/test_gpu_functions.py > "$OUT/gputest.log" 2>&1
         note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, objects, throughput, eval, pong, tcp, gputest)"
+        note "  unknown step $step (machine, learner, objects, throughput, eval, pong, tcp, gputest)"
         ;;
     esac
 done

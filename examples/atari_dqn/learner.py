@@ -1,14 +1,28 @@
 """The DQN learner: replay on its device, double DQN with a target network, Adam.
 
 A plain class. The driver turns it into an actor with
-``actorrt.actor(label="learner", num_gpus=..., max_concurrency=1)(Learner)``, and tests and
-benchmarks use it in-process unchanged.
+``actorrt.actor(label="learner", num_gpus=..., max_concurrency=...)(Learner)``, and tests
+and benchmarks use it in-process unchanged.
 
-Training happens inside :meth:`Learner.push`: every ``train_every`` transitions received
-buy one gradient step. That fixes the replay ratio (samples per transition) whatever the
-speeds of collectors and learner, and gives natural backpressure: a slow learner answers
-pushes slowly, and collectors, which keep at most ``max_in_flight`` pushes outstanding,
-slow down with it instead of piling up data.
+Every ``train_every`` transitions received buy one gradient step, which fixes the replay
+ratio (``batch_size / train_every`` samples per transition) whatever the speeds of
+collectors and learner. Where the steps run:
+
+* ``background=False`` (in-process use, tests): inside :meth:`Learner.push`, which
+  returns when the steps its transitions paid for are done.
+* ``background=True`` (the actor): in a training thread of the learner's own. A push
+  adds its records to replay and returns at once, unless training trails the data by
+  more than ``max_train_lag`` transitions; then it waits for the thread to catch up.
+  That wait is the backpressure: collectors, which keep at most ``max_in_flight``
+  pushes outstanding, slow down to the learner's pace instead of piling up data. Ingest
+  never waits behind a gradient step, and with ``max_concurrency`` above one neither do
+  ``stats`` and ``get_weights``. Pushes of one collector can then run on two threads
+  at once: each carries its collector's sequence number (``order``), and the learner
+  adds them to replay in that order, as the ring's back pointers require.
+
+A step reads nothing back from the device (no ``.item()``, sampling without rejection
+loop): on a GPU the training thread only queues kernels, and the losses are summed on
+the device and read when :meth:`Learner.stats` is called.
 """
 
 from __future__ import annotations
@@ -16,7 +30,9 @@ from __future__ import annotations
 import copy
 import math
 import os
+import threading
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -29,7 +45,12 @@ from examples.atari_dqn.losses import dqn_loss
 from examples.atari_dqn.networks import build_q_network
 from examples.atari_dqn.replay import FrameReplay
 
-__all__ = ["Learner", "to_cpu"]
+__all__ = ["ORDER_WAIT_S", "Learner", "learner_concurrency", "to_cpu"]
+
+#: Longest wait of a push for the pushes its collector made before it (seconds). They
+#: are on the learner's threads already, so this only bounds the wait for one that was
+#: lost (its collector died mid-call): the push is then added out of order.
+ORDER_WAIT_S = 10.0
 
 
 def to_cpu(obj: Any) -> Any:
@@ -43,11 +64,32 @@ def to_cpu(obj: Any) -> Any:
     return obj
 
 
+def learner_concurrency(num_collectors: int, cfg: DQNConfig) -> int:
+    """The learner actor's ``max_concurrency``: room for every call that may wait.
+
+    Each collector may have ``max_in_flight`` pushes (which can wait on the training
+    thread) and one weights request at the learner; the driver a few calls more
+    (``stats``, weights to evaluate, checkpoints). With fewer threads, a push waiting its
+    turn could hold the thread the push before it needs.
+    """
+    return num_collectors * (cfg.max_in_flight + 1) + 4
+
+
 def _default_device() -> torch.device:
     # On a worker the runtime makes the actor's GPU the current device.
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
+
+
+def _adam(params: Any, cfg: DQNConfig) -> torch.optim.Adam:
+    # The fused kernel updates all tensors at once: measured on the 2-core VM, 1.7 ms a
+    # step instead of 11.7 ms for the Nature CNN (docs/performance.md); on a GPU it is a
+    # few kernels instead of several per parameter tensor.
+    try:
+        return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+    except (RuntimeError, TypeError):  # a torch or device without the fused kernel
+        return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
 
 
 class Learner:
@@ -63,6 +105,8 @@ class Learner:
             put once as an object and collectors fetch it from the learner's process
             (one copy per version, however many collectors); None: every
             ``get_weights`` reply carries the weights (a learner called directly).
+        background: Train in a thread of the learner's own (see the module docstring);
+            False: inside :meth:`push`.
     """
 
     def __init__(
@@ -73,6 +117,7 @@ class Learner:
         device: str | torch.device | None = None,
         num_threads: int | None = None,
         publish: str | None = None,
+        background: bool = False,
     ) -> None:
         if isinstance(cfg, dict):
             cfg = DQNConfig.from_dict(cfg)
@@ -84,13 +129,16 @@ class Learner:
         self.transport = transport
         self.device = torch.device(device) if device is not None else _default_device()
         torch.manual_seed(cfg.seed)
+        if self.device.type == "cuda":
+            # Fixed input shapes: let cuDNN pick the fastest convolution algorithms once.
+            torch.backends.cudnn.benchmark = True
 
         obs_shape, obs_dtype, n_actions = obs_spec(cfg)
         self.obs_shape = obs_shape
         self.n_actions = n_actions
         self.q_net = build_q_network(cfg, obs_shape, n_actions).to(self.device)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = _adam(self.q_net.parameters(), cfg)
 
         frame_shape = obs_shape[1:] if cfg.frame_stack > 1 else obs_shape
         torch_dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
@@ -111,13 +159,39 @@ class Learner:
         self.weights_published = 0  # versions put as objects (see publish)
         self._publish = publish
         self._published: tuple[int, Any] | None = None  # (version, ref) of the last put
-        self._credit = 0  # transitions not yet paid for with a gradient step
-        self._losses: list[float] = []  # since the last stats() call
-        self._q_means: list[float] = []
-        self.last_loss = math.nan
         self.episodes: list[tuple[int, float, int]] = []  # (frame, return, length)
         self._started = time.monotonic()
-        self.train_seconds = 0.0
+        self.train_seconds = 0.0  # host time in gradient steps (on a GPU: queuing them)
+        self.push_wait_seconds = 0.0  # pushes held until training caught up
+
+        # Locks, never held while waiting on another: the ring (a push's add against a
+        # step's sample), the parameters (a step's optimizer update against weights and
+        # checkpoint reads), the published weights, and the counters below with their
+        # condition.
+        self._replay_lock = threading.Lock()
+        self._param_lock = threading.Lock()
+        self._publish_lock = threading.Lock()  # the last version put (publish)
+        self._cv = threading.Condition()
+        self._owed = 0  # transitions past learning_starts not yet paid for with a step
+        self._order: dict[int, tuple[int, int]] = {}  # collector -> (nonce, next seq)
+        zero = torch.zeros((), device=self.device)
+        self._loss_sum, self._q_sum = zero, zero  # on the device, since the last stats()
+        self._stat_steps = 0
+        self._last_loss: torch.Tensor | None = None
+        self.last_loss = math.nan  # the latest step's loss as of the last stats() call
+        self._error: BaseException | None = None  # what stopped the training thread
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        if background:
+            # The thread holds the learner weakly: a learner dropped by its actor host
+            # (killed) is collected, and the thread ends within a wait.
+            self._thread = threading.Thread(
+                target=Learner._train_forever,
+                args=(weakref.ref(self), self.device),
+                name="learner-train",
+                daemon=True,
+            )
+            self._thread.start()
 
     # ----------------------------------------------------------------- data in
     @property
@@ -136,54 +210,193 @@ class Learner:
         Args:
             batch: Records as built by ``CollectorCore.collect`` (see
                 :meth:`FrameReplay.add`), plus ``ep_return`` / ``ep_length`` of the
-                episodes that ended in this push.
+                episodes that ended in this push, and optionally ``order``: int64
+                ``(collector, nonce, seq)``, the collector's push sequence number (pushes
+                of one ``(collector, nonce)`` are added in ``seq`` order, from 0).
 
         Returns:
             Transitions received so far (all collectors).
+
+        Raises:
+            RuntimeError: The training thread failed (its error is the cause).
         """
-        self.pushes += 1
-        added = self.replay.add(batch)
-        frames = self.frames
-        returns = batch.get("ep_return")
-        if returns is not None and returns.numel():
-            lengths = batch["ep_length"].tolist()
-            for r, n in zip(returns.tolist(), lengths, strict=True):
-                self.episodes.append((frames, float(r), int(n)))
-        if self.replay.transitions_added < self.cfg.learning_starts:
-            return self.transitions
-        self._credit += added
-        n_updates, self._credit = divmod(self._credit, self.cfg.train_every)
-        t0 = time.perf_counter()
-        for _ in range(n_updates):
-            self.train_step()
-        self.train_seconds += time.perf_counter() - t0
+        self._raise_if_failed()
+        order = batch.get("order")
+        turn = self._wait_turn(order) if order is not None else None
+        try:
+            with self._replay_lock:
+                added = self.replay.add(batch)
+                frames = self.frames
+                returns = batch.get("ep_return")
+                if returns is not None and returns.numel():
+                    lengths = batch["ep_length"].tolist()
+                    for r, n in zip(returns.tolist(), lengths, strict=True):
+                        self.episodes.append((frames, float(r), int(n)))
+                paying = self.replay.transitions_added >= self.cfg.learning_starts
+        finally:
+            if turn is not None:
+                self._end_turn(turn)
+        with self._cv:
+            self.pushes += 1
+            if paying:
+                self._owed += added
+                self._cv.notify_all()
+        if self._thread is None:
+            self._train_owed()
+        else:
+            self._wait_for_training()
         return self.transitions
 
+    def _wait_turn(self, order: torch.Tensor) -> tuple[int, int, int]:
+        """Waits until the pushes its collector made before this one were added."""
+        source, nonce, seq = (int(x) for x in order.tolist())
+        deadline = time.monotonic() + ORDER_WAIT_S
+        with self._cv:
+            while True:
+                known = self._order.get(source)
+                # A collector unknown here, or a new one in its place (another nonce),
+                # starts at 0. A seq below the next one is late: add it now.
+                expected = known[1] if known is not None and known[0] == nonce else 0
+                left = deadline - time.monotonic()
+                if seq <= expected or left <= 0 or self._error is not None:
+                    return source, nonce, seq
+                self._cv.wait(left)
+
+    def _end_turn(self, turn: tuple[int, int, int]) -> None:
+        source, nonce, seq = turn
+        with self._cv:
+            known = self._order.get(source)
+            if known is None or known[0] != nonce or known[1] <= seq:
+                self._order[source] = (nonce, seq + 1)
+            self._cv.notify_all()
+
+    def _wait_for_training(self) -> None:
+        """Background mode: holds the push while training trails by too much."""
+        t0 = time.perf_counter()
+        with self._cv:
+            while self._owed > self.cfg.max_train_lag and self._error is None and not self._stop:
+                self._cv.wait(1.0)
+            self.push_wait_seconds += time.perf_counter() - t0  # pushes wait side by side
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise RuntimeError("the learner's training thread failed") from self._error
+
+    def _train_owed(self) -> None:
+        """Inline mode: the steps owed, now."""
+        t0 = time.perf_counter()
+        while True:
+            with self._cv:
+                if self._owed < self.cfg.train_every:
+                    break
+                self._owed -= self.cfg.train_every
+            self.train_step()
+        self.train_seconds += time.perf_counter() - t0
+
+    @staticmethod
+    def _train_forever(ref: weakref.ref[Learner], device: torch.device) -> None:
+        """The training thread: steps while transitions are owed, until stopped or dropped."""
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        while True:
+            learner = ref()
+            if learner is None:
+                return
+            try:
+                if not learner._train_once(wait=0.5):
+                    return
+            except BaseException as exc:  # handed to the next push, which raises it
+                with learner._cv:
+                    learner._error = exc
+                    learner._cv.notify_all()
+                return
+            del learner  # between steps the thread must not keep the learner alive
+
+    def _train_once(self, wait: float) -> bool:
+        """One step if one is owed, else waits up to ``wait`` s; False once stopped."""
+        with self._cv:
+            if self._stop:
+                return False
+            if self._owed < self.cfg.train_every:
+                self._cv.wait(wait)
+                return not self._stop
+        t0 = time.perf_counter()
+        self.train_step()
+        self.train_seconds += time.perf_counter() - t0
+        with self._cv:
+            self._owed -= self.cfg.train_every
+            self._cv.notify_all()
+        return True
+
+    def drain(self, timeout: float = 60.0) -> int:
+        """Trains every step owed (the replay ratio made exact); returns ``updates``.
+
+        Raises:
+            TimeoutError: Training still owed steps after ``timeout`` seconds.
+            RuntimeError: The training thread failed.
+        """
+        if self._thread is None:
+            self._train_owed()
+            return self.updates
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            while self._owed >= self.cfg.train_every and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(
+                        f"the learner still owed {self._owed // self.cfg.train_every} "
+                        f"step(s) after {timeout} s"
+                    )
+                self._cv.wait(left)
+        self._raise_if_failed()
+        return self.updates
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stops the training thread (steps owed are left untrained)."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
     # ----------------------------------------------------------------- training
-    def train_step(self) -> float:
-        """One gradient step on a uniformly sampled batch; returns the loss."""
+    def train_step(self) -> torch.Tensor:
+        """One gradient step on a uniformly sampled batch.
+
+        Returns:
+            The loss, detached, on the learner's device: reading it waits for the step.
+        """
         cfg = self.cfg
         if cfg.lr_final_fraction != 1.0:
             progress = min(1.0, self.frames / max(1, cfg.total_frames))
             scale = 1.0 + progress * (cfg.lr_final_fraction - 1.0)
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.lr * scale
-        batch = self.replay.sample(self.cfg.batch_size)
-        loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, self.cfg.gamma)
+        with self._replay_lock:
+            # The gathers copy the batch out of the ring, so pushes may write to it as
+            # soon as the lock is free (on a GPU: kernels queued after these).
+            batch = self.replay.sample(cfg.batch_size, check=False)
+        loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, cfg.gamma)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), self.cfg.max_grad_norm)
-        self.optimizer.step()
-        self.updates += 1
-        self.weight_version += 1
-        if self.updates % self.cfg.target_update_every == 0:
-            self.target_net.load_state_dict(self.q_net.state_dict())
-        value = float(loss.detach())
-        self.last_loss = value
-        self._losses.append(value)
-        self._q_means.append(float(q_taken.mean()))
-        return value
+        if cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
+        with self._param_lock:
+            self.optimizer.step()
+            self.updates += 1
+            self.weight_version += 1
+            if self.updates % cfg.target_update_every == 0:
+                self.target_net.load_state_dict(self.q_net.state_dict())
+        loss = loss.detach()
+        with self._cv:
+            # Summed on the device; stats() reads them back (one wait per call, not per
+            # step). Out of place, so stats() may read the tensors it took meanwhile.
+            self._loss_sum = self._loss_sum + loss
+            self._q_sum = self._q_sum + q_taken.mean()
+            self._stat_steps += 1
+            self._last_loss = loss
+        return loss
 
     # ----------------------------------------------------------------- data out
     def get_weights(self, known_version: int = -1, cpu: bool = False) -> tuple[int, Any] | None:
@@ -201,23 +414,30 @@ class Learner:
             are copies (training goes on while they are read): on the learner's GPU with
             ``transport="cuda"``, on the CPU otherwise.
         """
-        if known_version == self.weight_version:
-            return None
-        self.weights_served += 1
-        state = self.q_net.state_dict()
-        if cpu:
-            return self.weight_version, to_cpu(state)
-        if self.transport == "cuda" and self.device.type == "cuda":
-            copy_ = {k: v.detach().clone() for k, v in state.items()}
-        else:
-            copy_ = to_cpu(state)
-        if self._publish is None:
-            return self.weight_version, copy_
-        if self._published is None or self._published[0] != self.weight_version:
-            # Once per version: the collectors that ask for it fetch this one object.
-            self._published = (self.weight_version, backend(self._publish).put(copy_))
-            self.weights_published += 1
-        return self._published
+        with self._param_lock:
+            version = self.weight_version
+            if known_version == version:
+                return None
+            self.weights_served += 1
+            published = self._published
+            if not cpu and published is not None and published[0] == version:
+                return published
+            # A copy of one version, never half an optimizer step. On a GPU it is a
+            # device-to-device copy queued between two steps: nothing here waits for it.
+            snapshot = {k: v.detach().clone() for k, v in self.q_net.state_dict().items()}
+        on_gpu = self.device.type == "cuda"
+        if on_gpu and (cpu or self.transport != "cuda"):
+            # Outside the lock: this waits for the device, the training thread does not.
+            snapshot = to_cpu(snapshot)
+        if cpu or self._publish is None:
+            return version, snapshot
+        with self._publish_lock:
+            # Once per version: the collectors that ask for it fetch this one object. A
+            # newer one put meanwhile by another call is as good.
+            if self._published is None or self._published[0] < version:
+                self._published = (version, backend(self._publish).put(snapshot))
+                self.weights_published += 1
+            return self._published
 
     def stats(self, episodes_since: int = 0) -> dict[str, Any]:
         """Counters for progress bars, logs and tests.
@@ -232,10 +452,18 @@ class Learner:
             ``last_loss``, ``loss_mean`` and ``q_mean`` (means over the gradient steps
             since the previous ``stats()`` call; NaN when none), ``episodes_total``,
             ``episodes`` (list of ``(frame, return, length)``), ``train_seconds``,
-            ``uptime_s``, ``device``, ``pid`` (of the learner's process).
+            ``train_lag`` (transitions received and not yet trained on),
+            ``push_wait_seconds`` (summed over pushes: held until training caught up),
+            ``batch_size``, ``uptime_s``, ``device``, ``pid`` (of the learner's process).
         """
-        losses, qs = self._losses, self._q_means
-        self._losses, self._q_means = [], []
+        zero = torch.zeros((), device=self.device)
+        with self._cv:
+            loss_sum, q_sum, steps = self._loss_sum, self._q_sum, self._stat_steps
+            self._loss_sum, self._q_sum, self._stat_steps = zero, zero, 0
+            last, lag = self._last_loss, self._owed
+        # Read back here, outside the lock: the one wait for the device per call.
+        if last is not None:
+            self.last_loss = float(last)
         return {
             "transitions": self.transitions,
             "frames": self.frames,
@@ -247,11 +475,14 @@ class Learner:
             "replay_size": len(self.replay),
             "replay_bytes": self.replay.nbytes,
             "last_loss": self.last_loss,
-            "loss_mean": float(np.mean(losses)) if losses else math.nan,
-            "q_mean": float(np.mean(qs)) if qs else math.nan,
+            "loss_mean": float(loss_sum) / steps if steps else math.nan,
+            "q_mean": float(q_sum) / steps if steps else math.nan,
             "episodes_total": len(self.episodes),
             "episodes": self.episodes[episodes_since:],
             "train_seconds": self.train_seconds,
+            "train_lag": lag,
+            "push_wait_seconds": self.push_wait_seconds,
+            "batch_size": self.cfg.batch_size,
             "uptime_s": time.monotonic() - self._started,
             "device": str(self.device),
             "pid": os.getpid(),
@@ -264,25 +495,29 @@ class Learner:
         The replay is left out on purpose: it is hundreds of MB to GB, and refilling
         ``learning_starts`` transitions costs seconds.
         """
-        return {
-            "q_net": to_cpu(self.q_net.state_dict()),
-            "target_net": to_cpu(self.target_net.state_dict()),
-            "optimizer": to_cpu(self.optimizer.state_dict()),
-            "updates": self.updates,
-            "weight_version": self.weight_version,
-            "transitions": self.transitions,
-            "episodes": list(self.episodes),
-            "config": self.cfg.to_dict(),
-        }
+        with self._param_lock:  # one step's weights, optimizer state and counters
+            return {
+                "q_net": to_cpu(self.q_net.state_dict()),
+                "target_net": to_cpu(self.target_net.state_dict()),
+                "optimizer": to_cpu(self.optimizer.state_dict()),
+                "updates": self.updates,
+                "weight_version": self.weight_version,
+                "transitions": self.transitions,
+                "episodes": list(self.episodes),
+                "config": self.cfg.to_dict(),
+            }
 
     def load_checkpoint_state(self, state: dict[str, Any]) -> int:
         """Restores :meth:`checkpoint_state`; returns the restored weight version."""
-        self.q_net.load_state_dict(state["q_net"])
-        self.target_net.load_state_dict(state["target_net"])
-        self.optimizer.load_state_dict(state["optimizer"])  # moves state to param devices
-        self.updates = int(state["updates"])
-        # A new version number, so collectors holding the old one fetch these weights.
-        self.weight_version = int(state["weight_version"]) + 1
-        self._restored_transitions = int(state["transitions"]) - self.replay.transitions_added
-        self.episodes = [tuple(e) for e in state.get("episodes", [])]
+        with self._param_lock:
+            self.q_net.load_state_dict(state["q_net"])
+            self.target_net.load_state_dict(state["target_net"])
+            self.optimizer.load_state_dict(state["optimizer"])  # moves state to param devices
+            self.updates = int(state["updates"])
+            # A new version number, so collectors holding the old one fetch these weights.
+            self.weight_version = int(state["weight_version"]) + 1
+        with self._replay_lock:
+            added = self.replay.transitions_added
+            self._restored_transitions = int(state["transitions"]) - added
+            self.episodes = [tuple(e) for e in state.get("episodes", [])]
         return self.weight_version

@@ -46,7 +46,8 @@ PREV_NONE = -2
 class FrameReplay:
     """Ring of single frames with per-record back pointers (see module docstring).
 
-    Not thread-safe: the learner actor runs with ``max_concurrency=1``.
+    Not thread-safe: the learner serialises :meth:`add` and :meth:`sample` with a lock
+    (its pushes and its training thread use the ring at once).
 
     Args:
         capacity: Frames (records) held; the oldest are overwritten first.
@@ -142,17 +143,29 @@ class FrameReplay:
             self._last[s] = int(ids[k])
         first = prev_ids == ids
 
-        slots = (ids % self.capacity).to(self.device)
-        self.frames[slots] = frame.to(self.device, non_blocking=True)
-        self.prev[slots] = prev_ids.to(self.device)
-        self.first[slots] = first.to(self.device)
-        self.actions[slots] = batch["action"].to(self.device, torch.int64)
-        self.rewards[slots] = batch["reward"].to(self.device, torch.float32)
-        self.terminated[slots] = batch["terminated"].to(self.device, torch.float32)
+        slots = self._put(ids % self.capacity)
+        self.frames[slots] = self._put(frame)
+        self.prev[slots] = self._put(prev_ids)
+        self.first[slots] = self._put(first)
+        self.actions[slots] = self._put(batch["action"], torch.int64)
+        self.rewards[slots] = self._put(batch["reward"], torch.float32)
+        self.terminated[slots] = self._put(batch["terminated"], torch.float32)
         self.total += n
         added = int((~first).sum())
         self.transitions_added += added
         return added
+
+    def _put(self, t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``t`` on the ring's device, as ``dtype``, without waiting for the device.
+
+        A copy from pageable host memory may wait for the kernels queued before it (a
+        training step's); from pinned memory it is queued behind them instead.
+        """
+        if dtype is not None and t.device.type == "cpu":
+            t = t.to(dtype)
+        if self.device.type == "cuda" and t.device.type == "cpu":
+            t = t.pin_memory()
+        return t.to(device=self.device, dtype=dtype, non_blocking=True)
 
     def _chains(self, batch_size: int, max_tries: int = 100) -> torch.Tensor:
         """Samples ``batch_size`` valid destinations; returns chains ``(stack+1, B)``."""
@@ -187,8 +200,45 @@ class FrameReplay:
             f"({have} found in {max_tries} tries); wait for more data before sampling"
         )
 
-    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+    def _draw(self, batch_size: int) -> torch.Tensor:
+        """Like :meth:`_chains`, without reading anything back from the device.
+
+        Draws ``2 * batch_size`` candidates and keeps the first ``batch_size`` valid ones
+        in draw order (a stable sort puts valid candidates first), which are uniform over
+        valid transitions as the candidates are independent. Should fewer than
+        ``batch_size`` of them be valid (for Atari or CartPole episodes, with a replay past
+        a few hundred transitions, a chance far below 1e-9), the valid ones are reused
+        in turn. The caller must know that the ring holds at least one valid transition
+        (the learner samples only past ``learning_starts``): nothing here can check it
+        without waiting for the device.
+        """
+        oldest, total = self.oldest, self.total
+        if total == 0:
+            raise RuntimeError("cannot sample from an empty replay")
+        n = 2 * batch_size
+        cand = torch.randint(oldest, total, (n,), device=self.device, generator=self._gen)
+        chain = [cand]
+        ok = ~self.first[cand % self.capacity]
+        cur = cand
+        for _ in range(self.stack):
+            cur = self.prev[cur % self.capacity]
+            ok &= cur >= oldest
+            chain.append(cur)
+        chains = torch.stack(chain)  # (stack+1, n)
+        order = torch.argsort((~ok).to(torch.int32), stable=True)
+        count = ok.sum().clamp_(min=1)
+        pick = order[torch.arange(batch_size, device=self.device) % count]
+        return chains[:, pick]
+
+    def sample(self, batch_size: int, *, check: bool = True) -> dict[str, torch.Tensor]:
         """Uniformly samples transitions.
+
+        Args:
+            batch_size: Transitions to sample.
+            check: True: rejection sampling that counts the valid candidates on the host
+                (one device sync per try) and raises when the ring holds too few. False:
+                no device sync at all (:meth:`_draw`), which keeps a GPU learner's queue
+                of kernels full; for callers that know the ring holds valid transitions.
 
         Returns:
             ``obs`` and ``next_obs`` (B, stack, *frame_shape) (or (B, *frame_shape) when
@@ -196,14 +246,14 @@ class FrameReplay:
             ``terminated`` (B,) float32, and ``index`` (B,) the global ids of the
             destination frames (for tests and debugging). All on the replay's device.
         """
-        chains = self._chains(batch_size)
+        chains = self._chains(batch_size) if check else self._draw(batch_size)
         slots = chains % self.capacity  # (stack+1, B)
         dest = slots[0]
-        # chains[k] is k frames back from the destination; observations are oldest-first.
-        obs_slots = slots[1:].flip(0).T  # (B, stack): c_stack .. c1
-        next_slots = slots[:-1].flip(0).T  # (B, stack): c_{stack-1} .. c0
-        obs = self.frames[obs_slots]
-        next_obs = self.frames[next_slots]
+        # chains[k] is k frames back from the destination. One gather of stack+1 frames
+        # per sample serves both stacks (they share stack-1 frames), oldest first:
+        # obs = c_stack .. c1, next_obs = c_{stack-1} .. c0.
+        frames = self.frames[slots.flip(0).T]  # (B, stack+1, *frame_shape)
+        obs, next_obs = frames[:, :-1], frames[:, 1:]
         if self.stack == 1:
             obs, next_obs = obs[:, 0], next_obs[:, 0]
         return {

@@ -55,7 +55,10 @@ def test_pong_collectors_stream_to_learner(cluster, tmp_path):
 
     frames_each = 800  # 200 agent steps per collector
     results = actorrt.get([c.run.remote(frames_each) for c in collectors], timeout=_T)
+    # The learner trains in a thread of its own: the steps the last pushes paid for.
+    updates = actorrt.get(learner.drain.remote(), timeout=_T)
     stats = actorrt.get(learner.stats.remote(), timeout=_T)
+    assert stats["updates"] == updates and stats["train_lag"] < cfg.train_every
     version, w1_ref = actorrt.get(learner.get_weights.remote(-1), timeout=_T)
     # The learner publishes weights: the reply holds a ref to the object in its process.
     assert isinstance(w1_ref, actorrt.ObjectRef) and w1_ref._loc.owner == learner.worker

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari
-from examples.atari_dqn.driver import build_config, parse_args
+from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari, with_batch_size
+from examples.atari_dqn.driver import batch_line, build_config, parse_args
 
 
 def test_presets_per_family():
@@ -83,3 +83,32 @@ def test_backend_and_learner_restart_flags(capsys):
     assert "--num-workers, --plan, --transport cuda: only with --backend actorrt" in err
     with pytest.raises(SystemExit):
         parse_args(["--backend", "torch"])
+
+
+def test_a_larger_batch_keeps_the_replay_ratio_and_the_target_period():
+    pong = config_for_env("ALE/Pong-v5")
+    big = with_batch_size(pong, 512)
+    assert (big.batch_size, big.train_every) == (512, 64)
+    assert big.batch_size / big.train_every == pong.batch_size / pong.train_every == 8
+    # the same transitions between two target copies: 1000 x 4 = 62 x 64 (rounded)
+    assert big.target_update_every == 62
+    assert big.lr == pytest.approx(4 * pong.lr)  # sqrt(16)
+    assert with_batch_size(pong, 32) == pong and pong.batch_size == 32  # not changed
+    with pytest.raises(ValueError, match="use a multiple of 8"):
+        with_batch_size(pong, 100)
+
+
+def test_the_batch_follows_the_learners_device(capsys):
+    # No flag: the preset's batch on a CPU learner, its gpu_batch_size on a GPU one.
+    assert build_config(parse_args(["--learner-gpus", "0"])).batch_size == 32
+    gpu = build_config(parse_args(["--learner-gpus", "0.5"]))
+    assert (gpu.batch_size, gpu.train_every) == (512, 64)
+    # --batch-size wins either way; CartPole has no GPU batch and keeps its own.
+    assert build_config(parse_args(["--learner-gpus", "1", "--batch-size", "64"])).batch_size == 64
+    assert build_config(parse_args(["--batch-size", "256"])).train_every == 32
+    cart = build_config(parse_args(["--env", "CartPole-v1", "--learner-gpus", "1"]))
+    assert cart.batch_size == config_for_env("CartPole-v1").batch_size
+    assert batch_line(gpu) == (
+        "batch 512: one gradient step per 64 transitions (8 samples per transition), "
+        "lr 0.0004, target copy every 62 steps"
+    )

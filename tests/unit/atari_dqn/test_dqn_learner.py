@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import math
+import threading
+import time
 
 import pytest
 import torch
@@ -125,3 +128,137 @@ def test_learning_rate_anneals_to_the_final_fraction():
     assert 1e-4 < mid < 1e-3
     run_in_process(cfg, 400, learner=learner)  # past total_frames
     assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(1e-4)
+
+
+# ----------------------------------------------------------------- the training thread
+_BOUND_S = 30.0  # every wait on the training thread below is bounded by this
+
+
+def _background(cfg):
+    learner = Learner(cfg, background=True)
+    return learner, CollectorCore(cfg)
+
+
+def test_background_training_keeps_the_replay_ratio_once_drained():
+    cfg = _cfg(max_train_lag=64)
+    learner, core = _background(cfg)
+    try:
+        while learner.transitions < 600:
+            learner.push(core.collect(cfg.steps_per_push))
+            # The training thread trails the data by at most the lag bound, plus the
+            # push that was just added.
+            assert learner.stats()["train_lag"] <= cfg.max_train_lag + 16
+        paid = learner.transitions - cfg.learning_starts
+        # Pushes are 16 transitions, so the push that crossed learning_starts (100) paid
+        # for all of its own: every transition from 96 on.
+        assert learner.drain(_BOUND_S) == (paid + 4) // cfg.train_every
+        stats = learner.stats()
+        assert stats["train_lag"] < cfg.train_every and math.isfinite(stats["loss_mean"])
+        assert stats["updates"] == learner.weight_version
+    finally:
+        learner.close()
+
+
+class _SlowSteps(Learner):
+    """A learner whose steps block until the test lets them go."""
+
+    def __init__(self, *args, **kwargs):
+        self.step_started = threading.Event()
+        self.release = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def train_step(self):
+        self.step_started.set()
+        assert self.release.wait(_BOUND_S), "the test never released the step"
+        return super().train_step()
+
+
+def test_pushes_stats_and_weights_do_not_wait_behind_a_step():
+    cfg = _cfg(max_train_lag=10_000)
+    learner = _SlowSteps(cfg, background=True)
+    core = CollectorCore(cfg)
+    try:
+        while not learner.step_started.is_set():
+            learner.push(core.collect(cfg.steps_per_push))
+            assert learner.transitions < 1_000, "the training thread never started a step"
+        # A step is running (held): ingest, stats and weights are answered meanwhile.
+        t0 = time.monotonic()
+        learner.push(core.collect(cfg.steps_per_push))
+        assert learner.stats()["updates"] == 0
+        assert learner.get_weights()[0] == 0
+        assert time.monotonic() - t0 < _BOUND_S / 2
+        learner.release.set()
+        assert learner.drain(_BOUND_S) > 0
+    finally:
+        learner.release.set()
+        learner.close()
+
+
+def test_a_push_waits_while_training_trails_by_more_than_the_lag():
+    cfg = _cfg(max_train_lag=32)
+    learner = _SlowSteps(cfg, background=True)
+    core = CollectorCore(cfg)
+    done = threading.Event()
+
+    def push_past_the_lag():
+        while learner.transitions < cfg.learning_starts + 4 * cfg.max_train_lag:
+            learner.push(core.collect(cfg.steps_per_push))
+        done.set()
+
+    pusher = threading.Thread(target=push_past_the_lag, daemon=True)
+    try:
+        pusher.start()
+        assert learner.step_started.wait(_BOUND_S)
+        assert not done.wait(1.0), "pushes went on while training trailed past the lag"
+        assert learner.stats()["train_lag"] <= cfg.max_train_lag + 16
+        learner.release.set()
+        assert done.wait(_BOUND_S)
+    finally:
+        learner.release.set()
+        learner.close()
+        pusher.join(_BOUND_S)
+
+
+def test_a_collectors_pushes_are_added_in_its_order_whichever_thread_runs_first():
+    cfg = _cfg(learning_starts=10**9)
+    core = CollectorCore(cfg)
+    pushes = [core.collect(cfg.steps_per_push) for _ in range(3)]
+    in_order = Learner(cfg)
+    for p in pushes:
+        in_order.push(p)
+    learner = Learner(cfg)
+    # The second and third pushes reach the learner first, on threads of their own.
+    late = [threading.Thread(target=learner.push, args=(p,)) for p in pushes[:0:-1]]
+    for t in late:
+        t.start()
+    time.sleep(0.2)
+    assert learner.pushes == 0, "a push was added before the ones its collector made first"
+    learner.push(pushes[0])
+    for t in late:
+        t.join(_BOUND_S)
+    assert learner.pushes == 3
+    r, ref = learner.replay, in_order.replay
+    assert torch.equal(r.prev[: r.total], ref.prev[: ref.total])
+    assert torch.equal(r.frames[: r.total], ref.frames[: ref.total])
+
+
+def test_a_failed_step_fails_the_next_push_and_a_dropped_learner_ends_its_thread():
+    cfg = _cfg()
+    learner, core = _background(cfg)
+
+    def broken():
+        raise ValueError("bad step")
+
+    learner.train_step = broken
+    with pytest.raises(RuntimeError, match="training thread failed") as info:
+        for _ in range(100):
+            learner.push(core.collect(cfg.steps_per_push))
+            time.sleep(0.01)
+    assert isinstance(info.value.__cause__, ValueError)
+
+    other, _ = _background(cfg)
+    thread = other._thread
+    del other
+    gc.collect()
+    thread.join(_BOUND_S)
+    assert not thread.is_alive()

@@ -42,6 +42,7 @@ def test_stacks_match_frame_stack_wrapper_across_episodes_and_pushes():
         replay.add(core.collect(5))
     assert core.episodes > 10  # episode starts (reset padding) are well covered
     _check_samples(replay.sample(400))
+    _check_samples(replay.sample(400, check=False))  # the learner's way: no device sync
 
 
 def test_ring_wraps_without_mixing_overwritten_frames():
@@ -51,9 +52,10 @@ def test_ring_wraps_without_mixing_overwritten_frames():
         replay.add(core.collect(3))
     assert replay.total > 4 * replay.capacity
     assert len(replay) == replay.capacity
-    sample = replay.sample(300)
-    assert int(sample["index"].min()) >= replay.oldest
-    _check_samples(sample)
+    for check in (True, False):
+        sample = replay.sample(300, check=check)
+        assert int(sample["index"].min()) >= replay.oldest
+        _check_samples(sample)
 
 
 def test_one_uint8_frame_stored_per_env_step():
@@ -89,10 +91,14 @@ def test_stack_one_and_links_across_pushes():
     # Stream 7: frames 10 -> 11 (push 1) -> 12 (push 2). Stream 9: 20 -> 21 across pushes.
     assert replay.add(_push([10, 20, 11], [7, 9, 7], [PREV_NONE, PREV_NONE, 0])) == 1
     assert replay.add(_push([12, 21], [7, 9], [PREV_EARLIER_PUSH, PREV_EARLIER_PUSH])) == 2
-    s = replay.sample(200)
-    pairs = {(float(o), float(n)) for o, n in zip(s["obs"][:, 0], s["next_obs"][:, 0], strict=True)}
-    assert pairs == {(10.0, 11.0), (11.0, 12.0), (20.0, 21.0)}
-    assert s["obs"].shape == (200, 1)
+    for check in (True, False):
+        # Without the check, 400 candidates for 200 samples with 3 valid transitions in 5
+        # records: the valid ones, reused in turn if too few were drawn; never another.
+        s = replay.sample(200, check=check)
+        obs, nxt = s["obs"][:, 0], s["next_obs"][:, 0]
+        pairs = {(float(o), float(n)) for o, n in zip(obs, nxt, strict=True)}
+        assert pairs == {(10.0, 11.0), (11.0, 12.0), (20.0, 21.0)}
+        assert s["obs"].shape == (200, 1)
 
 
 def test_unknown_stream_is_an_episode_start_not_a_transition():

@@ -31,6 +31,10 @@ def test_it_trains_at_the_presets_replay_ratio_and_passes_learning_starts_in_the
     assert changed <= {"learning_starts", "replay_capacity"}
     assert cfg.batch_size / cfg.train_every == preset.batch_size / preset.train_every
     assert dqn_throughput.dqn_config(num_envs=8).num_envs_per_collector == 8
+    # With the learner on a GPU, the example's batch there, at the same replay ratio.
+    gpu = dqn_throughput.dqn_config(learner_gpus=0.5)
+    assert (gpu.batch_size, gpu.train_every) == (preset.gpu_batch_size, 64)
+    assert dqn_throughput.dqn_config(batch_size=128).train_every == 16
     assert ("actorrt", "dqn-throughput") in JOBS
 
 

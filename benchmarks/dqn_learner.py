@@ -1,0 +1,132 @@
+"""The DQN learner's own ceiling: gradient steps/s and samples/s by batch size, in-process.
+
+``python -m benchmarks.dqn_learner`` builds the example's learner for the Pong preset
+(the Nature CNN, the replay on the learner's device: the GPU when there is one), fills
+its replay with pushes of random 84x84 frames shaped like a collector's (4 envs x 16
+steps), and measures, for each batch size (at the preset's replay ratio,
+``config.with_batch_size``):
+
+* **steps/s** of :meth:`Learner.train_step` back to back, the device synchronised once
+  at the end (the training thread's way: no read-back per step);
+* the same with the loss read back after every step (``float(loss)``, what the learner
+  did before: one device sync per step), to show what a sync per step costs;
+* **samples/s** (steps/s x batch) and the **frames/s** they pay for at the preset's 8
+  samples per transition (samples/s / 8 x frame skip 4): the rate of collection the
+  learner alone could keep up with;
+* the time of one push (ingest of 64 records) while the replay is idle.
+
+Collectors, the runtime and the emulators are left out on purpose: this is the learner's
+limit, to hold against ``benchmarks.dqn_throughput``'s collection rate. Figures are
+reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+ENV_ID = "ALE/Pong-v5"
+FILL = 20_000  # records in replay before timing (well past any batch's needs)
+
+
+def _push(rng: np.random.Generator, n_envs: int, steps: int, first: bool) -> dict[str, Any]:
+    """A collector-shaped push: n_envs streams, ``steps`` frames each, linked in order."""
+    from examples.atari_dqn.replay import PREV_EARLIER_PUSH, PREV_NONE
+
+    n = n_envs * steps
+    start = PREV_NONE if first else PREV_EARLIER_PUSH
+    prev = [start if i < n_envs else i - n_envs for i in range(n)]
+    return {
+        "frame": torch.from_numpy(rng.integers(0, 256, (n, 84, 84), dtype=np.uint8)),
+        "stream": torch.arange(n) % n_envs,
+        "prev": torch.tensor(prev),
+        "action": torch.from_numpy(rng.integers(0, 6, n)),
+        "reward": torch.zeros(n),
+        "terminated": torch.zeros(n, dtype=torch.bool),
+    }
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(
+    batch_sizes: list[int], seconds: float, device: str | None, fill: int = FILL
+) -> dict[str, Any]:
+    """Every figure of the module docstring, per batch size (``fill`` records in replay)."""
+    from examples.atari_dqn.config import config_for_env, with_batch_size
+    from examples.atari_dqn.learner import Learner
+
+    preset = config_for_env(ENV_ID, replay_capacity=fill + 1024, learning_starts=1 << 62)
+    rng = np.random.default_rng(0)
+    rows = []
+    for batch in batch_sizes:
+        cfg = with_batch_size(preset, batch)
+        learner = Learner(cfg, device=device)
+        learner.push(_push(rng, 4, 16, first=True))
+        push_s = []
+        while len(learner.replay) < fill:
+            b = _push(rng, 4, 16, first=False)
+            t0 = time.perf_counter()
+            learner.push(b)
+            push_s.append(time.perf_counter() - t0)
+        dev = learner.device
+        for _ in range(3):  # warm-up: cuDNN's algorithm search, the allocator
+            learner.train_step()
+        _sync(dev)
+        row: dict[str, Any] = {"batch_size": batch, "device": str(dev)}
+        for mode in ("no_sync", "sync_per_step"):
+            steps = 0
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                loss = learner.train_step()
+                if mode == "sync_per_step":
+                    float(loss)
+                steps += 1
+            _sync(dev)
+            rate = steps / (time.perf_counter() - t0)
+            row[f"steps_per_s_{mode}"] = rate
+        rate = row["steps_per_s_no_sync"]
+        row["samples_per_s"] = rate * batch
+        row["frames_per_s_paid"] = rate * batch / (cfg.batch_size / cfg.train_every) * 4
+        row["push_ms"] = 1e3 * statistics.median(push_s)
+        rows.append(row)
+        print(
+            f"batch {batch:4d} on {dev}: {rate:8.1f} steps/s "
+            f"({row['steps_per_s_sync_per_step']:.1f} with a sync per step), "
+            f"{row['samples_per_s']:10,.0f} samples/s, pays for "
+            f"{row['frames_per_s_paid']:9,.0f} frames/s at 8 samples/transition; "
+            f"push of 64 records {row['push_ms']:.2f} ms",
+            flush=True,
+        )
+        del learner
+    return {"rows": rows, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.dqn_learner", description=__doc__)
+    p.add_argument("--batch-sizes", default="32,128,512", help="comma-separated")
+    p.add_argument("--seconds", type=float, default=5.0, help="timing per batch and mode")
+    p.add_argument("--device", default=None, help="default: the GPU if any, else the CPU")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--json", default=None, help="also write the figures here")
+    opts = p.parse_args(argv)
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    sizes = [int(b) for b in opts.batch_sizes.split(",") if b.strip()]
+    result = measure(sizes, opts.seconds, opts.device)
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

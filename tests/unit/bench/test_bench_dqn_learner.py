@@ -1,0 +1,30 @@
+"""The learner-alone benchmark: it times real steps at the preset's replay ratio."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ale_py", reason="needs the atari extra: pip install -e '.[atari]'")
+
+_ROOT = str(Path(__file__).resolve().parents[3])
+if _ROOT not in sys.path:  # `examples` is a repository folder, not an installed package
+    sys.path.insert(0, _ROOT)
+
+from benchmarks import dqn_learner  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def test_it_times_steps_per_batch_and_the_frames_they_pay_for():
+    got = dqn_learner.measure([8, 16], seconds=0.2, device="cpu", fill=2_000)
+    rows = got["rows"]
+    assert [r["batch_size"] for r in rows] == [8, 16]
+    for r in rows:
+        assert r["device"] == "cpu" and r["steps_per_s_no_sync"] > 0
+        assert r["steps_per_s_sync_per_step"] > 0 and r["push_ms"] > 0
+        assert r["samples_per_s"] == pytest.approx(r["steps_per_s_no_sync"] * r["batch_size"])
+        # 8 samples per transition, 4 frames per transition
+        assert r["frames_per_s_paid"] == pytest.approx(r["samples_per_s"] / 8 * 4)
