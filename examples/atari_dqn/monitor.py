@@ -26,6 +26,9 @@ from examples.atari_dqn.recovery import Crew, rerun_collector
 __all__ = ["CALL_TIMEOUT_S", "Evaluator", "Monitor", "progress_fields"]
 
 _POLL_S = 1.0  # progress / log interval
+# fps is taken over the polls of this many seconds: a push lands in bursts (the learner's
+# backpressure), so two polls a second apart may see no new frame while frames flow.
+_FPS_WINDOW_S = 10.0
 #: Bound on any single driver wait for an actor reply (seconds).
 CALL_TIMEOUT_S = 300.0
 
@@ -90,7 +93,7 @@ class Monitor:
             dynamic_ncols=True,
             file=sys.stdout,
         )
-        self.last_frames, self.last_t = frame_offset, time.monotonic()
+        self.window: deque[tuple[float, int]] = deque([(time.monotonic(), frame_offset)])
         # Without a terminal (logs, CI) tqdm stays off; print a plain line now and then.
         self.plain_every = math.inf if args.no_progress or not self.bar.disable else 15.0
         self.last_plain = time.monotonic()
@@ -100,7 +103,7 @@ class Monitor:
         """A new learner took over: its episodes (from the checkpoint) were logged already."""
         stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
         self.seen_episodes = stats["episodes_total"]
-        self.last_frames, self.last_t = stats["frames"], time.monotonic()
+        self.window = deque([(time.monotonic(), stats["frames"])])
 
     def close(self) -> None:
         self.bar.close()
@@ -130,8 +133,7 @@ class Monitor:
             self.seen_episodes = stats["episodes_total"]
             now = time.monotonic()
             frames = stats["frames"]
-            fps = (frames - self.last_frames) / max(now - self.last_t, 1e-9)
-            self.last_frames, self.last_t = frames, now
+            fps = self._fps(now, frames)
             row = {
                 "wall_s": now - self.t_start,
                 "frames": frames,
@@ -151,6 +153,15 @@ class Monitor:
                 self.last_logged = frames
             self._show(row, stats["last_loss"])
         rt.get(list(crew.runs), CALL_TIMEOUT_S)
+
+    def _fps(self, now: float, frames: int) -> float:
+        """Frames per second over the last :data:`_FPS_WINDOW_S` seconds of polls."""
+        window = self.window
+        while len(window) > 1 and now - window[1][0] >= _FPS_WINDOW_S:
+            window.popleft()
+        t0, f0 = window[0]
+        window.append((now, frames))
+        return (frames - f0) / max(now - t0, 1e-9)
 
     def _evaluate(self, crew: Crew, row: dict[str, Any]) -> None:
         """Evaluates the learner's weights into ``row`` and writes the checkpoint."""
