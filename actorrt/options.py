@@ -188,7 +188,11 @@ class FunctionOptions:
             gives that many refs.
         max_retries: How many times a call is sent again, to another process, when the
             process running it dies (3, as in Ray); -1: without limit; 0: never. An
-            exception the function raises is not retried. A retried call may run twice.
+            exception the function raises is not retried (see ``retry_exceptions``). A
+            retried call may run twice.
+        retry_exceptions: Whether an exception the function raises is retried too (on
+            any process), as Ray's: ``True`` for any ``Exception``, or a list of the
+            exception classes to retry; the retries count against ``max_retries``.
     """
 
     label: str | None = None
@@ -196,12 +200,24 @@ class FunctionOptions:
     num_gpus: float = 0.0
     num_returns: int = 1
     max_retries: int = 3
+    retry_exceptions: bool | tuple[type[BaseException], ...] = False
 
     def __post_init__(self) -> None:
         _check_label(self.label)
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         check_num_returns(self.num_returns)
         _check_retries("max_retries", self.max_retries, "3")
+        retry = self.retry_exceptions
+        if not isinstance(retry, bool):
+            kinds = tuple(retry) if isinstance(retry, (list, tuple)) else ()
+            if not kinds or not all(
+                isinstance(k, type) and issubclass(k, BaseException) for k in kinds
+            ):
+                raise ValueError(
+                    f"retry_exceptions={retry!r} must be True, False or a list of exception "
+                    "classes, e.g. retry_exceptions=[ConnectionError]."
+                )
+            object.__setattr__(self, "retry_exceptions", kinds)  # frozen: set once here
 
     @property
     def resources(self) -> Resources:

@@ -80,7 +80,8 @@ class RemoteFunction(Generic[P, R]):
 
         Args:
             **options: ``label``, ``num_cpus``, ``num_gpus``, ``num_returns``,
-                ``max_retries`` (see :class:`~actorrt.options.FunctionOptions`).
+                ``max_retries``, ``retry_exceptions`` (see
+                :class:`~actorrt.options.FunctionOptions`).
 
         Raises:
             TypeError: An unknown option.
@@ -117,6 +118,7 @@ class RemoteFunction(Generic[P, R]):
             self._what,
             method,
             options.max_retries,
+            options.retry_exceptions,
         )
         slot.attach(call.reply, "", None)
         when_ready((key, blob, *args), kwargs, call.send, call.give_up)
@@ -180,7 +182,7 @@ def remote(target: Any = None, /, **options: Any) -> Any:
     Args:
         target: The function or class, when used bare.
         **options: For a function: ``label``, ``num_cpus`` (1), ``num_gpus`` (0),
-            ``num_returns`` (1), ``max_retries`` (3) (see
+            ``num_returns`` (1), ``max_retries`` (3), ``retry_exceptions`` (False) (see
             :class:`~actorrt.options.FunctionOptions`). Bad options fail here.
 
     Returns:

@@ -24,7 +24,9 @@ import torch
 from actorrt.errors import ActorDiedError, PlacementError
 from actorrt.logs import get_logger
 from actorrt.placement.functions import FunctionSpot
-from actorrt.runtime.protocol import Liveness, LocalFailure, rpc_failure
+from actorrt.runtime.inflight import WorkerMarkedDead
+from actorrt.runtime.payload import unpack
+from actorrt.runtime.protocol import ERROR, OK, Liveness, LocalFailure, rpc_failure
 
 if TYPE_CHECKING:
     from actorrt.placement.resources import Resources
@@ -94,7 +96,8 @@ class FunctionRoutes:
         self._tables: dict[Shape, tuple[FunctionSpot, ...]] = {}
         self._outstanding: dict[FunctionSpot, int] = {}
         self._turn = itertools.count()
-        self._lost: queue.SimpleQueue[tuple[FunctionCall, str, BaseException] | None] = (
+        # (call, where its attempt was, whether that process died): sent again by a thread
+        self._resends: queue.SimpleQueue[tuple[FunctionCall, str, bool] | None] = (
             queue.SimpleQueue()
         )
         self._thread: threading.Thread | None = None
@@ -148,6 +151,16 @@ class FunctionRoutes:
         if self._route.stopped.is_set():  # the thread may be gone: nothing is resent now
             call.give_up(call.died(worker, exc))
             return
+        if not isinstance(exc, LocalFailure) and not isinstance(exc, WorkerMarkedDead):
+            self._resend(call, worker, True)  # the driver may not know yet: it is told
+        else:
+            self._resend(call, worker, False)
+
+    def again(self, call: FunctionCall) -> None:
+        """``call`` raised an exception it retries on (``retry_exceptions``): send it again."""
+        self._resend(call, "", False)
+
+    def _resend(self, call: FunctionCall, worker: str, tell: bool) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -155,16 +168,16 @@ class FunctionRoutes:
                         target=self._resend_loop, name="actorrt-function-retries", daemon=True
                     )
                     self._thread.start()
-        self._lost.put((call, worker, exc))
+        self._resends.put((call, worker, tell))
 
     def _resend_loop(self) -> None:
         while True:
-            item = self._lost.get()
+            item = self._resends.get()
             if item is None:
                 return
-            call, worker, exc = item
+            call, worker, tell = item
             try:
-                if not isinstance(exc, LocalFailure):  # the driver may not know yet
+                if tell:
                     self._route.worker_unreachable(worker)
                 call.retry(worker)
             except Exception as error:  # never lose the thread: its calls would wait
@@ -172,7 +185,7 @@ class FunctionRoutes:
 
     def close(self) -> None:
         """Stops the resending thread (the runtime is stopping)."""
-        self._lost.put(None)
+        self._resends.put(None)
 
 
 class FunctionCall:
@@ -189,6 +202,7 @@ class FunctionCall:
         what: ``remote function <name>``, for errors.
         method: The name the executor runs it under (a ``Returns`` for ``num_returns``).
         retries: Its ``max_retries`` (-1: no limit).
+        retry_on: Its ``retry_exceptions``: the exceptions raised that are retried too.
     """
 
     __slots__ = (
@@ -199,6 +213,7 @@ class FunctionCall:
         "_method",
         "_left",
         "_retries",
+        "_retry_on",
         "_args",
         "_kwargs",
         "_spot",
@@ -214,6 +229,7 @@ class FunctionCall:
         what: str,
         method: str,
         retries: int,
+        retry_on: bool | tuple[type[BaseException], ...] = False,
     ) -> None:
         self._routes = routes
         self._route = route
@@ -221,6 +237,7 @@ class FunctionCall:
         self._what = what
         self._method = method
         self._left = self._retries = retries
+        self._retry_on = retry_on
         self._args: tuple[Any, ...] = ()
         self._kwargs: dict[str, Any] = {}
         self._spot: FunctionSpot | None = None
@@ -260,7 +277,7 @@ class FunctionCall:
             raise
 
     def retry(self, dead: str) -> None:
-        """Sends the call again, away from ``dead`` (on the resending thread)."""
+        """Sends the call again, away from ``dead`` if given (on the resending thread)."""
         if self._left > 0:
             self._left -= 1
         self.send(self._args, self._kwargs, False, avoid=dead)
@@ -310,9 +327,28 @@ class FunctionCall:
             else:
                 self.give_up(self.died(spot.worker, exc))
             return
+        if self._retry_on and self._left != 0 and self._retried_on(wire):
+            self._routes.again(self)
+            return
         self._args, self._kwargs = (), {}
         if not self.reply.done():
             self.reply.set_result(wire)
+
+    def _retried_on(self, wire: Wire) -> bool:
+        """Whether ``wire`` is an error this call retries on (``retry_exceptions``)."""
+        if wire[0] is None and wire[1][0][0] == OK:  # a plain value: no error
+            return False
+        try:
+            status, payload = unpack(wire)
+        except Exception:  # an unreadable reply: the ref says so
+            return False
+        if status != ERROR or self._route.stopped.is_set():
+            return False
+        cause = payload[3]  # (what, summary, traceback, the exception if it pickled)
+        kinds = self._retry_on
+        if isinstance(kinds, tuple):
+            return isinstance(cause, kinds)
+        return cause is None or isinstance(cause, Exception)  # True: any Exception
 
     def died(self, worker: str, exc: BaseException) -> ActorDiedError:
         """The error of the call once its process ``worker`` died and it is not resent."""

@@ -81,6 +81,18 @@ def interval(s):
 
 
 @actorrt.remote
+def flaky(path, failures, kind):
+    # Fails the first `failures` times it runs (counted in the file at `path`).
+    with open(path, "a") as f:
+        f.write("x")
+    with open(path) as f:
+        runs = len(f.read())
+    if runs <= failures:
+        raise {"value": ValueError, "key": KeyError}[kind](f"run {runs}")
+    return runs
+
+
+@actorrt.remote
 def gpu_ids():
     return actorrt.get_gpu_ids()
 
@@ -189,6 +201,25 @@ def test_a_process_runs_as_many_at_once_as_its_cpu_share_allows(cluster):
         most = max(most, at_once)
         assert at_once <= threads, (pid, spans)
     assert most == threads, runs
+
+
+def test_retry_exceptions_sends_a_raising_call_again(cluster, tmp_path):
+    """As Ray's retry_exceptions: True retries any exception, a list only those; the
+    retries count against max_retries; without it an exception is never retried."""
+    again = flaky.options(retry_exceptions=True, max_retries=3)
+    assert actorrt.get(again.remote(str(tmp_path / "a"), 2, "value"), timeout=60) == 3
+    listed = flaky.options(retry_exceptions=[KeyError], max_retries=3)
+    assert actorrt.get(listed.remote(str(tmp_path / "b"), 1, "key"), timeout=60) == 2
+    with pytest.raises(actorrt.ActorError, match="ValueError: run 1"):
+        actorrt.get(listed.remote(str(tmp_path / "c"), 1, "value"), timeout=60)
+    once = again.options(max_retries=1)
+    with pytest.raises(actorrt.ActorError, match="ValueError: run 2"):  # 1 retry, then done
+        actorrt.get(once.remote(str(tmp_path / "d"), 5, "value"), timeout=60)
+    with pytest.raises(actorrt.ActorError, match="ValueError: run 1"):  # the default: none
+        actorrt.get(flaky.remote(str(tmp_path / "e"), 1, "value"), timeout=60)
+    assert [len((tmp_path / n).read_text()) for n in "abcde"] == [3, 2, 1, 2, 1]
+    with pytest.raises(ValueError, match="retry_exceptions=.* must be True, False or a list"):
+        flaky.options(retry_exceptions=[42])
 
 
 def test_get_gpu_ids_is_empty_without_gpus(cluster):

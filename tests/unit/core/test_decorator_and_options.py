@@ -201,3 +201,25 @@ def test_num_returns_options_are_checked():
         method.options(num_returns=0)
     with pytest.raises(TypeError, match="must be an int"):
         method.options(num_returns=True)
+
+
+def test_function_options_are_rays_and_fail_at_once():
+    from actorrt.options import FunctionOptions
+
+    default = FunctionOptions()
+    assert (default.num_cpus, default.num_gpus, default.num_returns) == (1.0, 0.0, 1)
+    assert (default.max_retries, default.retry_exceptions) == (3, False)
+    listed = FunctionOptions.from_kwargs({"retry_exceptions": [KeyError, OSError]})
+    assert listed.retry_exceptions == (KeyError, OSError)  # kept as a tuple: hashable
+    for bad, message in [
+        ({"num_gpus": 1.5}, "fractions are only allowed below 1"),
+        ({"label": "no spaces"}, "is not a valid label"),
+        ({"max_retries": -2}, "max_retries=-2 must be an int >= 0"),
+        ({"num_returns": 0}, "num_returns=0 must be >= 1"),
+        ({"retry_exceptions": []}, "must be True, False or a list of exception classes"),
+        ({"retry_exceptions": "KeyError"}, "must be True, False or a list"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            FunctionOptions.from_kwargs(bad)
+    with pytest.raises(TypeError, match="unknown remote function option.*valid options are"):
+        FunctionOptions.from_kwargs({"max_restarts": 1})
