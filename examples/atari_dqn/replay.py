@@ -169,28 +169,15 @@ class FrameReplay:
 
     def _chains(self, batch_size: int, max_tries: int = 100) -> torch.Tensor:
         """Samples ``batch_size`` valid destinations; returns chains ``(stack+1, B)``."""
-        oldest, total = self.oldest, self.total
-        if total == 0:
+        if self.total == 0:
             raise RuntimeError("cannot sample from an empty replay")
         found: list[torch.Tensor] = []
         have = 0
         for _ in range(max_tries):
             # Rejection sampling from uniform ids gives uniform valid transitions;
             # invalid ids (episode starts, chains running off the ring's tail) are rare.
-            cand = torch.randint(
-                oldest, total, (2 * batch_size,), device=self.device, generator=self._gen
-            )
-            chain = [cand]
-            ok = ~self.first[cand % self.capacity]
-            cur = cand
-            for _ in range(self.stack):
-                # Read a pointer, then check it still names a live frame. A garbage
-                # pointer read from an overwritten slot only matters if every earlier hop
-                # was valid, and then this check catches it.
-                cur = self.prev[cur % self.capacity]
-                ok &= cur >= oldest
-                chain.append(cur)
-            chains = torch.stack(chain)[:, ok]
+            chains, ok = self._candidates(2 * batch_size)
+            chains = chains[:, ok]
             found.append(chains)
             have += chains.shape[1]
             if have >= batch_size:
@@ -199,6 +186,25 @@ class FrameReplay:
             f"replay has too few valid transitions to sample {batch_size} "
             f"({have} found in {max_tries} tries); wait for more data before sampling"
         )
+
+    def _candidates(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` uniform candidate ids with their chains ``(stack+1, n)``, and which are valid.
+
+        Reads nothing back from the device.
+        """
+        oldest, total = self.oldest, self.total
+        cand = torch.randint(oldest, total, (n,), device=self.device, generator=self._gen)
+        chain = [cand]
+        ok = ~self.first[cand % self.capacity]
+        cur = cand
+        for _ in range(self.stack):
+            # Read a pointer, then check it still names a live frame. A garbage pointer
+            # read from an overwritten slot only matters if every earlier hop was valid,
+            # and then this check catches it.
+            cur = self.prev[cur % self.capacity]
+            ok &= cur >= oldest
+            chain.append(cur)
+        return torch.stack(chain), ok
 
     def _draw(self, batch_size: int) -> torch.Tensor:
         """Like :meth:`_chains`, without reading anything back from the device.
@@ -212,19 +218,9 @@ class FrameReplay:
         (the learner samples only past ``learning_starts``): nothing here can check it
         without waiting for the device.
         """
-        oldest, total = self.oldest, self.total
-        if total == 0:
+        if self.total == 0:
             raise RuntimeError("cannot sample from an empty replay")
-        n = 2 * batch_size
-        cand = torch.randint(oldest, total, (n,), device=self.device, generator=self._gen)
-        chain = [cand]
-        ok = ~self.first[cand % self.capacity]
-        cur = cand
-        for _ in range(self.stack):
-            cur = self.prev[cur % self.capacity]
-            ok &= cur >= oldest
-            chain.append(cur)
-        chains = torch.stack(chain)  # (stack+1, n)
+        chains, ok = self._candidates(2 * batch_size)  # (stack+1, n), (n,)
         order = torch.argsort((~ok).to(torch.int32), stable=True)
         count = ok.sum().clamp_(min=1)
         pick = order[torch.arange(batch_size, device=self.device) % count]
