@@ -99,6 +99,11 @@ def time_calls(fn: Callable[[], Any], n: int, warmup: int = 20) -> list[float]:
     return out
 
 
+def median_time(fn: Callable[[], Any], reps: int) -> float:
+    """The median of ``reps`` timings of ``fn()`` in seconds, after one warm-up call."""
+    return statistics.median(time_calls(fn, reps, warmup=1))
+
+
 def time_for(
     fn: Callable[[], Any], seconds: float, min_iters: int = 3, warmup: int = 2
 ) -> list[float]:

@@ -17,12 +17,12 @@ actorrt/Ray ratios (below 1: actorrt is faster) and ref/direct for the pass.
 from __future__ import annotations
 
 import os
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from benchmarks.common import median_time
 
 MB = 1 << 20
 PASS_SIZES = (1 * MB, 64 * MB, 256 * MB)
@@ -65,17 +65,6 @@ class Sink:
 
     def pid(self) -> int:
         return os.getpid()
-
-
-def median_time(fn: Callable[[], Any], reps: int) -> float:
-    """The median of ``reps`` timings of ``fn()`` in seconds, after one warm-up call."""
-    fn()  # warm-up: connections, pools, first allocations
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def run(system: str, cfg: dict) -> dict:

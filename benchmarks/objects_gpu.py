@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 import actorrt
-from benchmarks.objects import median_time
+from benchmarks.common import median_time
 
 
 @actorrt.actor(label="producer", num_gpus=0.5)

@@ -18,12 +18,12 @@ The report prints actorrt/Ray ratios (below 1: actorrt is faster).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from benchmarks.common import median_time
 
 MB = 1 << 20
 WORKERS = 4
@@ -42,25 +42,15 @@ def nbytes(t: torch.Tensor) -> int:
     return int(t.nbytes)
 
 
-def _median(fn: Callable[[], Any], reps: int) -> float:
-    fn()  # warm-up: connections, executors, the function shipped
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def _measure(get: Callable[[Any], Any], fns: dict[str, Any], cfg: dict) -> dict:
     f, mk, nb, fib = fns["echo"], fns["make"], fns["nbytes"], fns["fib"]
     calls, burst, reps = cfg.get("tasks_calls", 300), cfg.get("tasks_burst", 2000), 3
     get([f.remote(i) for i in range(4 * WORKERS)])  # every process has run one
     return {
-        "one": _median(lambda: get(f.remote(1)), calls),
-        "burst": _median(lambda: get([f.remote(i) for i in range(burst)]), reps),
-        "pass": _median(lambda: get(nb.remote(mk.remote(PASS_BYTES))), reps),
-        "nested": _median(lambda: get(fib.remote(10)), reps),
+        "one": median_time(lambda: get(f.remote(1)), calls),
+        "burst": median_time(lambda: get([f.remote(i) for i in range(burst)]), reps),
+        "pass": median_time(lambda: get(nb.remote(mk.remote(PASS_BYTES))), reps),
+        "nested": median_time(lambda: get(fib.remote(10)), reps),
     }
 
 
