@@ -59,6 +59,7 @@ class RemoteFunction(Generic[P, R]):
             )
         self._fn = fn
         self._options = options
+        self._shape = Shape(options.label, options.resources)  # once: options are frozen
         self._shipped: tuple[str, bytes] | None = None
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
         self._name = name
@@ -114,7 +115,7 @@ class RemoteFunction(Generic[P, R]):
         call = FunctionCall(
             rt.functions,
             rt,
-            Shape(options.label, options.resources),
+            self._shape,
             self._what,
             method,
             options.max_retries,

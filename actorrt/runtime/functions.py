@@ -151,10 +151,9 @@ class FunctionRoutes:
         if self._route.stopped.is_set():  # the thread may be gone: nothing is resent now
             call.give_up(call.died(worker, exc))
             return
-        if not isinstance(exc, LocalFailure) and not isinstance(exc, WorkerMarkedDead):
-            self._resend(call, worker, True)  # the driver may not know yet: it is told
-        else:
-            self._resend(call, worker, False)
+        # Unless rank 0 itself marked it dead (or this process decided), the driver may
+        # not know yet: the resending thread tells it.
+        self._resend(call, worker, not isinstance(exc, (LocalFailure, WorkerMarkedDead)))
 
     def again(self, call: FunctionCall) -> None:
         """``call`` raised an exception it retries on (``retry_exceptions``): send it again."""
@@ -316,12 +315,10 @@ class FunctionCall:
         try:
             wire = attempt.value()
         except Exception as exc:
+            worded = rpc_failure(self._what, spot.worker, exc)  # as the ref would say it
             error = exc.error if isinstance(exc, LocalFailure) else exc
-            died = isinstance(error, ActorDiedError) or isinstance(
-                rpc_failure(self._what, spot.worker, exc), ActorDiedError
-            )
-            if not died:
-                self.give_up(rpc_failure(self._what, spot.worker, exc))
+            if not isinstance(error, ActorDiedError) and not isinstance(worded, ActorDiedError):
+                self.give_up(worded)
             elif self._left != 0 and not self._route.stopped.is_set():
                 self._routes.lost(self, spot.worker, exc)
             else:
