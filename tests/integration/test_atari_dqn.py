@@ -49,6 +49,10 @@ def test_pong_collectors_stream_to_learner(cluster, tmp_path):
         train_every=4,
         target_update_every=10,
         replay_capacity=4096,
+        # Pushes wait for the steps they paid for: the learner's versions then advance
+        # while the collectors run, which the weight refreshes below count on (with the
+        # preset's lag of 1,024 transitions a loaded machine could train them all late).
+        max_train_lag=0,
     )
     learner, collectors = launch_actors(cfg, 2, learner_threads=1)
     _, w0 = actorrt.get(learner.get_weights.remote(-1, cpu=True), timeout=_T)
