@@ -150,12 +150,17 @@ class Restarts:
         why: str | None = None
         placed: Placement | None = None
         created: list[Any] = []  # every lease made, also on processes found unreachable
-        for attempt in range(CREATE_TRIES):
+        counted = False  # this restart is in the actor's count (one per restart)
+        for _ in range(CREATE_TRIES):
             placement: Placement | None = None
             try:
+                # A try that could not place the actor (no live process yet) left its
+                # count alone, so the first placement made counts the restart, not the
+                # first try.
                 placement = self._directory.replace(
-                    actor_id, recipe.options, recipe.record.class_name, retry=attempt > 0
+                    actor_id, recipe.options, recipe.record.class_name, retry=counted
                 )
+                counted = True
                 wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
                 meta = {**recipe.meta, "gpu_ids": placement.gpu_ids}
                 lease = create_remote(

@@ -82,3 +82,36 @@ def test_a_restart_on_a_process_that_cannot_be_reached_goes_on_to_another(monkey
     assert record is not None and record.worker == sent_to[1] not in ("w1", sent_to[0]), why
     (info,) = directory.actors()
     assert info.state == "ALIVE" and info.restarts == 1, info  # the failed try is no restart
+
+
+def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch):
+    """Every process died: the first try finds none to place the actor on, waits for a
+    replacement, and places it there. That is one restart (was: the try after the wait
+    was taken for a retry of a counted one, so actors() said restarts=0)."""
+    workers = [node("a"), node("a")]
+    driver = replace(workers[0], labels=(), hosts_actors=False)
+    ps = [ProcessInfo(0, "driver", driver)]
+    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
+    directory = ClusterDirectory(make_plan(ps, Layout()), ps)
+    options = ActorOptions(max_restarts=-1)
+    assert directory.place("a1", options, "A").worker == "w1"
+    restarts = Restarts(directory, pack=lambda peer, value: value)
+    restarts.keep(Recipe(ActorRecord("a1", "w1", "A", "", 0), "k", b"", (), {}, options, {}, -1))
+    waits = []
+
+    def replacement_joins():
+        waits.append(1)
+        directory.revive("w2")
+        restarts.worker_back("w2")
+        return True
+
+    restarts.await_capacity = replacement_joins
+    monkeypatch.setattr(restarts_mod, "create_remote", lambda *a: object())
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", lambda *a, **k: None)  # it answers
+    directory.mark_dead("w2")
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    record, why = restarts.locate("a1", timeout=10)
+    assert waits == [1] and record is not None and record.worker == "w2", (waits, why)
+    (info,) = directory.actors()
+    assert info.state == "ALIVE" and info.restarts == 1, info
