@@ -43,11 +43,22 @@
 #               the cuda transport with hand-set shares and
 #               without any GPU flag, CUDA objects GPU to GPU (about 4 min)
 # About 20 minutes in all. Every figure lands in $OUT/summary.txt.
+#
+# Where GPU time comes in short loans (one command of at most 10 minutes, about 15
+# minutes of machine time in all, start-up included), take the figures first, in
+# one command of about 8 minutes:
+#
+#   OUT=$OUT STEPS="machine throughput eval" THROUGHPUT_RUNS="cpu cuda" \
+#       bash examples/atari_dqn/gpu_check.sh
+#
+# then, on a later loan, STEPS="learner objects gputest" (about 7 minutes), and the Pong
+# recipe alone with PONG_S=540 (it needs the whole command).
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
 STEPS=${STEPS:-machine learner throughput eval pong objects}
 COLLECTORS=${COLLECTORS:-12}
+THROUGHPUT_RUNS=${THROUGHPUT_RUNS:-cpu cuda cpu-b32}  # the throughput step's runs
 TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
 PONG_S=${PONG_S:-660}
 # 6M frames: 400 s at the 15,000 frames/s aimed at, so the run (evaluations included)
@@ -88,8 +99,13 @@ for step in $STEPS; do
     throughput)
         # name transport extra-flags: the example's default batch on cpu and cuda, then
         # the old batch of 32 (same code) for comparison
-        for run in "cpu cpu" "cuda cuda" "cpu-b32 cpu --batch-size 32"; do
-            set -- $run
+        for name in $THROUGHPUT_RUNS; do
+            case $name in
+            cpu) set -- cpu cpu ;;
+            cuda) set -- cuda cuda ;;
+            cpu-b32) set -- cpu-b32 cpu --batch-size 32 ;;
+            *) note "  unknown throughput run $name (cpu, cuda, cpu-b32)"; continue ;;
+            esac
             name=$1 transport=$2
             shift 2
             timeout 400 $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
