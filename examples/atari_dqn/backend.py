@@ -2,8 +2,9 @@
 
 The learner and the collectors are plain classes; what makes them actors, and the waits
 the collectors and the driver do on their calls, go through a :class:`Backend`:
-``actor`` (create one), ``get``, ``put``, ``wait``, ``kill``, and ``died`` and ``restarting``
-(which actor an error says is gone, and whether it is coming back). A call itself is
+``actor`` (create one), ``get``, ``put``, ``wait``, ``kill``, and ``died``, ``object_lost``
+and ``restarting`` (which actor an error says is gone, whether an object's value is, and
+whether an actor is coming back). A call itself is
 written the same on both (``handle.method.remote(...)`` returns a ref), so the seam has
 no operation for it. Starting and stopping the runtime stays with the driver: actorrt's
 cluster has a layout and a plan, Ray's has neither.
@@ -69,6 +70,9 @@ class Backend(Protocol):
         its ``run``; the caller of ``run`` receives it wrapped in the method's error.
         """
 
+    def object_lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says an object's value cannot be had (its owner died, say)."""
+
     def restarting(self, exc: BaseException) -> bool:
         """Whether ``exc`` says its actor is being recreated (a later call may reach it).
 
@@ -116,6 +120,9 @@ class _Actorrt:
         if isinstance(exc, self._rt.ActorError) and exc.cause is not None:
             exc = exc.cause
         return exc.actor_id if isinstance(exc, self._rt.ActorDiedError) else None
+
+    def object_lost(self, exc: BaseException) -> bool:
+        return isinstance(exc, self._rt.ObjectLostError)
 
     def restarting(self, exc: BaseException) -> bool:
         return False
@@ -177,6 +184,11 @@ class _Ray:
         if isinstance(exc, RayActorError):
             return exc.actor_id
         return None
+
+    def object_lost(self, exc: BaseException) -> bool:
+        from ray.exceptions import ObjectLostError  # OwnerDiedError is one
+
+        return isinstance(exc, ObjectLostError)
 
     def restarting(self, exc: BaseException) -> bool:
         from ray.exceptions import ActorUnavailableError

@@ -251,7 +251,17 @@ class ActorLink:
         reply = self._rt.get(handle, timeout)
         if isinstance(reply, tuple) and len(reply) == 2 and not isinstance(reply[1], dict):
             # (version, ref) of weights the learner published: fetched from its process
-            return reply[0], self._rt.get(reply[1], timeout)
+            try:
+                return reply[0], self._rt.get(reply[1], timeout)
+            except Exception as exc:
+                if not self._rt.object_lost(exc):
+                    raise
+                # The weights live in the learner's process, so this most likely means the
+                # learner died after it answered. Asking it says so as a failed push does
+                # (the learner's ActorDiedError, which the driver recovers from); a learner
+                # that answers leaves the object's own error.
+                self._rt.get(self._learner.stats.remote(), timeout)
+                raise
         return reply
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 import actorrt
 from examples.atari_dqn.backend import backend
 from examples.atari_dqn.collector import ActorLink, Collector
@@ -41,3 +43,46 @@ def test_a_repointed_collector_pushes_to_the_new_learner_and_refetches_weights()
     assert isinstance(collector.link, ActorLink)
     assert collector.link._learner == "new"
     assert collector.core.weight_version == -1  # whatever version the new one counts from
+
+
+def _link_whose_learner(monkeypatch, stats_answer):
+    """An ActorLink whose published weights are lost; the learner's ``stats`` call then
+    returns or raises ``stats_answer``."""
+    learner = SimpleNamespace(actor_id=LEARNER.actor_id,
+                              stats=SimpleNamespace(remote=lambda: "stats-ref"))  # fmt: skip
+    link = ActorLink(learner, "actorrt")
+    lost = actorrt.ObjectLostError("object 1 is lost: its owner process is unreachable")
+    asked = []
+
+    def get(ref, timeout):
+        asked.append(ref)
+        if ref == "reply-ref":  # get_weights answered: (version, ref of the weights)
+            return (3, "weights-ref")
+        if ref == "weights-ref":
+            raise lost
+        if isinstance(stats_answer, BaseException):
+            raise stats_answer
+        return stats_answer
+
+    monkeypatch.setattr(link._rt, "get", get)
+    return link, lost, asked
+
+
+def test_weights_lost_with_the_learner_raise_the_learners_death(monkeypatch):
+    """Was: the collector's run failed with the bare ObjectLostError (the weights' owner,
+    the learner's process, had died), which the driver did not take for the learner's
+    death, so a run with --learner-restarts ended with that error instead of resuming."""
+    link, _, asked = _link_whose_learner(monkeypatch, _died(LEARNER.actor_id))
+    with pytest.raises(actorrt.ActorDiedError) as raised:
+        link.result("reply-ref", 5)
+    assert asked == ["reply-ref", "weights-ref", "stats-ref"]
+    run_failed = actorrt.ActorError("Collector.run raised", raised.value, "tb", "c" * 32)
+    assert learner_death(CREW, run_failed)
+
+
+def test_weights_lost_while_the_learner_answers_raise_the_objects_error(monkeypatch):
+    link, lost, _ = _link_whose_learner(monkeypatch, {"frames": 0})
+    with pytest.raises(actorrt.ObjectLostError) as raised:
+        link.result("reply-ref", 5)
+    assert raised.value is lost
+    assert not learner_death(CREW, lost)
