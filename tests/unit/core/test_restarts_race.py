@@ -20,17 +20,24 @@ from actorrt.runtime.protocol import ActorRecord  # noqa: E402
 from actorrt.runtime.restarts import Recipe, Restarts  # noqa: E402
 
 
-def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypatch):
-    workers = [node("a"), node("a"), node("a")]
-    driver = replace(workers[0], labels=(), hosts_actors=False)
+def _cluster(workers: int, max_restarts: int) -> tuple[ClusterDirectory, Restarts]:
+    """A directory over a driver and ``workers`` processes, actor ``a1`` placed on
+    ``w1``, and rank 0's restarts keeping its recipe."""
+    nodes = [node("a") for _ in range(workers)]
+    driver = replace(nodes[0], labels=(), hosts_actors=False)
     ps = [ProcessInfo(0, "driver", driver)]
-    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
+    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(nodes)]
     directory = ClusterDirectory(make_plan(ps, Layout()), ps)
-    options = ActorOptions(max_restarts=3)
+    options = ActorOptions(max_restarts=max_restarts)
     assert directory.place("a1", options, "A").worker == "w1"
     restarts = Restarts(directory, pack=lambda peer, value: value)
     record = ActorRecord("a1", "w1", "A", "", 0)
-    restarts.keep(Recipe(record, "k", b"", (), {}, options, {}, left=3))
+    restarts.keep(Recipe(record, "k", b"", (), {}, options, {}, left=max_restarts))
+    return directory, restarts
+
+
+def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypatch):
+    directory, restarts = _cluster(3, max_restarts=3)
     created_on = []
 
     def create(worker, actor_id, class_key, class_blob, wire, meta):
@@ -55,15 +62,7 @@ def test_a_process_dying_while_the_actor_is_recreated_there_sends_it_on(monkeypa
 def test_a_restart_on_a_process_that_cannot_be_reached_goes_on_to_another(monkeypatch):
     """The process chosen is dead but not yet marked: it is judged, and the actor goes on
     (was: declared gone, "recreating it failed", with restarts left)."""
-    workers = [node("a"), node("a"), node("a")]
-    driver = replace(workers[0], labels=(), hosts_actors=False)
-    ps = [ProcessInfo(0, "driver", driver)]
-    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
-    directory = ClusterDirectory(make_plan(ps, Layout()), ps)
-    options = ActorOptions(max_restarts=-1)
-    assert directory.place("a1", options, "A").worker == "w1"
-    restarts = Restarts(directory, pack=lambda peer, value: value)
-    restarts.keep(Recipe(ActorRecord("a1", "w1", "A", "", 0), "k", b"", (), {}, options, {}, -1))
+    directory, restarts = _cluster(3, max_restarts=-1)
     judged = []
     restarts.on_unreachable = lambda worker: (judged.append(worker), directory.suspect(worker))
     sent_to = []
@@ -88,15 +87,7 @@ def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch)
     """Every process died: the first try finds none to place the actor on, waits for a
     replacement, and places it there. That is one restart (was: the try after the wait
     was taken for a retry of a counted one, so actors() said restarts=0)."""
-    workers = [node("a"), node("a")]
-    driver = replace(workers[0], labels=(), hosts_actors=False)
-    ps = [ProcessInfo(0, "driver", driver)]
-    ps += [ProcessInfo(i + 1, f"w{i + 1}", n) for i, n in enumerate(workers)]
-    directory = ClusterDirectory(make_plan(ps, Layout()), ps)
-    options = ActorOptions(max_restarts=-1)
-    assert directory.place("a1", options, "A").worker == "w1"
-    restarts = Restarts(directory, pack=lambda peer, value: value)
-    restarts.keep(Recipe(ActorRecord("a1", "w1", "A", "", 0), "k", b"", (), {}, options, {}, -1))
+    directory, restarts = _cluster(2, max_restarts=-1)
     waits = []
 
     def replacement_joins():
