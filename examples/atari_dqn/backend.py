@@ -4,10 +4,10 @@ The learner and the collectors are plain classes; what makes them actors, and th
 the collectors and the driver do on their calls, go through a :class:`Backend`:
 ``actor`` (create one), ``get``, ``put``, ``wait``, ``kill``, and ``died``, ``object_lost``
 and ``restarting`` (which actor an error says is gone, whether an object's value is, and
-whether an actor is coming back). A call itself is
-written the same on both (``handle.method.remote(...)`` returns a ref), so the seam has
-no operation for it. Starting and stopping the runtime stays with the driver: actorrt's
-cluster has a layout and a plan, Ray's has neither.
+whether an actor is coming back). A call itself is written the same on both
+(``handle.method.remote(...)`` returns a ref), so the seam has no operation for it.
+Starting and stopping the runtime stays with the driver: actorrt's cluster has a layout
+and a plan, Ray's has neither.
 
 A collector is given the backend's name (a string pickles everywhere) and looks the
 backend up in its own process with :func:`backend`.

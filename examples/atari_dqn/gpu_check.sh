@@ -48,7 +48,7 @@
 # minutes of machine time in all, start-up included), take the figures first, in
 # one command of about 8 minutes:
 #
-#   OUT=$OUT STEPS="machine throughput eval" THROUGHPUT_RUNS="cpu cuda" \
+#   OUT=/tmp/gpu-out STEPS="machine throughput eval" THROUGHPUT_RUNS="cpu cuda" \
 #       bash examples/atari_dqn/gpu_check.sh
 #
 # then, on a later loan, STEPS="learner objects gputest" (about 7 minutes), and the Pong
