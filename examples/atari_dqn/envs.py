@@ -15,6 +15,7 @@ newest frame of each observation (``obs[-1]``) is exactly what the replay ring s
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -34,16 +35,23 @@ __all__ = [
 ]
 
 _ALE_REGISTERED = False
+# Actors in one process are constructed on threads of their own, and ale_py's package
+# imports its submodules while one of them imports it back: two threads importing it at
+# once met Python's import-deadlock escape, and one got the half-made module
+# ("partially initialized module 'ale_py' has no attribute 'ALEVectorInterface"). The
+# first import of each process, and the registration, happen under this lock.
+_ALE_LOCK = threading.Lock()
 
 
 def _register_ale() -> None:
     """Registers the ALE namespace once per process (ale-py ships the ROMs)."""
     global _ALE_REGISTERED
-    if not _ALE_REGISTERED:
-        import ale_py
+    with _ALE_LOCK:
+        if not _ALE_REGISTERED:
+            import ale_py
 
-        gym.register_envs(ale_py)
-        _ALE_REGISTERED = True
+            gym.register_envs(ale_py)
+            _ALE_REGISTERED = True
 
 
 def make_env(
@@ -212,7 +220,8 @@ def ale_vector_env(
     Also what ``benchmarks.dqn_throughput`` steps with random actions for the emulator's
     own rate, so both measure the same emulation.
     """
-    from ale_py.vector_env import AtariVectorEnv
+    with _ALE_LOCK:  # see _ALE_LOCK
+        from ale_py.vector_env import AtariVectorEnv
 
     frames_cap = 108_000 if max_episode_steps is None else max_episode_steps * cfg.frame_skip
     return AtariVectorEnv(

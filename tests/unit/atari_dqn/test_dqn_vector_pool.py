@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -82,3 +87,52 @@ def test_frames_are_gymnasiums_atari_preprocessing_pixel_for_pixel():
     finally:
         env.close()
         pool.close()
+
+
+_TWO_THREADS = """
+import importlib.abc, sys, threading, time
+from examples.atari_dqn import envs
+from examples.atari_dqn.config import config_for_env
+
+class SlowRegistration(importlib.abc.MetaPathFinder):
+    # Holds ale_py's package import between its `vector_env` import and the
+    # `ALEVectorInterface` it sets later: the window a second thread could meet.
+    def find_spec(self, name, path=None, target=None):
+        if name == "ale_py.registration":
+            time.sleep(1.0)
+        return None
+
+sys.meta_path.insert(0, SlowRegistration())
+cfg = config_for_env("ALE/Pong-v5")
+errors = []
+
+def make():
+    try:
+        envs.ale_vector_env(cfg, 1).close()
+    except Exception as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+
+first = threading.Thread(target=make)
+first.start()
+time.sleep(0.5)  # the first is in the window now
+make()
+first.join(60)
+print("ERRORS", errors)
+"""
+
+
+def test_two_actors_making_ale_envs_at_once_in_a_fresh_process_both_get_one():
+    """Actors in one process are constructed on threads of their own. Was: the second
+    collector to import ale-py got its half-made package and failed in ``__init__``
+    ("partially initialized module 'ale_py' has no attribute 'ALEVectorInterface'"),
+    seen in a full test run. A fresh interpreter: this one has ale-py imported already."""
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", _TWO_THREADS],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert "ERRORS []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
