@@ -35,11 +35,12 @@ __all__ = [
 ]
 
 _ALE_REGISTERED = False
-# Actors in one process are constructed on threads of their own, and ale_py's package
-# imports its submodules while one of them imports it back: two threads importing it at
-# once met Python's import-deadlock escape, and one got the half-made module
-# ("partially initialized module 'ale_py' has no attribute 'ALEVectorInterface"). The
-# first import of each process, and the registration, happen under this lock.
+# Actors in one process are constructed on threads of their own. ale_py's package imports
+# its vector_env submodule partway through its own import; a second thread's import of
+# ale_py.vector_env then finds that submodule complete and does not wait for the package,
+# so it used the half-made one ("partially initialized module 'ale_py' has no attribute
+# 'ALEVectorInterface'"). The first import of each process, and the registration, happen
+# under this lock.
 _ALE_LOCK = threading.Lock()
 
 
