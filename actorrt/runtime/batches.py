@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import context, quick_rpc
+from actorrt.runtime import context, quick_rpc, streams
 from actorrt.runtime.host import post_call
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
@@ -264,9 +264,11 @@ def _fail(future: torch.futures.Future[Wire], error: Exception) -> None:
 @rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
 def rpc_call_batch(caller: str, calls: list[BatchedCall]) -> torch.futures.Future[None]:
     """Runs on the callee: hands each call to its actor; replies go back one by one."""
+    streams.arrived(calls)
     return context.part(ReplyBatches).accept(caller, calls)
 
 
 def rpc_replies(worker: str, replies: list[Reply]) -> None:
     """Runs on the caller: completes the calls ``worker`` answered."""
+    streams.arrived(replies)
     context.part(CallBatches).resolve(worker, replies)

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import quick_rpc
+from actorrt.runtime import quick_rpc, streams
 
 __all__ = [
     "Member",
@@ -183,6 +183,7 @@ def start_agent(
     devices = _create_device_list(list(options.devices), options.device_maps, reverse)
     if devices and torch.cuda.is_available():
         torch.cuda.init()  # type: ignore[no-untyped-call]  # before CUDA tensors come in
+    streams.enable(devices if torch.cuda.is_available() else [])
     with _lock:
         _devices, _reverse_maps, _on_member, _store = devices, reverse, on_member, store
         _agents_started += 1

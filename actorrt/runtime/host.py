@@ -18,7 +18,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.placement.functions import EXECUTOR_PREFIX
-from actorrt.runtime import context, group, quick_rpc
+from actorrt.runtime import context, group, quick_rpc, streams
 from actorrt.runtime.executor import open_executor
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
@@ -188,6 +188,7 @@ def rpc_create(
     actor_id: str, class_key: str, class_blob: bytes | None, wire: Wire, meta: dict[str, Any]
 ) -> ActorLease:
     """Runs on the chosen process under ``rpc.remote``; returns the lease the RRef holds."""
+    streams.arrived(wire)
     return _host().create(actor_id, class_key, class_blob, wire, **meta)
 
 
@@ -223,6 +224,7 @@ def rpc_call(
     # torch's own future type, without the Python subclass's __init__ (a third of the
     # cost of making one); torch takes either from an async_execution function.
     future: torch.futures.Future[Wire] = torch._C.Future([])  # type: ignore[assignment]
+    streams.arrived(wire)
     context.part(ActorHost).deliver(actor_id, Call(caller, seq, method, wire, future))
     return future
 

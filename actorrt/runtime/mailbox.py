@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from actorrt.errors import ObjectLostError
-from actorrt.runtime import devices
+from actorrt.runtime import devices, streams
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.exits import exit_asked, exit_reason, in_method, take_exit
 from actorrt.runtime.objects import resolve_args, resolve_args_async
@@ -421,6 +421,7 @@ class Mailbox:
         except Exception as exc:  # the return value cannot be pickled: the caller hears why
             what = f"{self._prefix}{call.method}: its return value"
             wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
+        streams.leaving(wire)  # the agent sends it on streams that do not wait for ours
         call.future.set_result(wire)
         if _trace.ON:
             _trace.answered(self._class_name, self.actor_id, call, wire)

@@ -39,7 +39,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
-from actorrt.runtime import context
+from actorrt.runtime import context, streams
 from actorrt.runtime.protocol import KEEP, LOST, OK, RELAY
 
 if TYPE_CHECKING:
@@ -206,6 +206,7 @@ class ObjectStore:
 
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
         """Keeps ``value`` here as a new object, held directly by ``holder``; its id."""
+        streams.leaving_all()  # fetches are served on streams that do not wait for ours
         object_id = uuid.uuid4().hex
         with self._lock:
             self._values[object_id] = value
@@ -375,6 +376,7 @@ class ObjectStore:
 
     def keep_copy(self, object_id: str, value: Any) -> None:
         """Keeps a fetched value for :data:`RELAY_S`, for this host's other processes."""
+        streams.leaving_all()  # the copy in has landed before another process reads it
         until = time.monotonic() + RELAY_S
         with self._lock:
             self._copies[object_id] = (value, until)

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
+from actorrt.runtime import streams
+
 __all__ = ["forget", "rpc_async", "quick"]
 
 try:
@@ -196,7 +198,9 @@ def rpc_async(
         args: Its positional arguments.
 
     Returns:
-        The future of ``fn``'s result, as ``rpc.rpc_async`` returns it.
+        The future of ``fn``'s result, as ``rpc.rpc_async`` returns it, whose CUDA
+        tensors are ordered for the default streams before any other callback runs
+        (:func:`actorrt.runtime.streams.arrived`).
 
     Raises:
         RuntimeError: RPC is not running here, or ``worker`` is not in the group.
@@ -204,6 +208,7 @@ def rpc_async(
     """
     if not _QUICK or _profiler_enabled():
         public: torch.futures.Future[Any] = rpc.rpc_async(worker, fn, args=args, timeout=0)
+        streams.on_arrival(public)
         return public
     known = _infos.get(worker)  # _worker_info()'s common case, without its call
     if known is not None and known[0] is _get_current_rpc_agent():
@@ -224,4 +229,5 @@ def rpc_async(
         0,
         is_async,
     )
+    streams.on_arrival(future)
     return future

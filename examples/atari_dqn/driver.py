@@ -199,6 +199,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--eval-episodes", type=int, default=None, help="episodes per evaluation (default: preset)"
     )
     p.add_argument(
+        "--eval-max-frames",
+        type=int,
+        default=None,
+        help="emulator frames one evaluation may take, shared by its episodes (default: "
+        "preset, 50,000 on Atari; 0: no shared cap, each episode to its own end)",
+    )
+    p.add_argument(
         "--batch-size",
         type=int,
         default=None,
@@ -236,6 +243,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--num-workers must be >= 1")
     if args.learner_restarts < -1:
         p.error("--learner-restarts must be >= 0, or -1 for no limit")
+    if args.eval_max_frames is not None and args.eval_max_frames < 0:
+        p.error("--eval-max-frames must be >= 0 (0: no shared cap)")
     if args.backend == "ray":
         actorrt_only = {
             "--init-method": args.init_method,
@@ -274,6 +283,9 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         learning_starts=args.learning_starts,
         replay_capacity=args.replay_capacity,
     )
+    eval_max_frames = getattr(args, "eval_max_frames", None)
+    if eval_max_frames is not None:
+        cfg.eval_max_frames = eval_max_frames or None  # 0: no shared cap
     # Never reserve more ring than the run can fill: each agent step writes one record,
     # plus one per episode start (the slack).
     steps = math.ceil(cfg.total_frames / cfg.frame_skip)

@@ -112,3 +112,12 @@ def test_the_batch_follows_the_learners_device(capsys):
         "batch 512: one gradient step per 64 transitions (8 samples per transition), "
         "lr 0.0004, target copy every 62 steps"
     )
+
+
+def test_the_evaluations_shared_frame_cap_can_be_set_or_lifted(capsys):
+    assert build_config(parse_args([])).eval_max_frames == 50_000  # the Atari preset
+    assert build_config(parse_args(["--eval-max-frames", "800000"])).eval_max_frames == 800_000
+    assert build_config(parse_args(["--eval-max-frames", "0"])).eval_max_frames is None
+    with pytest.raises(SystemExit):
+        parse_args(["--eval-max-frames", "-1"])
+    assert "--eval-max-frames must be >= 0" in capsys.readouterr().err
