@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MIRRORED = {
     "examples/atari_dqn/README.md": "examples/atari_dqn/README.md",
     "examples/atari_dqn/cartpole_curve.png": "examples/atari_dqn/cartpole_curve.png",
+    "examples/atari_dqn/pong_h200_curve.png": "examples/atari_dqn/pong_h200_curve.png",
     "CHANGELOG.md": "changelog.md",
 }
 
