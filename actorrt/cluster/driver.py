@@ -130,6 +130,7 @@ class Driver:
         self._born: dict[int, float] = {}
         self._young_deaths: dict[int, int] = {}
         self._replacing: set[int] = set()
+        self._exit_seen: set[int] = set()  # ranks whose process's exit was handled
         self._admitted = threading.Condition()
         self._admissions = 0
         self._rank_joining: int | None = None  # the local replacement joining now
@@ -311,6 +312,7 @@ class Driver:
             name = process_setup.process_name(rank)
             replace = self._restarts.get(rank, 0) < self.max_worker_restarts
             with self._admitted:
+                self._exit_seen.add(rank)
                 if replace:  # before it is marked: its actors' restarts may wait for it
                     self._replacing.add(rank)
                 if self._rank_joining == rank:  # it died joining: the next one may join
@@ -391,6 +393,8 @@ class Driver:
             self._joining[name] = (time.monotonic(), rpc_id)
             self._born[rank] = time.monotonic()
             cluster.respawn(rank, plan=self.published, rpc_id=rpc_id)
+            with self._admitted:
+                self._exit_seen.discard(rank)  # a new process: its exit is to come
         except Exception as exc:  # stopping, or the store is gone: it stays dead
             if not rt.stopped.is_set():
                 log.warning("could not replace %s: %s", name, exc)
@@ -407,16 +411,36 @@ class Driver:
         restartable actor comes back once the replacement of its process is in.
         """
         with self._admitted:
-            if not self._replacing:
+            if not self._replacement_coming():
                 return False
             seen = self._admissions
             return (
                 self._admitted.wait_for(
-                    lambda: self._admissions != seen or not self._replacing,
+                    lambda: self._admissions != seen or not self._replacement_coming(),
                     timeout=REPLACEMENT_WAIT_S,
                 )
                 and self._admissions != seen
             )
+
+    def _replacement_coming(self) -> bool:
+        """Under ``_admitted``: whether a local replacement is on its way, or soon will be.
+
+        A death can be known before the zygote reports the exit that starts its
+        replacement: a call found the connection closed and the process gone
+        (``confirm_dead``), and the actor's restart came first. Such a rank, with
+        replacements left, counts as coming too.
+        """
+        if self._replacing:
+            return True
+        cluster = self.cluster
+        if cluster is None or (self.rt is not None and self.rt.stopped.is_set()):
+            return False
+        return any(
+            rank not in self._exit_seen
+            and self._restarts.get(rank, 0) < self.max_worker_restarts
+            and cluster.is_gone(rank)
+            for rank in self._born
+        )
 
     def _late_claim(self, claim: dict[str, Any], waited: float) -> dict[str, Any] | str | None:
         """Rank 0's answer to a worker claiming a place in the running cluster.
