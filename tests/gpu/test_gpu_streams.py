@@ -2,7 +2,7 @@
 
 Each round queues about 10 ms of GPU work (``torch.cuda._sleep``) before the value it
 sends is written, so a reader that is not ordered after the transfer reads the block's
-previous contents (the round before's value), not the value. Both directions: a call's
+previous contents (zeros, or an earlier round's value), not the value. Both directions: a call's
 argument read by the method at once, and a method's reply read by its caller at once.
 Without actorrt.runtime.streams both went wrong on an H200 (collectors' pushes read by
 the learner before their copy landed).
