@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from actorrt.runtime.devices import get_gpu_ids
     from actorrt.runtime.directory import ActorInfo, NodeInfo
     from actorrt.runtime.exits import exit_actor
+    from actorrt.runtime.trace import profile
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -110,6 +111,7 @@ _EXPORTS = {
     "NodeInfo": "actorrt.runtime.directory",
     "exit_actor": "actorrt.runtime.exits",
     "get_gpu_ids": "actorrt.runtime.devices",
+    "profile": "actorrt.runtime.trace",
 }
 
 __all__ = [
@@ -143,6 +145,7 @@ __all__ = [
     "method",
     "nodes",
     "plan",
+    "profile",
     "put",
     "remote",
     "shutdown",

@@ -172,6 +172,8 @@ def dqn_rate(cfg: Any, args: Any, frames: int) -> dict[str, Any]:
         "push_wait_s": got["push_wait_seconds"],
         "comm_percent": 100 * got["comm_share"],
         "wait_percent": 100 * got["wait_share"],
+        "act_percent": 100 * got["act_share"],
+        "env_percent": 100 * got["env_share"],
         "collectors": collectors,
         "transport": transport,
         "learner_gpus": args.learner_gpus,
@@ -197,8 +199,9 @@ def measure(
         f"DQN, {collectors} collector(s), training: {dqn['frames_per_s']:,.0f} frames/s, "
         f"{dqn['updates_per_s']:,.1f} updates/s of batch {dqn['batch_size']}, replay ratio "
         f"{dqn['replay_ratio']:.2f} (preset {dqn['preset_replay_ratio']:g}), learner thread "
-        f"in steps {dqn['learner_busy_percent']:.0f}% of the time, collectors waiting "
-        f"{dqn['wait_percent']:.0f}%",
+        f"in steps {dqn['learner_busy_percent']:.0f}% of the time; collectors emulating "
+        f"{dqn['env_percent']:.0f}%, acting {dqn['act_percent']:.0f}%, waiting "
+        f"{dqn['wait_percent']:.0f}% of theirs",
         flush=True,
     )
     second = raw_rate(cfg, collectors, raw_seconds)

@@ -9,7 +9,9 @@ cluster records, per actor call:
   method), its **run** (the method), and its **reply** (packing the return value and
   handing it to RPC), with the reply's bytes;
 - on a process that fetches an object from its owner, the **fetch**, with its bytes,
-  the owner and the road its tensors took.
+  the owner and the road its tensors took;
+- anywhere, the **spans** user code marks with :class:`profile` (``actorrt.profile``), on
+  the thread that ran them or on a named track of their own (:func:`span`).
 
 :func:`gather` (``actorrt.timeline(path)``) asks every live process for its records and
 writes one Chrome trace / Perfetto JSON file: one row per process, one track per thread
@@ -34,11 +36,13 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import ContextDecorator
 from typing import Any
 
 import torch
 
 from actorrt.runtime import context
+from actorrt.runtime.gpu_spans import GpuSpans
 
 __all__ = [
     "MAX_EVENTS",
@@ -51,9 +55,11 @@ __all__ = [
     "events",
     "fetching",
     "gather",
+    "profile",
     "ran",
     "rpc_collect",
     "sent",
+    "span",
     "started",
     "to_chrome",
 ]
@@ -65,12 +71,17 @@ MAX_EVENTS = 1_000_000
 """Records kept per process at most (about 100 bytes each); later ones are counted only."""
 
 _CALL, _WAIT, _RUN, _REPLY, _FETCH = "call", "wait", "run", "reply", "fetch"
+_SPAN = "span"
+_TRACK_BASE = 1 << 48  # ids of named tracks: above any thread id the records hold
 
 # (kind, name, begin ns, end ns, thread id, call key, detail dict)
 _events: list[tuple[str, str, int, int, int, str, dict[str, Any]]] = []
 _dropped = [0]
 _threads: dict[int, str] = {}  # thread id -> its name, for every thread that recorded
 _stamps: dict[int, list[Any]] = {}  # id(call) -> [arrival, start, end of run, run thread]
+_tracks: dict[str, int] = {}  # named track -> its id among the thread ids
+_tracks_lock = threading.Lock()  # two new tracks at once must not get one id
+_gpu_spans = GpuSpans(time.time_ns)  # profile(cuda=True) spans whose GPU work is queued
 
 clock = time.time_ns
 
@@ -87,6 +98,8 @@ def enable(on: bool = True) -> None:
     _events.clear()
     _threads.clear()
     _stamps.clear()
+    _tracks.clear()
+    _gpu_spans.clear()
     _dropped[0] = 0
     ON = bool(on)
 
@@ -109,6 +122,15 @@ def _thread() -> int:
     tid = threading.get_ident()
     if tid not in _threads:
         _threads[tid] = threading.current_thread().name
+    return tid
+
+
+def _track(name: str) -> int:
+    tid = _tracks.get(name)
+    if tid is None:
+        with _tracks_lock:
+            tid = _tracks.setdefault(name, _TRACK_BASE + len(_tracks))
+            _threads[tid] = name
     return tid
 
 
@@ -276,12 +298,89 @@ def answered(actor: str, actor_id: str, call: Any, wire: Any) -> None:
     _record(_REPLY, what, ran_end or end, end, here, key, {**detail, "bytes": wire_bytes(wire)})
 
 
+# -- user spans -----------------------------------------------------------------------
+
+
+def span(name: str, begin: int, end: int, track: str | None = None, **detail: Any) -> None:
+    """Records a span whose times are known already; nothing unless this process traces.
+
+    Args:
+        name: What it was (its title on the timeline).
+        begin: Its start, :func:`clock` nanoseconds.
+        end: Its end, :func:`clock` nanoseconds.
+        track: A track of its own to put it on (for example work a GPU did, timed with
+            CUDA events); default: the calling thread's.
+        **detail: Shown with it (``args``); JSON-ready values.
+    """
+    if not ON:
+        return
+    tid = _thread() if track is None else _track(track)
+    _record(_SPAN, name, begin, end, tid, "", detail)
+
+
+class profile(ContextDecorator):  # noqa: N801 - used as a function is, like contextlib's
+    """Marks a block of code as one span on the timeline (``with actorrt.profile("step"):``).
+
+    The span lies on the thread that ran the block, in the process that ran it (the
+    driver, an actor's method, a thread of the actor's own), beside the calls' records
+    (``cat`` ``span``); spans nest. It is recorded only where the cluster traces
+    (``actorrt.start(trace=True)`` or ``ACTORRT_TRACE=1``); anywhere else, actorrt
+    started or not, the block just runs, at the cost of a flag test. Also a decorator:
+    ``@actorrt.profile("load")`` makes each call of the function a span.
+
+    With ``cuda=True`` the span also gets a twin on the process's ``cuda:N`` track: when
+    the GPU ran the work the block queued, timed with CUDA events on the thread's
+    current stream, with ``lag_ms``, how long after the block ended the GPU finished it.
+    Near zero, the GPU waits for the host; many milliseconds, the GPU is the limit
+    (:mod:`actorrt.runtime.gpu_spans`).
+
+    Args:
+        name: What the block does (its title on the timeline).
+        cuda: Also show when the GPU ran the block's work (ignored without CUDA).
+        **detail: Shown with the span (``args``); JSON-ready values.
+    """
+
+    def __init__(self, name: str, cuda: bool = False, **detail: Any) -> None:
+        self.name, self.cuda, self.detail = name, cuda, detail
+        self._begin = 0  # clock() at entry; 0: not recording this time
+        self._gpu: tuple[int, Any] | None = None
+
+    def _recreate_cm(self) -> profile:
+        # As a decorator: a fresh span per call, so calls on several threads do not
+        # share one entry time.
+        return profile(self.name, self.cuda, **self.detail)
+
+    def __enter__(self) -> None:
+        if not ON:
+            self._begin = 0
+            return
+        if self.cuda and torch.cuda.is_available():
+            self._gpu = _gpu_spans.opened()
+        self._begin = clock()
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._begin:
+            return
+        end = clock()
+        span(self.name, self._begin, end, **self.detail)
+        if self._gpu is not None:
+            _gpu_spans.closed(self._gpu, self.name, end, self.detail)
+            self._gpu = None
+            _record_gpu_spans()
+
+
+def _record_gpu_spans() -> None:
+    for done in _gpu_spans.finished():
+        span(done.name, done.begin, done.end, track=done.track, **done.detail)
+
+
 # -- gathering --------------------------------------------------------------------------
 
 
 def rpc_collect() -> dict[str, Any]:
     """This process's records and who it is (asked by the driver's :func:`gather`)."""
     rt = context.installed()  # the runtime, without importing it (it imports this module)
+    _record_gpu_spans()  # what the GPU finished since the last span closed
     return {
         "name": getattr(rt, "name", "?"),
         "rank": getattr(rt, "rank", -1),
@@ -335,9 +434,9 @@ def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[
     """Turns per-process records into a Chrome trace (Perfetto reads the same JSON).
 
     Processes are rows (sorted by rank), their threads the tracks; round trips and
-    mailbox waits, which overlap, are async slices; runs and replies are complete
-    slices on the thread that did them. Times are microseconds from the first record
-    (``otherData.start_unix_ns``).
+    mailbox waits, which overlap, are async slices; runs, replies and spans are complete
+    slices on the thread (or named track) that did them. Times are microseconds from
+    the first record (``otherData.start_unix_ns``).
     """
     out: list[dict[str, Any]] = []
     dropped = 0
@@ -357,9 +456,13 @@ def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[
         for kind, name, begin, end, tid, key, detail in part["events"]:
             ts = (begin - offset - base) / 1000.0  # microseconds, the format's unit
             ts_end = (max(begin, end) - offset - base) / 1000.0
-            args = {"call": key, **detail}
+            args = {"call": key, **detail} if key else dict(detail)
             where = {"cat": kind, "pid": pid, "tid": tid}
-            if kind in (_CALL, _WAIT, _FETCH):
+            if kind == _SPAN:
+                out.append(
+                    {**where, "name": name, "ph": "X", "ts": ts, "dur": ts_end - ts, "args": args}
+                )
+            elif kind in (_CALL, _WAIT, _FETCH):
                 title = f"wait {name}" if kind == _WAIT else name
                 common = {**where, "name": title, "id": key}
                 out.append({**common, "ph": "b", "ts": ts, "args": args})

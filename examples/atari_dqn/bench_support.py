@@ -130,8 +130,9 @@ def run_with_actors(
         spent in calls to the learner: sending pushes and weight requests, and waiting
         for replies), ``send_share``, ``wait_share``, ``train_seconds`` (the learner's
         host time in gradient steps in that phase), ``push_wait_seconds`` (its pushes'
-        time held for training to catch up, summed), and ``collectors`` (each loop's
-        counters).
+        time held for training to catch up, summed), ``act_share`` and ``env_share``
+        (mean over collectors of the share of their loop's time spent choosing actions
+        and stepping the emulators), and ``collectors`` (each loop's counters).
     """
     from examples.atari_dqn.backend import backend as make_backend
     from examples.atari_dqn.driver import launch_actors
@@ -173,6 +174,8 @@ def run_with_actors(
         "comm_share": share("send_seconds") + share("wait_seconds"),
         "send_share": share("send_seconds"),
         "wait_share": share("wait_seconds"),
+        "act_share": share("act_seconds"),
+        "env_share": share("env_seconds"),
         "train_seconds": after["train_seconds"] - before["train_seconds"],
         "push_wait_seconds": after["push_wait_seconds"] - before["push_wait_seconds"],
         "collectors": results,

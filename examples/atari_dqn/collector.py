@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+import actorrt
 from examples.atari_dqn.backend import backend
 from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.envs import AleVectorPool, EnvPool, make_pool, newest_frame
@@ -85,6 +86,8 @@ class CollectorCore:
         self.frames = 0  # emulator frames this collector produced
         self.agent_steps = 0
         self.episodes = 0
+        self.act_seconds = 0.0  # choosing actions (the policy's forward pass)
+        self.env_seconds = 0.0  # stepping the emulators
         self._streams = [(collector_id << _STREAM_SHIFT) + j for j in range(len(self.pool))]
         self.new_push_order()
         self._new_push()
@@ -165,11 +168,16 @@ class CollectorCore:
             the episodes that ended (raw game scores, before reward clipping).
         """
         pool = self.pool
+        clock = time.perf_counter
         for _ in range(steps):
+            t0 = clock()
             actions = epsilon_greedy(
                 self.q_net, pool.obs, self.epsilon(), self.n_actions, self.rng, self.device
             )
+            t1 = clock()
             next_obs, rewards, term, trunc, reset_obs, infos = pool.step(actions)
+            self.env_seconds += clock() - t1
+            self.act_seconds += t1 - t0
             for j in range(len(pool)):
                 self._add_record(
                     j,
@@ -330,7 +338,11 @@ def run_collect_loop(
         ``frames``, ``agent_steps``, ``episodes``, ``pushes``, ``weight_refreshes``,
         ``weight_version``, ``max_in_flight_seen``, ``seconds``, ``fps``, and the time
         spent talking to the learner (:class:`TimedLink`): ``send_seconds``,
-        ``wait_seconds`` and ``comm_share`` (their sum over ``seconds``).
+        ``wait_seconds`` and ``comm_share`` (their sum over ``seconds``); the time spent
+        choosing actions (``act_seconds``) and stepping the emulators (``env_seconds``).
+
+    On actorrt's timeline (``--trace``) each push's collection is a ``collect`` span and
+    each wait for the learner's replies a ``wait for learner`` span.
 
     Raises:
         TimeoutError: The learner did not answer within ``timeout``.
@@ -344,6 +356,7 @@ def run_collect_loop(
     pushes = 0
     max_seen = 0
     start_frames = core.frames
+    act0, env0 = core.act_seconds, core.env_seconds
     t0 = time.perf_counter()
 
     def apply_weights_if_ready(block: bool) -> None:
@@ -353,9 +366,11 @@ def run_collect_loop(
             weights_req = None
 
     while core.frames - start_frames < max_frames:
-        batch = core.collect(cfg.steps_per_push)
+        with actorrt.profile("collect", steps=cfg.steps_per_push):
+            batch = core.collect(cfg.steps_per_push)
         while len(in_flight) >= cfg.max_in_flight:
-            ready, in_flight = link.wait(in_flight, 1, timeout)
+            with actorrt.profile("wait for learner"):
+                ready, in_flight = link.wait(in_flight, 1, timeout)
             if not ready:
                 raise TimeoutError(
                     f"collector {core.collector_id}: the learner answered no push in {timeout}s"
@@ -389,6 +404,8 @@ def run_collect_loop(
         "send_seconds": timed.send_seconds,
         "wait_seconds": timed.wait_seconds,
         "comm_share": (timed.send_seconds + timed.wait_seconds) / seconds if seconds > 0 else 0.0,
+        "act_seconds": core.act_seconds - act0,
+        "env_seconds": core.env_seconds - env0,
     }
 
 

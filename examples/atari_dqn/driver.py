@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 import actorrt
+from examples.atari_dqn import timeline_report
 from examples.atari_dqn.backend import BACKENDS, ActorSpec, Backend
 from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
@@ -793,6 +794,10 @@ def _write_timeline(path: Path) -> str | None:
         print(f"timeline not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return None
     print(f"timeline: {path} ({len(trace['traceEvents']):,} events)", flush=True)
+    try:
+        print(timeline_report.report(trace), flush=True)  # where the time went
+    except ValueError:  # no gradient step on it (a run stopped before training)
+        pass
     return str(path)
 
 

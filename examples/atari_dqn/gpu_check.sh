@@ -22,6 +22,12 @@
 #               tell the batch's share of the change from the rest. Each prints the raw
 #               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
 #               ratio kept and how busy the training thread was (about 3 x 2 min)
+#   timeline    the example with $COLLECTORS collectors, --transport cuda and --trace,
+#               Pong, $TL_FRAMES frames (default 400,000): its timeline holds each
+#               gradient step on the learner's thread and on its GPU (cuda:0 track,
+#               with how far the GPU trails the thread), and each collector's collection
+#               and waits; the run prints where the time went
+#               (examples/atari_dqn/timeline_report.py) (about 1 min)
 #   eval        the README's default run (Pong, 2 collectors, 40,000 frames) and the
 #               issue's 4-collector cuda run (60,416 frames, with --trace: its
 #               timeline.json shows where the time goes): the final evaluation's
@@ -43,37 +49,42 @@
 #               and tests/gpu/test_gpu_streams.py (CUDA arguments and replies read after
 #               they land): the cuda transport with hand-set shares and without any GPU
 #               flag, CUDA objects GPU to GPU (about 4 min; GPUTEST_FILES picks files)
-# About 20 minutes in all. Every figure lands in $OUT/summary.txt.
+# About 20 minutes in all. Every figure lands in $OUT/summary.txt. With PACK=FILE the
+# results are packed at the end into one FILE.tar.gz, less what is too big to bring back
+# (checkpoints, TensorBoard event files): PACK="$OUT_OF_THE_DEVICE/gpu-check".
 #
 # Where GPU time comes in short loans (one command of at most 10 minutes, about 15
-# minutes of machine time in all, start-up included), take the issue's figures first, in
-# one command of about 8 minutes:
+# minutes of machine time in all, start-up included), on one H200 these took: machine,
+# throughput (cpu, cuda) and eval 2.5 minutes in all, the Pong recipe's 6M frames 4
+# minutes. So, in two commands:
 #
-#   OUT=/tmp/gpu-out STEPS="machine throughput eval" THROUGHPUT_RUNS="cpu cuda" \
-#       bash examples/atari_dqn/gpu_check.sh
+#   OUT=/tmp/gpu-out STEPS="machine throughput timeline eval" THROUGHPUT_RUNS="cuda" \
+#       PACK=$OUT_BACK/first bash examples/atari_dqn/gpu_check.sh          # ~4 min
+#   OUT=/tmp/gpu-out STEPS=pong PONG_FRAMES=12000000 PONG_S=540 \
+#       PONG_EXTRA="--eval-max-frames 0" PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# then, on a later loan, STEPS="learner objects gputest" (about 7 minutes), and the Pong
-# recipe alone with PONG_S=540 (it needs the whole command). On one H200 these steps took
-# far less: machine, throughput (cpu, cuda) and eval 2.5 minutes in all, the Pong recipe
-# 4 minutes. Each run's logdir holds its checkpoint.pt (27 MB for Pong): leave those out
-# when packing $OUT to bring it back; four-cuda/timeline.json is about 0.5 MB.
+# and STEPS="learner objects gputest" on a later loan (about 7 minutes). Each run's
+# logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
-STEPS=${STEPS:-machine learner throughput eval pong objects}
+STEPS=${STEPS:-machine learner throughput timeline eval pong objects}
 COLLECTORS=${COLLECTORS:-12}
 THROUGHPUT_RUNS=${THROUGHPUT_RUNS:-cpu cuda cpu-b32}  # the throughput step's runs
 TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
+TL_FRAMES=${TL_FRAMES:-400000}  # the timeline step's run
 PONG_S=${PONG_S:-660}
 # Each run's bound in seconds. Bound a loan's steps here, not with an outer `timeout`:
 # each run's own `timeout` ends its process group (the cluster with it) before the next.
 TP_S=${TP_S:-400}          # each throughput (and tcp) run
 EVAL_S=${EVAL_S:-300}      # each of the eval step's two runs
 GPUTEST_S=${GPUTEST_S:-500}
-GPUTEST_FILES=${GPUTEST_FILES:-tests/gpu/test_gpu_atari_dqn.py tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_objects.py tests/gpu/test_gpu_functions.py tests/gpu/test_gpu_streams.py}
+GPUTEST_FILES=${GPUTEST_FILES:-tests/gpu/test_gpu_atari_dqn.py tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_objects.py tests/gpu/test_gpu_functions.py tests/gpu/test_gpu_streams.py tests/gpu/test_gpu_profile.py}
 # 6M frames (the README's recipe) took 240 s on an H200 (docs/performance.md);
-# PONG_FRAMES=14000000 fills the issue's 10 minutes at that pace (not run yet).
+# PONG_FRAMES=14000000 fills the issue's 10 minutes at that pace; 12000000 with PONG_S=540 fits
+# one 10-minute command with its start-up (neither run yet).
 PONG_FRAMES=${PONG_FRAMES:-6000000}
+PONG_EXTRA=${PONG_EXTRA:-}  # more flags for the Pong run (e.g. --eval-max-frames 0)
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$SUMMARY"; }
@@ -88,6 +99,12 @@ eval_share() {
     else
         note "  no final line (see $log)"
     fi
+}
+
+# The lines a --trace run prints about where its time went (timeline_report.py).
+where_time_went() {
+    grep -E '^(timeline:|training phase|learner thread|learner GPU|collectors:|the limit)' "$1" \
+        | sed 's/^/    /' | tee -a "$SUMMARY"
 }
 
 for step in $STEPS; do
@@ -125,6 +142,13 @@ for step in $STEPS; do
             grep -E '^(GPUs:|raw|DQN|ratio)' "$OUT/throughput-$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         done
         ;;
+    timeline)
+        timeout "$EVAL_S" $PYTHON -m examples.atari_dqn --no-progress --collectors "$COLLECTORS" \
+            --transport cuda --total-frames "$TL_FRAMES" --trace --logdir "$OUT/timeline" \
+            > "$OUT/timeline.log" 2>&1
+        note "  $COLLECTORS collectors, cuda, $TL_FRAMES frames, traced (exit $?):"
+        where_time_went "$OUT/timeline.log"
+        ;;
     eval)
         timeout "$EVAL_S" $PYTHON -m examples.atari_dqn --no-progress --logdir "$OUT/default" \
             > "$OUT/default.log" 2>&1
@@ -137,12 +161,13 @@ for step in $STEPS; do
         note "  4 collectors, cuda, 60,416 frames (exit $?):"
         grep -E '^GPUs:' "$OUT/four-cuda.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         eval_share "$OUT/four-cuda.log"
+        where_time_went "$OUT/four-cuda.log"
         ;;
     pong)
         timeout "$PONG_S" $PYTHON -m examples.atari_dqn --env ALE/Pong-v5 \
             --collectors "$COLLECTORS" --transport cuda --total-frames "$PONG_FRAMES" \
             --replay-capacity 1000000 --eval-every 500000 --eval-episodes 8 \
-            --no-progress --logdir "$OUT/pong" > "$OUT/pong.log" 2>&1
+            --no-progress --logdir "$OUT/pong" $PONG_EXTRA > "$OUT/pong.log" 2>&1
         note "  Pong recipe, $PONG_FRAMES frames (exit $?; 124: cut at ${PONG_S} s):"
         grep -E '^(GPUs:|batch|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         tail -3 "$OUT/pong/metrics.csv" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
@@ -166,8 +191,12 @@ for step in $STEPS; do
         note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, learner, objects, throughput, eval, pong, tcp, gputest)"
+        note "  unknown step $step (machine, learner, objects, throughput, timeline, eval, pong, tcp, gputest)"
         ;;
     esac
 done
 note "== done $(date -u +%FT%TZ)"
+if [ -n "${PACK:-}" ]; then
+    tar -czf "$PACK.tar.gz" --exclude='checkpoint*.pt' --exclude='events.out.tfevents*' \
+        -C "$OUT" . && echo "packed: $PACK.tar.gz ($(du -h "$PACK.tar.gz" | cut -f1))"
+fi

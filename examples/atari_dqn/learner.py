@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import actorrt
 from examples.atari_dqn.backend import backend
 from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.envs import obs_spec
@@ -364,30 +365,43 @@ class Learner:
     def train_step(self) -> torch.Tensor:
         """One gradient step on a uniformly sampled batch.
 
+        On actorrt's timeline (``--trace``) each step is a ``train step`` span of the
+        training thread, its parts (``sample``, ``loss and backward``, ``optimizer``)
+        beneath it; on a GPU its twin on the learner's ``cuda:N`` track shows when the
+        GPU ran it and how far it trailed the thread (``lag_ms``).
+
         Returns:
             The loss, detached, on the learner's device: reading it waits for the step.
         """
+        with actorrt.profile(
+            "train step", cuda=self.device.type == "cuda", batch=self.cfg.batch_size
+        ):
+            return self._train_step()
+
+    def _train_step(self) -> torch.Tensor:
         cfg = self.cfg
         if cfg.lr_final_fraction != 1.0:
             progress = min(1.0, self.frames / max(1, cfg.total_frames))
             scale = 1.0 + progress * (cfg.lr_final_fraction - 1.0)
             for group in self.optimizer.param_groups:
                 group["lr"] = cfg.lr * scale
-        with self._replay_lock:
+        with actorrt.profile("sample"), self._replay_lock:
             # The gathers copy the batch out of the ring, so pushes may write to it as
             # soon as the lock is free (on a GPU: kernels queued after these).
             batch = self.replay.sample(cfg.batch_size, check=False)
-        loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, cfg.gamma)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
-        with self._param_lock:
-            self.optimizer.step()
-            self.updates += 1
-            self.weight_version += 1
-            if self.updates % cfg.target_update_every == 0:
-                self.target_net.load_state_dict(self.q_net.state_dict())
+        with actorrt.profile("loss and backward"):
+            loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, cfg.gamma)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+        with actorrt.profile("optimizer"):
+            if cfg.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
+            with self._param_lock:
+                self.optimizer.step()
+                self.updates += 1
+                self.weight_version += 1
+                if self.updates % cfg.target_update_every == 0:
+                    self.target_net.load_state_dict(self.q_net.state_dict())
         loss = loss.detach()
         with self._cv:
             # Summed on the device; stats() reads them back (one wait per call, not per

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -41,16 +42,32 @@ class Evaluator:
     """
 
     def __init__(self, cfg: DQNConfig, rt: Backend) -> None:
-        obs_shape, _, n_actions = obs_spec(cfg)
+        obs_shape, obs_dtype, n_actions = obs_spec(cfg)
         self.cfg = cfg
         self.rt = rt
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.q_net = build_q_network(cfg, obs_shape, n_actions).to(self.device)
         self.seconds: list[float] = []  # how long each evaluation took
+        # Made before the cluster starts (driver.main): the warm-up runs while it does.
+        blank = np.zeros((max(1, cfg.eval_episodes), *obs_shape), dtype=obs_dtype)
+        self._warm_up = threading.Thread(
+            target=self._forward, args=(blank,), name="evaluator-warm-up", daemon=True
+        )
+        self._warm_up.start()
+
+    def _forward(self, obs: np.ndarray) -> None:
+        """One forward pass on a batch of the evaluation's shape, its actions read back.
+
+        The first pass on a GPU sets cuDNN up (handles, kernels); done here, while the
+        cluster starts, it stays out of the first evaluation's time.
+        """
+        with torch.no_grad():
+            self.q_net(torch.as_tensor(obs, device=self.device)).argmax(dim=1).cpu()
 
     def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
         """Plays ``episodes`` (the config's) with the learner's weights; their returns."""
         began = time.monotonic()
+        self._warm_up.join(CALL_TIMEOUT_S)  # long done, unless the run was shorter
         reply = self.rt.get(learner.get_weights.remote(-1, cpu=True), CALL_TIMEOUT_S)
         _, state = reply
         self.q_net.load_state_dict({k: v.to(self.device) for k, v in state.items()})

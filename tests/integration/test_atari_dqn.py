@@ -153,6 +153,34 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
     pushes = [k for k, e in runs.items() if e["name"] == "Learner.push" and k in trips]
     assert pushes and all(trips[k]["ts"] <= runs[k]["ts"] for k in pushes)
     assert all(trips[k]["args"]["bytes_out"] > 0 for k in pushes)  # the batches' tensors
+    # the example's own spans: the learner's steps on its training thread, their parts
+    # inside them, and the collectors' collection on the collectors' processes
+    spans = [e for e in trace["traceEvents"] if e.get("cat") == "span"]
+    steps = [e for e in spans if e["name"] == "train step"]
+    learner_pid = runs[pushes[0]]["pid"]
+    assert steps and {e["pid"] for e in steps} == {learner_pid}, {e["name"] for e in spans}
+    threads = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["name"] == "thread_name"
+    }
+    assert {threads[e["pid"], e["tid"]] for e in steps} == {"learner-train"}
+    for part in ("sample", "loss and backward", "optimizer"):
+        inner = [e for e in spans if e["name"] == part]
+        assert len(inner) == len(steps), part
+        assert all(
+            any(
+                s["tid"] == e["tid"]
+                and s["ts"] <= e["ts"]
+                and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1
+                for s in steps
+            )
+            for e in inner
+        ), part
+    collects = {e["pid"] for e in spans if e["name"] == "collect"}
+    assert len(collects) == 2 and learner_pid not in collects, collects
+    # ... and the run says where its time went, read from that file
+    assert "learner thread in steps: " in out and "the limit: " in out, out[-2000:]
     assert "eval at" in out  # the periodic evaluation ran
     for name in ("metrics.csv", "learning_curve.png", "checkpoint.pt", "plan.json"):
         assert (logdir / name).stat().st_size > 0, name

@@ -20,7 +20,8 @@ import actorrt
 @actorrt.actor
 class Echo:
     def ping(self, x):
-        time.sleep(0.02)  # a run long enough to see, next to the waits behind it
+        with actorrt.profile("nap", ms=20):  # a span of the user's, inside the run
+            time.sleep(0.02)  # a run long enough to see, next to the waits behind it
         return x
 
 @actorrt.actor
@@ -56,7 +57,7 @@ def _spans(trace):
         elif ev["ph"] == "e":
             b = begins.pop((ev["cat"], ev["id"], ev["pid"]))
             out.setdefault(ev["id"], {})[ev["cat"]] = (b["ts"], ev["ts"], ev["pid"])
-        elif ev["ph"] == "X":
+        elif ev["ph"] == "X" and ev["cat"] != "span":
             key = ev["args"]["call"]
             out.setdefault(key, {})[ev["cat"]] = (ev["ts"], ev["ts"] + ev["dur"], ev["pid"])
     assert not begins, f"async slices never ended: {list(begins)[:3]}"
@@ -107,6 +108,17 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
     assert any(s["call"][2] != rep["driver"] for s in pings)
     sent = [ev for ev in trace["traceEvents"] if ev.get("cat") == "call" and ev["ph"] == "b"]
     assert any(ev["args"]["bytes_out"] >= 256 * 4 for ev in sent), sent[:2]
+    # the method's own spans lie inside its runs, on the actor's thread
+    naps = [ev for ev in trace["traceEvents"] if ev.get("cat") == "span"]
+    ping_runs = [ev for ev in runs if ev["name"] == "Echo.ping"]
+    assert len(naps) == len(ping_runs) == 5 and all(ev["name"] == "nap" for ev in naps), naps
+    for nap in naps:
+        assert nap["args"] == {"ms": 20} and nap["dur"] >= 15_000
+        assert any(
+            (r["pid"], r["tid"]) == (nap["pid"], nap["tid"])
+            and r["ts"] <= nap["ts"] <= nap["ts"] + nap["dur"] <= r["ts"] + r["dur"]
+            for r in ping_runs
+        ), nap
     # the driver's fetch of the object kept at its maker: its bytes, owner and road
     fetches = [ev for ev in trace["traceEvents"] if ev.get("cat") == "fetch" and ev["ph"] == "b"]
     assert len(fetches) == 1 and fetches[0]["pid"] == rep["driver"], fetches

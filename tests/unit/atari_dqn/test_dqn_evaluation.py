@@ -58,3 +58,49 @@ def test_a_frame_cap_cuts_pong_episodes_and_keeps_their_scores():
     # 400 frames for two episodes: 50 agent steps each, far shorter than a game of Pong
     assert len(net.calls) == 50 and net.calls[0] == 2
     assert len(returns) == 2 and all(-21 <= r <= 21 for r in returns)
+
+
+class RecordingNet(nn.Module):
+    """Wraps the real network: records each forward's batch and the thread that ran it."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.calls: list[tuple[int, str]] = []
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        import threading
+
+        self.calls.append((obs.shape[0], threading.current_thread().name))
+        return self.inner(obs)
+
+
+def test_the_driver_evaluator_warms_its_network_up_before_the_first_evaluation(monkeypatch):
+    from examples.atari_dqn import monitor
+
+    real = monitor.build_q_network
+    nets: list[RecordingNet] = []
+    monkeypatch.setattr(
+        monitor, "build_q_network", lambda *a: nets.append(RecordingNet(real(*a))) or nets[-1]
+    )
+    cfg = config_for_env("CartPole-v1", eval_episodes=3)
+
+    class Rt:  # the backend's get: the learner's weights reply
+        def get(self, ref, timeout):
+            return ref
+
+    evaluator = monitor.Evaluator(cfg, Rt())
+    (net,) = nets
+    evaluator._warm_up.join(30)
+    # one pass of the evaluation's batch, on a thread of its own, before any evaluation
+    assert net.calls == [(3, "evaluator-warm-up")]
+
+    class Learner:
+        class get_weights:  # noqa: N801 - stands in for an actor method
+            @staticmethod
+            def remote(version, cpu):
+                return 1, {k: v.clone() for k, v in net.state_dict().items()}
+
+    returns = evaluator(Learner())
+    assert len(returns) == 3 and len(evaluator.seconds) == 1
+    assert len(net.calls) > 1 and all(who != "evaluator-warm-up" for _, who in net.calls[1:])

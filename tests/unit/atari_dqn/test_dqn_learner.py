@@ -86,6 +86,11 @@ def test_collect_loop_refreshes_weights_and_bounds_in_flight():
     assert result["max_in_flight_seen"] <= cfg.max_in_flight
     assert result["weight_refreshes"] >= 2
     assert result["weight_version"] > 0 and result["weight_version"] <= learner.weight_version
+    # where the loop's time went: acting and emulating are parts of it, counted per run
+    assert 0 < result["act_seconds"] and 0 < result["env_seconds"]
+    assert result["act_seconds"] + result["env_seconds"] <= result["seconds"]
+    again = run_collect_loop(core, InProcessLink(learner), 200)
+    assert again["env_seconds"] < core.env_seconds  # this run's share, not the total
 
 
 def test_checkpoint_round_trip(tmp_path):

@@ -138,3 +138,90 @@ def test_wire_bytes_finds_tensors_in_a_plain_batch_and_a_reply():
     assert trace.wire_bytes((None, [((batch,), {})])) == 16 * 84 * 84 + 16 * 4
     state = {"w": torch.zeros(4, 4), "b": torch.zeros(4)}
     assert trace.wire_bytes((None, [(0, (3, state))])) == (16 + 4) * 4
+
+
+def test_profile_spans_nest_on_their_thread_and_reach_the_chrome_form(tracing):
+    import threading
+
+    import actorrt
+
+    with actorrt.profile("outer", step=1):
+        time.sleep(0.01)
+        with actorrt.profile("inner"):
+            time.sleep(0.01)
+
+    @actorrt.profile("decorated")
+    def work():
+        time.sleep(0.005)
+
+    worker = threading.Thread(target=work, name="side-thread")
+    worker.start()
+    worker.join(10)
+    spans = {name: (begin, end, tid, d) for kind, name, begin, end, tid, _, d in trace.events()}
+    assert [k for k, *_ in trace.events()] == ["span"] * 3
+    outer, inner, decorated = spans["outer"], spans["inner"], spans["decorated"]
+    assert outer[0] <= inner[0] <= inner[1] <= outer[1]  # nested: inner lies inside
+    assert inner[1] - inner[0] >= 9_000_000 and outer[1] - outer[0] >= 19_000_000
+    assert outer[2] == inner[2] == threading.get_ident() != decorated[2]
+    assert outer[3] == {"step": 1} and inner[3] == {}
+    part = trace.rpc_collect()
+    assert part["threads"][decorated[2]] == "side-thread"
+    part.update(rank=0, offset=0)
+    evs = json.loads(json.dumps(trace.to_chrome([part])))["traceEvents"]
+    (out,) = [e for e in evs if e["name"] == "outer"]
+    assert (out["ph"], out["cat"], out["args"]) == ("X", "span", {"step": 1})
+    assert out["dur"] >= 19_000  # microseconds
+
+
+def test_a_span_on_a_named_track_gets_a_row_of_its_own(tracing):
+    trace.span("gpu step", 1_000, 5_000, track="learner GPU", lag_ms=2.0)
+    trace.span("gpu step", 6_000, 9_000, track="learner GPU")
+    trace.span("other", 1_000, 2_000, track="second track")
+    recs = trace.events()
+    tids = [r[4] for r in recs]
+    assert tids[0] == tids[1] != tids[2]
+    assert all(tid >= 1 << 48 for tid in tids)  # never a real thread's id
+    threads = trace.rpc_collect()["threads"]
+    assert threads[tids[0]] == "learner GPU" and threads[tids[2]] == "second track"
+    assert recs[0][6] == {"lag_ms": 2.0}
+
+
+def test_profile_records_nothing_when_off():
+    import actorrt
+
+    trace.enable(False)
+    with actorrt.profile("x"):
+        pass
+    trace.span("y", 0, 1, track="t")
+    assert trace.events() == [] and trace.rpc_collect()["threads"] == {}
+
+
+def test_a_cuda_span_without_cuda_is_a_host_span(tracing, monkeypatch):
+    import actorrt
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with actorrt.profile("step", cuda=True, n=2):
+        pass
+    (rec,) = trace.events()
+    assert rec[0] == "span" and rec[1] == "step" and rec[6] == {"n": 2}
+    assert trace.rpc_collect()["threads"] == {rec[4]: "MainThread"}
+
+
+def test_a_decorated_function_on_two_threads_at_once_records_two_whole_spans(tracing):
+    import threading
+
+    import actorrt
+
+    @actorrt.profile("nap")
+    def nap():
+        time.sleep(0.05)
+
+    threads = [threading.Thread(target=nap) for _ in range(2)]
+    threads[0].start()
+    time.sleep(0.03)  # the second enters while the first is inside
+    threads[1].start()
+    for t in threads:
+        t.join(10)
+    naps = [(end - begin, tid) for _, _, begin, end, tid, _, _ in trace.events()]
+    assert len(naps) == 2 and naps[0][1] != naps[1][1]
+    assert all(took >= 45_000_000 for took, _ in naps), naps  # neither entry was overwritten
