@@ -258,11 +258,9 @@ class Mailbox:
             wire = call.wire
             if wire is not None and wire[0] is None:  # plain: unpack()'s work, without its call
                 args, kwargs = wire[1][0]
+                reply = (OK, method(*args, **kwargs))
             else:  # top-level refs: fetched here, from their owners, before the method runs
-                args, kwargs = resolve_args(*call.arguments())
-            reply = (OK, method(*args, **kwargs))
-        except ObjectLostError as exc:  # an argument's object is gone: the caller hears so
-            reply = (LOST, str(exc))
+                reply = _with_arguments(method, call)
         except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
             take_exit()  # this thread's context outlives the call
             self.kill(exit_reason(self.what, name, exc))
@@ -299,13 +297,15 @@ class Mailbox:
             in_method.set(f"{self._class_name}.{name}")
             try:
                 method = getattr(self._instance, name)
-                args, kwargs = await resolve_args_async(*call.arguments())
-                result = method(*args, **kwargs)
-                if inspect.iscoroutine(result):  # not any awaitable: a returned ref is a value
-                    result = await result
-                reply = (OK, result)
-            except ObjectLostError as exc:
-                reply = (LOST, str(exc))
+                try:
+                    args, kwargs = await resolve_args_async(*call.arguments())
+                except ObjectLostError as exc:  # an argument's object is gone
+                    reply = (LOST, str(exc))
+                else:
+                    result = method(*args, **kwargs)
+                    if inspect.iscoroutine(result):  # not any awaitable: a ref is a value
+                        result = await result
+                    reply = (OK, result)
             except SystemExit as exc:  # caught here: out of a task it would stop the loop
                 self.kill(exit_reason(self.what, name, exc))
                 return
@@ -425,6 +425,21 @@ class Mailbox:
         call.future.set_result(wire)
         if _trace.ON:
             _trace.answered(self._class_name, self.actor_id, call, wire)
+
+
+def _with_arguments(method: Any, call: Call) -> tuple[int, Any]:
+    """Runs ``method`` on the call's arguments once their refs are fetched from their owners.
+
+    An argument whose object is gone answers the call with ``LOST`` (the caller's ``get``
+    raises :class:`~actorrt.errors.ObjectLostError`, as Ray's does); an
+    ``ObjectLostError`` the method itself raises is its error like any other (an
+    ``ActorError`` naming the method, with the cause and the traceback).
+    """
+    try:
+        args, kwargs = resolve_args(*call.arguments())
+    except ObjectLostError as exc:
+        return (LOST, str(exc))
+    return (OK, method(*args, **kwargs))
 
 
 def _claim(call: Call) -> bool:

@@ -469,3 +469,47 @@ def test_actor_threads_go_on_with_the_threads_they_have_when_none_can_start(monk
     assert done.wait(10)
     assert order == [0, 1, 2]
     threads.close()
+
+
+class Loser:
+    def lose(self, x):
+        raise actorrt.ObjectLostError(f"object {x} is lost (raised by the method)")
+
+    async def lose_async(self, x):
+        raise actorrt.ObjectLostError(f"object {x} is lost (raised by the method)")
+
+
+@pytest.mark.parametrize("method", ["lose", "lose_async"])
+def test_an_object_lost_error_the_method_raises_is_its_error_not_a_lost_argument(method):
+    from actorrt.runtime.protocol import ERROR, decode_reply
+
+    box, _ = _async_box(cls=Loser) if method == "lose_async" else _box_of(Loser)
+    (call,) = _deliver(box, _call(0, method, 7))
+    status, _ = reply = _reply(call)
+    assert status == ERROR, reply  # was LOST: the caller got a bare ObjectLostError
+    with pytest.raises(actorrt.ActorError, match=f"{method} raised ObjectLostError") as e:
+        decode_reply(reply)
+    assert isinstance(e.value.cause, actorrt.ObjectLostError)
+    assert "raised by the method" in e.value.remote_traceback
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_argument_whose_object_is_lost_answers_lost(monkeypatch, asynchronous):
+    from actorrt.runtime import mailbox
+    from actorrt.runtime.protocol import LOST
+
+    real = mailbox.resolve_args
+
+    def lost(args, kwargs):
+        if not args:  # the constructor's
+            return real(args, kwargs)
+        raise actorrt.ObjectLostError("object 1 is lost: its owner process is unreachable")
+
+    async def lost_async(args, kwargs):
+        lost(args, kwargs)
+
+    monkeypatch.setattr(mailbox, "resolve_args", lost)
+    monkeypatch.setattr(mailbox, "resolve_args_async", lost_async)
+    box, _ = _async_box(cls=Loser) if asynchronous else _box_of(Loser)
+    (call,) = _deliver(box, _call(0, "lose_async" if asynchronous else "lose", 1))
+    assert _reply(call) == (LOST, "object 1 is lost: its owner process is unreachable")
