@@ -686,6 +686,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             monitor.close()
         refreshes = rt.get([c.stats.remote() for c in collectors], CALL_TIMEOUT_S)
     finally:
+        evaluator.close()
         if on_actorrt and getattr(args, "trace", False):  # what happened, even in a failed run
             summary["timeline"] = _write_timeline(logdir / "timeline.json")
         _stop(args)
@@ -771,7 +772,7 @@ def _run(
             stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
             save_checkpoint(ckpt_path, state, stats["frames"], cfg.env_id)
             crew.checkpoint = ckpt_path
-            return state, stats, monitor.evaluator(crew.learner), restarts
+            return state, stats, monitor.evaluator(crew.learner, last=True), restarts
         except Exception as exc:
             lost = learner_death(crew, exc)
             if not lost or restarts == args.learner_restarts:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import threading
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,8 @@ import torch
 from examples.atari_dqn.backend import Backend
 from examples.atari_dqn.checkpoint import save_checkpoint
 from examples.atari_dqn.config import DQNConfig, is_atari
-from examples.atari_dqn.envs import obs_spec
-from examples.atari_dqn.evaluation import evaluate
+from examples.atari_dqn.envs import AleVectorPool, EnvPool, obs_spec
+from examples.atari_dqn.evaluation import eval_pool, evaluate
 from examples.atari_dqn.exploration import linear_epsilon
 from examples.atari_dqn.metrics import MetricsLogger
 from examples.atari_dqn.networks import build_q_network
@@ -38,7 +38,10 @@ class Evaluator:
     """Evaluates the learner's current weights in the driver process.
 
     The episodes run side by side in one vectorised pool (:func:`evaluate`), acting in
-    one batch per step, on this process's GPU when it has one.
+    one batch per step, on this process's GPU when it has one. What an evaluation would
+    otherwise start with is done ahead, on a thread of the evaluator's own, while the
+    cluster starts and while training runs: the network's first forward pass (on a GPU,
+    setting cuDNN up) and the next evaluation's pool (its emulators built and reset).
     """
 
     def __init__(self, cfg: DQNConfig, rt: Backend) -> None:
@@ -48,34 +51,67 @@ class Evaluator:
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.q_net = build_q_network(cfg, obs_shape, n_actions).to(self.device)
         self.seconds: list[float] = []  # how long each evaluation took
-        # Made before the cluster starts (driver.main): the warm-up runs while it does.
+        self.seed = cfg.seed + 999_999
+        # Made before the cluster starts (driver.main): this work runs while it does.
+        self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evaluator-ahead")
         blank = np.zeros((max(1, cfg.eval_episodes), *obs_shape), dtype=obs_dtype)
-        self._warm_up = threading.Thread(
-            target=self._forward, args=(blank,), name="evaluator-warm-up", daemon=True
-        )
-        self._warm_up.start()
+        self._warm_up = self._ahead.submit(self._forward, blank)
+        self._next_pool: Future[EnvPool | AleVectorPool] | None = None
+        self._prepare()
 
     def _forward(self, obs: np.ndarray) -> None:
-        """One forward pass on a batch of the evaluation's shape, its actions read back.
-
-        The first pass on a GPU sets cuDNN up (handles, kernels); done here, while the
-        cluster starts, it stays out of the first evaluation's time.
-        """
+        """One forward pass on a batch of the evaluation's shape, its actions read back."""
         with torch.no_grad():
             self.q_net(torch.as_tensor(obs, device=self.device)).argmax(dim=1).cpu()
 
-    def __call__(self, learner: Any, episodes: int | None = None) -> list[float]:
-        """Plays ``episodes`` (the config's) with the learner's weights; their returns."""
+    def _prepare(self) -> None:
+        """Starts building the next evaluation's pool (the config's episodes)."""
+        if self.cfg.eval_episodes >= 1:
+            self._next_pool = self._ahead.submit(
+                eval_pool, self.cfg, self.cfg.eval_episodes, self.seed
+            )
+
+    def _take_pool(self, episodes: int) -> EnvPool | AleVectorPool | None:
+        """The pool built ahead for ``episodes``, once ready; None: build one now."""
+        ready, self._next_pool = self._next_pool, None
+        if ready is None:
+            return None
+        pool = ready.result(CALL_TIMEOUT_S)  # long done, unless the run was shorter
+        if len(pool) == episodes:
+            return pool
+        pool.close()
+        return None
+
+    def __call__(
+        self, learner: Any, episodes: int | None = None, *, last: bool = False
+    ) -> list[float]:
+        """Plays ``episodes`` (the config's) with the learner's weights; their returns.
+
+        Args:
+            learner: The learner actor's handle.
+            episodes: Episodes to play (default ``cfg.eval_episodes``).
+            last: No evaluation follows (the final one): build no pool for the next.
+        """
         began = time.monotonic()
-        self._warm_up.join(CALL_TIMEOUT_S)  # long done, unless the run was shorter
+        self._warm_up.result(CALL_TIMEOUT_S)
         reply = self.rt.get(learner.get_weights.remote(-1, cpu=True), CALL_TIMEOUT_S)
         _, state = reply
         self.q_net.load_state_dict({k: v.to(self.device) for k, v in state.items()})
+        n = self.cfg.eval_episodes if episodes is None else episodes
         returns = evaluate(
-            self.q_net, self.cfg, episodes, seed=self.cfg.seed + 999_999, device=self.device
+            self.q_net, self.cfg, n, seed=self.seed, device=self.device, pool=self._take_pool(n)
         )
         self.seconds.append(time.monotonic() - began)
+        if not last:
+            self._prepare()
         return returns
+
+    def close(self) -> None:
+        """Lets go of the pool built ahead, if any, and of the evaluator's thread."""
+        ready, self._next_pool = self._next_pool, None
+        self._ahead.shutdown(wait=True, cancel_futures=True)
+        if ready is not None and not ready.cancelled() and ready.exception() is None:
+            ready.result().close()
 
 
 class Monitor:

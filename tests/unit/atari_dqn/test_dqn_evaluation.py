@@ -75,25 +75,29 @@ class RecordingNet(nn.Module):
         return self.inner(obs)
 
 
-def test_the_driver_evaluator_warms_its_network_up_before_the_first_evaluation(monkeypatch):
+def test_the_driver_evaluator_does_its_set_up_ahead_on_its_own_thread(monkeypatch):
+    import threading
+
     from examples.atari_dqn import monitor
 
-    real = monitor.build_q_network
+    real_net, real_pool = monitor.build_q_network, evaluation.eval_pool
     nets: list[RecordingNet] = []
+    pools: list[tuple[str, int]] = []  # (who built one, its episodes)
     monkeypatch.setattr(
-        monitor, "build_q_network", lambda *a: nets.append(RecordingNet(real(*a))) or nets[-1]
+        monitor, "build_q_network", lambda *a: nets.append(RecordingNet(real_net(*a))) or nets[-1]
     )
+
+    def pool_ahead(cfg, episodes, seed, num_threads=None):
+        pools.append((threading.current_thread().name, episodes))
+        return real_pool(cfg, episodes, seed, num_threads)
+
+    monkeypatch.setattr(monitor, "eval_pool", pool_ahead)
+    monkeypatch.setattr(evaluation, "eval_pool", pool_ahead)  # one built in evaluate()
     cfg = config_for_env("CartPole-v1", eval_episodes=3)
 
     class Rt:  # the backend's get: the learner's weights reply
         def get(self, ref, timeout):
             return ref
-
-    evaluator = monitor.Evaluator(cfg, Rt())
-    (net,) = nets
-    evaluator._warm_up.join(30)
-    # one pass of the evaluation's batch, on a thread of its own, before any evaluation
-    assert net.calls == [(3, "evaluator-warm-up")]
 
     class Learner:
         class get_weights:  # noqa: N801 - stands in for an actor method
@@ -101,6 +105,24 @@ def test_the_driver_evaluator_warms_its_network_up_before_the_first_evaluation(m
             def remote(version, cpu):
                 return 1, {k: v.clone() for k, v in net.state_dict().items()}
 
-    returns = evaluator(Learner())
-    assert len(returns) == 3 and len(evaluator.seconds) == 1
-    assert len(net.calls) > 1 and all(who != "evaluator-warm-up" for _, who in net.calls[1:])
+    evaluator = monitor.Evaluator(cfg, Rt())
+    (net,) = nets
+    evaluator._next_pool.result(30)
+    # the network's first pass and the first pool, on the evaluator's thread, at once
+    assert [(n, who.startswith("evaluator-ahead")) for n, who in net.calls] == [(3, True)]
+    assert [(who.startswith("evaluator-ahead"), n) for who, n in pools] == [(True, 3)]
+    first = evaluator(Learner())
+    assert len(first) == 3 and len(evaluator.seconds) == 1
+    assert len(pools) == 1 or pools[1][0].startswith("evaluator-ahead")  # none built inline
+    evaluator._next_pool.result(30)  # the next one, built after the first evaluation
+    assert len(pools) == 2 and all(w.startswith("evaluator-ahead") for w, _ in pools)
+    assert evaluator(Learner()) == first  # the same seeds, the same greedy policy
+    assert evaluator(Learner(), episodes=2, last=True) and evaluator._next_pool is None
+    assert pools[-1] == ("MainThread", 2)  # another number of episodes: built there
+    # the third pool (3 envs, built after the second evaluation) was dropped for it, and
+    # none was built after the last
+    assert len(pools) == 4
+    evaluator.close()
+    assert len(net.calls) > 1 and all(
+        not who.startswith("evaluator-ahead") for _, who in net.calls[1:]
+    )
