@@ -48,6 +48,10 @@ class DQNConfig:
             before pushes wait for it (the backpressure that keeps the replay ratio; see
             :class:`~examples.atari_dqn.learner.Learner`).
         gamma: Discount factor.
+        n_step: Steps each sampled transition spans at most (n-step returns, as Ape-X
+            and Rainbow use; 1: plain one-step DQN). A sample stops early at a terminal
+            frame or at the newest frame of its stream, and bootstraps with ``gamma``
+            to the power of the steps it took (:meth:`FrameReplay.sample`).
         lr: Adam learning rate.
         lr_final_fraction: Learning rate at ``total_frames`` as a fraction of ``lr``; it
             decays linearly in between (1.0: constant). Annealing lets a small problem
@@ -87,6 +91,7 @@ class DQNConfig:
     target_update_every: int = 1_000
     max_train_lag: int = 1_024
     gamma: float = 0.99
+    n_step: int = 1
     lr: float = 1e-4
     lr_final_fraction: float = 1.0
     adam_eps: float = 1.5e-4
@@ -174,7 +179,7 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
             so argparse defaults of None can be passed straight through.
 
     Raises:
-        ValueError: For an unknown env family or an unknown field name.
+        ValueError: For an unknown env family, an unknown field name or a bad value.
     """
     if is_atari(env_id):
         preset: dict[str, Any] = {}
@@ -192,6 +197,8 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
         raise ValueError(f"unknown DQNConfig field(s): {', '.join(unknown)}")
     preset.update({k: v for k, v in overrides.items() if v is not None})
     preset["env_id"] = env_id
+    if int(preset.get("n_step", 1)) < 1:
+        raise ValueError(f"n_step={preset['n_step']} must be >= 1 (1: one-step DQN)")
     return DQNConfig(**preset)
 
 

@@ -216,6 +216,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "512 on Atari)",
     )
     p.add_argument("--learning-starts", type=int, default=None)
+    p.add_argument(
+        "--n-step",
+        type=int,
+        default=None,
+        help="steps each sampled transition spans at most: n-step returns (default: preset, 1)",
+    )
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
     p.add_argument(
@@ -246,6 +252,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--learner-restarts must be >= 0, or -1 for no limit")
     if args.eval_max_frames is not None and args.eval_max_frames < 0:
         p.error("--eval-max-frames must be >= 0 (0: no shared cap)")
+    if args.n_step is not None and args.n_step < 1:
+        p.error("--n-step must be >= 1 (1: one-step DQN)")
     if args.backend == "ray":
         actorrt_only = {
             "--init-method": args.init_method,
@@ -283,6 +291,7 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         eval_episodes=args.eval_episodes,
         learning_starts=args.learning_starts,
         replay_capacity=args.replay_capacity,
+        n_step=getattr(args, "n_step", None),
     )
     eval_max_frames = getattr(args, "eval_max_frames", None)
     if eval_max_frames is not None:
@@ -304,11 +313,13 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
 
 
 def batch_line(cfg: DQNConfig) -> str:
-    """One line: the batch, the replay ratio it keeps, the learning rate, the target period."""
+    """One line: the batch, the replay ratio it keeps, the learning rate, the target period
+    (and the n-step returns, when above one step)."""
     return (
         f"batch {cfg.batch_size}: one gradient step per {cfg.train_every} transitions "
         f"({cfg.batch_size / cfg.train_every:g} samples per transition), lr {cfg.lr:.3g}, "
         f"target copy every {cfg.target_update_every} steps"
+        + (f", {cfg.n_step}-step returns" if cfg.n_step > 1 else "")
     )
 
 

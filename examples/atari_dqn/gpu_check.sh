@@ -61,7 +61,10 @@
 #   OUT=/tmp/gpu-out STEPS="machine throughput timeline eval" THROUGHPUT_RUNS="cuda" \
 #       PACK=$OUT_BACK/first bash examples/atari_dqn/gpu_check.sh          # ~4 min
 #   OUT=/tmp/gpu-out STEPS=pong PONG_FRAMES=12000000 PONG_S=540 \
-#       PONG_EXTRA="--eval-max-frames 0" PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
+#       PONG_EXTRA="--n-step 3 --eval-max-frames 0" PACK=$OUT_BACK/pong \
+#       bash examples/atari_dqn/gpu_check.sh
+#
+# (--n-step 3 is untried on Pong: drop it from PONG_EXTRA to run the one-step recipe.)
 #
 # and STEPS="learner objects gputest" on a later loan (about 7 minutes). Each run's
 # logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.

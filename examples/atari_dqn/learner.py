@@ -388,7 +388,9 @@ class Learner:
         with actorrt.profile("sample"), self._replay_lock:
             # The gathers copy the batch out of the ring, so pushes may write to it as
             # soon as the lock is free (on a GPU: kernels queued after these).
-            batch = self.replay.sample(cfg.batch_size, check=False)
+            batch = self.replay.sample(
+                cfg.batch_size, check=False, n_step=cfg.n_step, gamma=cfg.gamma
+            )
         with actorrt.profile("loss and backward"):
             loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, cfg.gamma)
             self.optimizer.zero_grad(set_to_none=True)

@@ -14,7 +14,7 @@ def double_dqn_targets(
     q_target_next: torch.Tensor,
     rewards: torch.Tensor,
     terminated: torch.Tensor,
-    gamma: float,
+    gamma: float | torch.Tensor,
 ) -> torch.Tensor:
     """Double-DQN bootstrap targets (van Hasselt et al. 2016).
 
@@ -27,7 +27,8 @@ def double_dqn_targets(
         rewards: (B,) rewards (already clipped on Atari).
         terminated: (B,) 1.0 where s' is terminal. Truncated episodes are *not* terminal:
             their value is bootstrapped like any other step.
-        gamma: Discount.
+        gamma: Discount of the bootstrap: a float, or (B,) per sample (n-step samples
+            that took ``m`` steps bootstrap with ``gamma ** m``).
 
     Returns:
         (B,) targets ``r + gamma * (1 - terminated) * Q_target(s', argmax_a Q_online(s', a))``,
@@ -50,9 +51,9 @@ def dqn_loss(
     Args:
         q_net: Online network (gets the gradient).
         target_net: Target network.
-        batch: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated`` as returned by
-            :meth:`FrameReplay.sample`.
-        gamma: Discount.
+        batch: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated`` (and, for
+            n-step samples, ``discount``) as returned by :meth:`FrameReplay.sample`.
+        gamma: Discount (of one step; n-step samples carry their own ``discount``).
 
     Returns:
         ``(loss, q_taken)``: the scalar loss and the (B,) Q-values of the taken actions
@@ -66,7 +67,7 @@ def dqn_loss(
             target_net(batch["next_obs"]),
             batch["reward"],
             batch["terminated"],
-            gamma,
+            batch.get("discount", gamma),
         )
     # Huber with delta 1: the Nature paper's "error clipping" expressed as a loss.
     loss = F.smooth_l1_loss(q_taken, targets)

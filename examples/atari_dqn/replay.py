@@ -21,6 +21,14 @@ stacks are padded with the reset frame: exactly what gymnasium's
 rather than slots, so a pointer to a frame the ring has overwritten is recognised
 (``id < total - capacity``) and that sample is rejected instead of mixing episodes.
 
+For n-step returns each record also keeps ``next_g``, the global id of the next frame
+of its stream once that frame has arrived (-1 until then). An n-step sample starts as a
+one-step one (its destination ``c0`` and the stack behind it give ``obs``) and walks
+``next`` pointers from ``c0`` up to ``n - 1`` more times, stopping at a terminal frame
+or at the newest frame of its stream; its ``next_obs`` is the stack ending where the walk
+stopped, its reward the discounted sum of the rewards on the way, and its ``discount``
+``gamma ** m`` for the ``m`` steps it took.
+
 Because records carry their own ``prev`` pointer, many collectors and environments can
 push interleaved batches into one ring: each push only names, per record, the previous
 record of the same stream (inside the push, or "the stream's last record" from an
@@ -83,6 +91,7 @@ class FrameReplay:
             (self.capacity, *self.frame_shape), dtype=frame_dtype, device=self.device
         )
         self.prev = torch.zeros(self.capacity, dtype=torch.int64, device=self.device)
+        self.next = torch.full((self.capacity,), -1, dtype=torch.int64, device=self.device)
         self.first = torch.ones(self.capacity, dtype=torch.bool, device=self.device)
         self.actions = torch.zeros(self.capacity, dtype=torch.int64, device=self.device)
         self.rewards = torch.zeros(self.capacity, dtype=torch.float32, device=self.device)
@@ -146,6 +155,11 @@ class FrameReplay:
         slots = self._put(ids % self.capacity)
         self.frames[slots] = self._put(frame)
         self.prev[slots] = self._put(prev_ids)
+        # Forward links, after the new records' own are cleared: a record's successor is
+        # set once it arrives (in this push or a later one), if the record is still held.
+        self.next[slots] = -1
+        linked = (prev_ids != ids) & (prev_ids >= max(0, self.total + n - self.capacity))
+        self.next[self._put(prev_ids[linked] % self.capacity)] = self._put(ids[linked])
         self.first[slots] = self._put(first)
         self.actions[slots] = self._put(batch["action"], torch.int64)
         self.rewards[slots] = self._put(batch["reward"], torch.float32)
@@ -226,8 +240,10 @@ class FrameReplay:
         pick = order[torch.arange(batch_size, device=self.device) % count]
         return chains[:, pick]
 
-    def sample(self, batch_size: int, *, check: bool = True) -> dict[str, torch.Tensor]:
-        """Uniformly samples transitions.
+    def sample(
+        self, batch_size: int, *, check: bool = True, n_step: int = 1, gamma: float = 0.99
+    ) -> dict[str, torch.Tensor]:
+        """Uniformly samples transitions (n-step ones with ``n_step`` above 1).
 
         Args:
             batch_size: Transitions to sample.
@@ -235,13 +251,20 @@ class FrameReplay:
                 (one device sync per try) and raises when the ring holds too few. False:
                 no device sync at all (:meth:`_draw`), which keeps a GPU learner's queue
                 of kernels full; for callers that know the ring holds valid transitions.
+            n_step: Steps each sample spans at most (see the module docstring).
+            gamma: The discount the n-step rewards are summed with.
 
         Returns:
             ``obs`` and ``next_obs`` (B, stack, *frame_shape) (or (B, *frame_shape) when
             ``stack == 1``), ``action`` (B,) int64, ``reward`` (B,) float32,
             ``terminated`` (B,) float32, and ``index`` (B,) the global ids of the
-            destination frames (for tests and debugging). All on the replay's device.
+            destination frames of the first steps (for tests and debugging); with
+            ``n_step`` above 1 also ``discount`` (B,) float32, ``gamma`` to the power of
+            the steps each sample took, and ``last`` (B,) the global ids of the frames
+            ``next_obs`` ends at. All on the replay's device.
         """
+        if n_step < 1:
+            raise ValueError(f"n_step={n_step} must be >= 1")
         chains = self._chains(batch_size) if check else self._draw(batch_size)
         slots = chains % self.capacity  # (stack+1, B)
         dest = slots[0]
@@ -252,11 +275,49 @@ class FrameReplay:
         obs, next_obs = frames[:, :-1], frames[:, 1:]
         if self.stack == 1:
             obs, next_obs = obs[:, 0], next_obs[:, 0]
-        return {
+        out = {
             "obs": obs,
             "next_obs": next_obs,
             "action": self.actions[dest],
             "reward": self.rewards[dest],
             "terminated": self.terminated[dest],
             "index": chains[0],
+        }
+        if n_step > 1:
+            out.update(self._onwards(chains[0], out["reward"], out["terminated"], n_step, gamma))
+        return out
+
+    def _onwards(
+        self,
+        first: torch.Tensor,
+        reward: torch.Tensor,
+        done: torch.Tensor,
+        n_step: int,
+        gamma: float,
+    ) -> dict[str, torch.Tensor]:
+        """The rest of n-step samples whose first steps end at ``first`` (global ids)."""
+        cur, reward, done = first, reward.clone(), done.clone()
+        discount = torch.full_like(reward, gamma)
+        for _ in range(n_step - 1):
+            ahead = self.next[cur % self.capacity]
+            # On only from a frame that is not terminal and has a successor: a successor
+            # is newer than its frame, so it is still held whenever the frame is.
+            go = (done == 0) & (ahead >= 0)
+            cur = torch.where(go, ahead, cur)
+            at = cur % self.capacity
+            reward += torch.where(go, discount * self.rewards[at], 0.0)
+            done = torch.where(go, self.terminated[at], done)
+            discount = torch.where(go, discount * gamma, discount)
+        chain = [cur]
+        for _ in range(self.stack - 1):
+            chain.append(self.prev[chain[-1] % self.capacity])
+        next_obs = self.frames[(torch.stack(chain).flip(0) % self.capacity).T]
+        if self.stack == 1:
+            next_obs = next_obs[:, 0]
+        return {
+            "next_obs": next_obs,
+            "reward": reward,
+            "terminated": done,
+            "discount": discount,
+            "last": cur,
         }

@@ -121,3 +121,15 @@ def test_the_evaluations_shared_frame_cap_can_be_set_or_lifted(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--eval-max-frames", "-1"])
     assert "--eval-max-frames must be >= 0" in capsys.readouterr().err
+
+
+def test_n_step_returns_are_a_flag_and_show_in_the_batch_line(capsys):
+    assert build_config(parse_args([])).n_step == 1  # the preset: one-step DQN
+    cfg = build_config(parse_args(["--n-step", "3", "--learner-gpus", "0"]))
+    assert cfg.n_step == 3 and batch_line(cfg).endswith(", 3-step returns")
+    assert "step returns" not in batch_line(build_config(parse_args(["--learner-gpus", "0"])))
+    with pytest.raises(SystemExit):
+        parse_args(["--n-step", "0"])
+    assert "--n-step must be >= 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="n_step=0 must be >= 1"):
+        config_for_env("CartPole-v1", n_step=0)

@@ -267,3 +267,19 @@ def test_a_failed_step_fails_the_next_push_and_a_dropped_learner_ends_its_thread
     gc.collect()
     thread.join(_BOUND_S)
     assert not thread.is_alive()
+
+
+def test_an_n_step_learner_samples_n_step_batches_and_trains(monkeypatch):
+    cfg = _cfg(n_step=3)
+    learner = Learner(cfg)
+    asked = []
+    real = learner.replay.sample
+
+    def sample(*args, **kwargs):
+        asked.append((kwargs.get("n_step"), kwargs.get("gamma")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(learner.replay, "sample", sample)
+    run_in_process(cfg, 600, learner=learner)
+    assert learner.updates > 0 and set(asked) == {(3, cfg.gamma)}
+    assert math.isfinite(learner.stats()["loss_mean"])

@@ -59,3 +59,20 @@ def test_loss_is_huber_between_taken_q_and_targets_and_only_trains_online_net():
     loss.backward()
     assert online.table.grad is not None and online.table.grad.abs().sum() > 0
     assert target.table.grad is None
+
+
+def test_n_step_samples_bootstrap_with_their_own_discount():
+    table = torch.tensor([[1.0, 2.0], [4.0, 3.0]])
+    batch = {
+        "obs": torch.tensor([0, 0]),
+        "action": torch.tensor([1, 0]),
+        "reward": torch.tensor([0.5, 0.25]),
+        "next_obs": torch.tensor([1, 1]),
+        "terminated": torch.tensor([0.0, 0.0]),
+        "discount": torch.tensor([0.9**3, 0.9]),  # three steps taken, then one
+    }
+    q, target = _Table(table), _Table(table)
+    loss, q_taken = dqn_loss(q, target, batch, gamma=0.9)
+    targets = torch.tensor([0.5 + 0.9**3 * 4.0, 0.25 + 0.9 * 4.0])  # not gamma for both
+    torch.testing.assert_close(loss, F.smooth_l1_loss(torch.tensor([2.0, 1.0]), targets))
+    torch.testing.assert_close(q_taken, torch.tensor([2.0, 1.0]))

@@ -116,3 +116,61 @@ def test_rejects_bad_pushes():
         replay.add({**_push([1], [0], [PREV_NONE]), "frame": torch.zeros(1, 2)})
     with pytest.raises(RuntimeError, match="empty"):
         replay.sample(1)
+
+
+def _check_n_step(replay: FrameReplay, s: dict[str, torch.Tensor], n: int, gamma: float) -> int:
+    """Every n-step sample against the counter env's ground truth; returns how many took
+    fewer than ``n`` steps."""
+    obs, nxt = s["obs"].numpy(), s["next_obs"].numpy()
+    short = 0
+    for i in range(obs.shape[0]):
+        env_id, episode, t_end, _, terminal = (int(x) for x in nxt[i, -1, 0, :5])
+        t0 = int(obs[i, -1, 0, 2])
+        m = t_end - t0
+        assert 1 <= m <= n, (t0, t_end)
+        np.testing.assert_array_equal(obs[i, :, 0, :3], counter_stack(env_id, episode, t0))
+        np.testing.assert_array_equal(nxt[i, :, 0, :3], counter_stack(env_id, episode, t_end))
+        want = sum(gamma**k * ((episode + t0 + 1 + k) % 5 - 2) for k in range(m))
+        assert float(s["reward"][i]) == pytest.approx(want, abs=1e-5)
+        assert float(s["discount"][i]) == pytest.approx(gamma**m)
+        assert float(s["terminated"][i]) == terminal
+        # the action is the first step's: the one that led to the frame after obs
+        first = replay.frames[int(s["index"][i]) % replay.capacity]
+        assert int(s["action"][i]) == int(first[0, 3]) and int(first[0, 2]) == t0 + 1
+        if m < n:  # cut short only at an episode's end or the stream's newest frame
+            short += 1
+            assert terminal or int(replay.next[int(s["last"][i]) % replay.capacity]) == -1
+    return short
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_n_step_samples_sum_the_rewards_on_their_way_and_stop_at_episode_ends(check):
+    core = _core(num_envs=3, seed=5, max_len=12)
+    replay = FrameReplay(10_000, (84, 84), torch.uint8, stack=4)
+    for _ in range(12):  # episodes straddle pushes, so the links cross them
+        replay.add(core.collect(5))
+    s = replay.sample(600, check=check, n_step=3, gamma=0.9)
+    short = _check_n_step(replay, s, 3, 0.9)
+    assert 0 < short < 600  # both kinds are covered: full windows and cut ones
+    one = replay.sample(50, check=check)  # n_step 1: the one-step sample, as before
+    assert "discount" not in one
+    _check_samples(one)
+
+
+def test_n_step_links_survive_the_ring_wrapping():
+    core = _core(num_envs=2, seed=3, max_len=20)
+    replay = FrameReplay(37, (84, 84), torch.uint8, stack=4)
+    for _ in range(30):
+        replay.add(core.collect(3))
+    assert replay.total > 4 * replay.capacity
+    for check in (True, False):
+        s = replay.sample(300, check=check, n_step=4, gamma=0.5)
+        assert int(s["index"].min()) >= replay.oldest
+        _check_n_step(replay, s, 4, 0.5)
+
+
+def test_n_step_must_be_at_least_one():
+    replay = FrameReplay(16, (1,), torch.float32, stack=1)
+    replay.add(_push([10, 11], [7, 7], [PREV_NONE, 0]))
+    with pytest.raises(ValueError, match="n_step=0"):
+        replay.sample(2, n_step=0)
