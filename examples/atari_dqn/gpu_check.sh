@@ -76,6 +76,7 @@ COLLECTORS=${COLLECTORS:-12}
 THROUGHPUT_RUNS=${THROUGHPUT_RUNS:-cpu cuda cpu-b32}  # the throughput step's runs
 TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
 TL_FRAMES=${TL_FRAMES:-400000}  # the timeline step's run
+TL_TRANSPORT=${TL_TRANSPORT:-cuda}  # cpu: the same step on a machine without a GPU
 PONG_S=${PONG_S:-660}
 # Each run's bound in seconds. Bound a loan's steps here, not with an outer `timeout`:
 # each run's own `timeout` ends its process group (the cluster with it) before the next.
@@ -147,9 +148,9 @@ for step in $STEPS; do
         ;;
     timeline)
         timeout "$EVAL_S" $PYTHON -m examples.atari_dqn --no-progress --collectors "$COLLECTORS" \
-            --transport cuda --total-frames "$TL_FRAMES" --trace --logdir "$OUT/timeline" \
-            > "$OUT/timeline.log" 2>&1
-        note "  $COLLECTORS collectors, cuda, $TL_FRAMES frames, traced (exit $?):"
+            --transport "$TL_TRANSPORT" --total-frames "$TL_FRAMES" --trace \
+            --logdir "$OUT/timeline" > "$OUT/timeline.log" 2>&1
+        note "  $COLLECTORS collectors, $TL_TRANSPORT, $TL_FRAMES frames, traced (exit $?):"
         where_time_went "$OUT/timeline.log"
         ;;
     eval)
