@@ -13,7 +13,13 @@ steps), and measures, for each batch size (at the preset's replay ratio,
 * **samples/s** (steps/s x batch) and the **frames/s** they pay for at the preset's 8
   samples per transition (samples/s / 8 x frame skip 4): the rate of collection the
   learner alone could keep up with;
-* the time of one push (ingest of 64 records) while the replay is idle.
+* the time of one push (ingest of 64 records) while the replay is idle;
+* with ``--profile PATH``, ``torch.profiler`` over a few steps of the largest batch: a
+  Chrome trace of them (the host's ops and, on a GPU, its kernels on their streams) and
+  how busy the GPU's kernels kept it, per step, with the kernels that took the most. A
+  GPU busy most of a step is the learner's limit; one idle most of it waits for Python
+  and kernel launches, which batching more per launch (CUDA graphs, ``torch.compile``)
+  would cut.
 
 Collectors, the runtime and the emulators are left out on purpose: this is the learner's
 limit, to hold against ``benchmarks.dqn_throughput``'s collection rate. Figures are
@@ -59,9 +65,15 @@ def _sync(device: torch.device) -> None:
 
 
 def measure(
-    batch_sizes: list[int], seconds: float, device: str | None, fill: int = FILL
+    batch_sizes: list[int],
+    seconds: float,
+    device: str | None,
+    fill: int = FILL,
+    profile_path: str | None = None,
+    profile_steps_n: int = 20,
 ) -> dict[str, Any]:
-    """Every figure of the module docstring, per batch size (``fill`` records in replay)."""
+    """Every figure of the module docstring, per batch size (``fill`` records in replay);
+    with ``profile_path``, also :func:`profile_steps` of the largest batch (``profile``)."""
     from examples.atari_dqn.config import config_for_env, with_batch_size
     from examples.atari_dqn.learner import Learner
 
@@ -99,6 +111,18 @@ def measure(
         row["frames_per_s_paid"] = rate * batch / (cfg.batch_size / cfg.train_every) * 4
         row["push_ms"] = 1e3 * statistics.median(push_s)
         rows.append(row)
+        if profile_path and batch == max(batch_sizes):
+            prof = profile_steps(learner, profile_steps_n, profile_path)
+            row["profile"] = prof
+            print(
+                f"profiled {prof['steps']} steps at batch {batch} ({profile_path}): "
+                f"{prof['wall_ms_per_step']:.2f} ms a step, the GPU's kernels "
+                f"{prof['gpu_ms_per_step']:.2f} ms of it ({prof['gpu_busy']:.0%} busy), the "
+                f"host's own ops {prof['cpu_ms_per_step']:.2f} ms",
+                flush=True,
+            )
+            for name, ms in prof["top"]:
+                print(f"    {ms:8.3f} ms/step  {name[:90]}", flush=True)
         print(
             f"batch {batch:4d} on {dev}: {rate:8.1f} steps/s "
             f"({row['steps_per_s_sync_per_step']:.1f} with a sync per step), "
@@ -111,6 +135,44 @@ def measure(
     return {"rows": rows, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
+def profile_steps(learner: Any, steps: int, path: str) -> dict[str, Any]:
+    """``steps`` gradient steps under ``torch.profiler``; writes their Chrome trace to ``path``.
+
+    Returns:
+        ``steps``, ``wall_ms_per_step``, ``gpu_ms_per_step`` (the kernels' time; 0 on the
+        CPU), ``gpu_busy`` (their share of the wall time), ``cpu_ms_per_step`` (the host
+        ops' own time) and ``top``: the ten ops with the most device (else host) time, as
+        ``[name, ms per step]``.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = learner.device
+    activities = [ProfilerActivity.CPU]
+    if dev.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    _sync(dev)
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            learner.train_step()
+        _sync(dev)
+        wall = time.perf_counter() - t0
+    prof.export_chrome_trace(path)
+    ops = prof.key_averages()
+    gpu_us = sum(e.self_device_time_total for e in ops)
+    cpu_us = sum(e.self_cpu_time_total for e in ops)
+    key = "self_device_time_total" if gpu_us else "self_cpu_time_total"
+    top = sorted(ops, key=lambda e: getattr(e, key), reverse=True)[:10]
+    return {
+        "steps": steps,
+        "wall_ms_per_step": 1e3 * wall / steps,
+        "gpu_ms_per_step": gpu_us / 1e3 / steps,
+        "gpu_busy": gpu_us / 1e6 / wall if wall > 0 else 0.0,
+        "cpu_ms_per_step": cpu_us / 1e3 / steps,
+        "top": [[e.key, getattr(e, key) / 1e3 / steps] for e in top],
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.dqn_learner", description=__doc__)
     p.add_argument("--batch-sizes", default="32,128,512", help="comma-separated")
@@ -118,11 +180,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default=None, help="default: the GPU if any, else the CPU")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--json", default=None, help="also write the figures here")
+    p.add_argument(
+        "--profile",
+        default=None,
+        metavar="PATH",
+        help="profile 20 steps of the largest batch (torch.profiler) into this Chrome trace",
+    )
     opts = p.parse_args(argv)
     if opts.threads:
         torch.set_num_threads(opts.threads)
     sizes = [int(b) for b in opts.batch_sizes.split(",") if b.strip()]
-    result = measure(sizes, opts.seconds, opts.device)
+    result = measure(sizes, opts.seconds, opts.device, profile_path=opts.profile)
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(result, f, indent=1)

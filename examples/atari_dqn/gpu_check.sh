@@ -13,7 +13,10 @@
 #               then python -m benchmarks.dqn_learner: the learner alone on the GPU, gradient
 #               steps/s and samples/s at batch 32, 128, 512 and 1024 (the Pong preset's
 #               replay ratio), with and without a device sync per step, and the frames/s
-#               each pays for at 8 samples per transition (target: 15,000) (about 1 min)
+#               each pays for at 8 samples per transition (target: 15,000), and
+#               torch.profiler over 20 steps at 1,024 (learner_profile.json, a Chrome
+#               trace): how busy the GPU's kernels keep it, the kernels that take the
+#               most (about 1 min)
 #   throughput  python -m benchmarks.dqn_throughput: the raw ALE vector env against the
 #               example's collection with the learner training at the preset's replay
 #               ratio (8 samples per transition; the learner on the GPU trains on its
@@ -56,18 +59,17 @@
 # Where GPU time comes in short loans (one command of at most 10 minutes, about 15
 # minutes of machine time in all, start-up included), on one H200 these took: machine,
 # throughput (cpu, cuda) and eval 2.5 minutes in all, the Pong recipe's 6M frames 4
-# minutes. So, in two commands:
+# minutes. So, in two commands, the Pong run first (the figure the loan is most for):
 #
-#   OUT=/tmp/gpu-out STEPS="machine throughput timeline eval" THROUGHPUT_RUNS="cuda" \
-#       PACK=$OUT_BACK/first bash examples/atari_dqn/gpu_check.sh          # ~4 min
-#   OUT=/tmp/gpu-out STEPS=pong PONG_FRAMES=12000000 PONG_S=540 \
+#   OUT=/tmp/gpu-out STEPS=pong PONG_FRAMES=11000000 PONG_S=530 \
 #       PONG_EXTRA="--n-step 3 --eval-max-frames 0" PACK=$OUT_BACK/pong \
-#       bash examples/atari_dqn/gpu_check.sh
+#       bash examples/atari_dqn/gpu_check.sh                                # ~9 min
+#   OUT=/tmp/gpu-out STEPS="machine learner timeline eval" PACK=$OUT_BACK/first \
+#       bash examples/atari_dqn/gpu_check.sh                                # ~4 min
 #
 # (--n-step 3 is untried on Pong: drop it from PONG_EXTRA to run the one-step recipe.)
-#
-# and STEPS="learner objects gputest" on a later loan (about 7 minutes). Each run's
-# logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
+# Then, on a later loan, STEPS="throughput objects gputest" (about 10 minutes). Each
+# run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
@@ -85,8 +87,8 @@ EVAL_S=${EVAL_S:-300}      # each of the eval step's two runs
 GPUTEST_S=${GPUTEST_S:-500}
 GPUTEST_FILES=${GPUTEST_FILES:-tests/gpu/test_gpu_atari_dqn.py tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_objects.py tests/gpu/test_gpu_functions.py tests/gpu/test_gpu_streams.py tests/gpu/test_gpu_profile.py}
 # 6M frames (the README's recipe) took 240 s on an H200 (docs/performance.md);
-# PONG_FRAMES=14000000 fills the issue's 10 minutes at that pace; 12000000 with PONG_S=540 fits
-# one 10-minute command with its start-up (neither run yet).
+# PONG_FRAMES=14000000 fills the issue's 10 minutes at that pace; 11000000 with PONG_S=530
+# fits one 10-minute command with its start-up and evaluations (neither run yet).
 PONG_FRAMES=${PONG_FRAMES:-6000000}
 PONG_EXTRA=${PONG_EXTRA:-}  # more flags for the Pong run (e.g. --eval-max-frames 0)
 mkdir -p "$OUT"
@@ -123,9 +125,10 @@ for step in $STEPS; do
             > "$OUT/learner-test.log" 2>&1
         note "  tests/gpu/test_gpu_dqn_learner.py (exit $?): $(tail -1 "$OUT/learner-test.log")"
         timeout 240 $PYTHON -m benchmarks.dqn_learner --batch-sizes 32,128,512,1024 \
-            --seconds 5 --json "$OUT/learner.json" > "$OUT/learner.log" 2>&1
+            --seconds 5 --json "$OUT/learner.json" --profile "$OUT/learner_profile.json" \
+            > "$OUT/learner.log" 2>&1
         note "  the learner alone (exit $?):"
-        grep -E '^batch' "$OUT/learner.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        grep -E '^(batch|profiled|    )' "$OUT/learner.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
     throughput)
         # name transport extra-flags: the example's default batch on cpu and cuda, then

@@ -28,3 +28,23 @@ def test_it_times_steps_per_batch_and_the_frames_they_pay_for():
         assert r["samples_per_s"] == pytest.approx(r["steps_per_s_no_sync"] * r["batch_size"])
         # 8 samples per transition, 4 frames per transition
         assert r["frames_per_s_paid"] == pytest.approx(r["samples_per_s"] / 8 * 4)
+
+
+def test_profile_writes_a_chrome_trace_of_the_largest_batchs_steps(tmp_path):
+    import json
+
+    path = tmp_path / "learner_profile.json"
+    got = dqn_learner.measure(
+        [8, 16], seconds=0.1, device="cpu", fill=2_000, profile_path=str(path), profile_steps_n=3
+    )
+    first, last = got["rows"]
+    assert "profile" not in first  # only the largest batch is profiled
+    prof = last["profile"]
+    assert prof["steps"] == 3 and prof["wall_ms_per_step"] > 0
+    # on the CPU: no kernels, only the host ops' own time
+    assert prof["gpu_ms_per_step"] == 0 and prof["gpu_busy"] == 0
+    assert 0 < prof["cpu_ms_per_step"]
+    names = [name for name, _ in prof["top"]]
+    assert len(names) == 10 and any("conv" in n or "addmm" in n for n in names), names
+    trace = json.loads(path.read_text())
+    assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
