@@ -45,12 +45,18 @@ def test_stacks_match_frame_stack_wrapper_across_episodes_and_pushes():
     _check_samples(replay.sample(400, check=False))  # the learner's way: no device sync
 
 
-def test_ring_wraps_without_mixing_overwritten_frames():
+def _wrapped_replay() -> FrameReplay:
+    """A small ring that has wrapped over four times, episodes across pushes."""
     core = _core(num_envs=2, seed=3, max_len=20)
     replay = FrameReplay(37, (84, 84), torch.uint8, stack=4)
     for _ in range(30):
         replay.add(core.collect(3))
     assert replay.total > 4 * replay.capacity
+    return replay
+
+
+def test_ring_wraps_without_mixing_overwritten_frames():
+    replay = _wrapped_replay()
     assert len(replay) == replay.capacity
     for check in (True, False):
         sample = replay.sample(300, check=check)
@@ -158,11 +164,7 @@ def test_n_step_samples_sum_the_rewards_on_their_way_and_stop_at_episode_ends(ch
 
 
 def test_n_step_links_survive_the_ring_wrapping():
-    core = _core(num_envs=2, seed=3, max_len=20)
-    replay = FrameReplay(37, (84, 84), torch.uint8, stack=4)
-    for _ in range(30):
-        replay.add(core.collect(3))
-    assert replay.total > 4 * replay.capacity
+    replay = _wrapped_replay()
     for check in (True, False):
         s = replay.sample(300, check=check, n_step=4, gamma=0.5)
         assert int(s["index"].min()) >= replay.oldest
