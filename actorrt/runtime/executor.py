@@ -3,7 +3,8 @@
 An executor is a mailbox (per-caller order, its own threads, the payload road, results
 kept here when large) whose instance is a :class:`FunctionExecutor`: the call's method
 name is the function's name, and its first two arguments are the function itself, as a
-cache key and cloudpickle bytes, unpickled once per process. The host opens an
+cache key and cloudpickle bytes, unpickled once per process (the bytes are None once the
+caller knows this process has it: see :mod:`actorrt.runtime.functions`). The host opens an
 executor on the first call that names it; its id says how many threads it has and which
 GPUs they use (:func:`actorrt.placement.functions.parse_executor_id`).
 """
@@ -25,6 +26,7 @@ from actorrt.runtime import devices
 from actorrt.runtime.exits import in_method
 from actorrt.runtime.mailbox import Mailbox
 from actorrt.runtime.payload import pack
+from actorrt.runtime.protocol import FunctionNotLoaded
 from actorrt.runtime.threads import may_lend
 
 __all__ = ["FunctionExecutor", "open_executor"]
@@ -33,12 +35,20 @@ _functions: dict[str, Callable[..., Any]] = {}  # cache key -> the function, per
 _functions_lock = threading.Lock()
 
 
-def _load(key: str, blob: bytes) -> Callable[..., Any]:
+def _load(key: str, blob: bytes | None) -> Callable[..., Any]:
+    """The function of ``key``: unpickled from ``blob`` the first time, then from the cache.
+
+    Raises:
+        FunctionNotLoaded: ``blob`` is None (the caller believed it loaded here) and it
+            is not: the caller sends the call again with the bytes.
+    """
     fn = _functions.get(key)
     if fn is None:
         with _functions_lock:
             fn = _functions.get(key)
             if fn is None:
+                if blob is None:
+                    raise FunctionNotLoaded(key)
                 fn = _functions[key] = cloudpickle.loads(blob)
     return fn
 
@@ -62,7 +72,9 @@ class FunctionExecutor:
             raise AttributeError(name)
         return partial(self._actorrt_run, name)
 
-    def _actorrt_run(self, name: str, key: str, blob: bytes, *args: Any, **kwargs: Any) -> Any:
+    def _actorrt_run(
+        self, name: str, key: str, blob: bytes | None, *args: Any, **kwargs: Any
+    ) -> Any:
         fn = _load(key, blob)
         if self._actorrt_groups and not getattr(self._actorrt_local, "gpu_set", False):
             groups = self._actorrt_groups

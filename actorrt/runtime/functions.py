@@ -10,6 +10,13 @@ A call is kept until answered (:class:`FunctionCall`), and when the process runn
 dies it is sent again, to another process, up to ``max_retries`` times, as Ray retries
 tasks. The resend never runs on torch's RPC threads, which complete the failed attempt:
 packing the arguments again may take long, so a thread of this module's sends it.
+
+The function travels with its calls as a key and its cloudpickle bytes (which hold, by
+value, whatever of ``__main__`` it uses), until the process has answered a call that
+carried them; later calls there carry the key alone, as Ray exports a function once. A
+process that has lost it since (a replacement under the same name) answers
+``FunctionNotLoaded``, and that call is sent again with the bytes, at no cost to its
+retries.
 """
 
 from __future__ import annotations
@@ -26,7 +33,14 @@ from actorrt.logs import get_logger
 from actorrt.placement.functions import FunctionSpot
 from actorrt.runtime.inflight import WorkerMarkedDead
 from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import ERROR, OK, Liveness, LocalFailure, rpc_failure
+from actorrt.runtime.protocol import (
+    ERROR,
+    OK,
+    FunctionNotLoaded,
+    Liveness,
+    LocalFailure,
+    rpc_failure,
+)
 
 if TYPE_CHECKING:
     from actorrt.placement.resources import Resources
@@ -96,8 +110,10 @@ class FunctionRoutes:
         self._tables: dict[Shape, tuple[FunctionSpot, ...]] = {}
         self._outstanding: dict[FunctionSpot, int] = {}
         self._turn = itertools.count()
-        # (call, where its attempt was, whether that process died): sent again by a thread
-        self._resends: queue.SimpleQueue[tuple[FunctionCall, str, bool] | None] = (
+        self._loaded: dict[str, set[str]] = {}  # process -> keys of functions it has
+        # (call, where its attempt was, whether to tell rank 0 that process died, whether
+        # the resend counts against the call's retries): sent again by a thread
+        self._resends: queue.SimpleQueue[tuple[FunctionCall, str, bool, bool] | None] = (
             queue.SimpleQueue()
         )
         self._thread: threading.Thread | None = None
@@ -146,20 +162,46 @@ class FunctionRoutes:
         with self._lock:
             self._outstanding[spot] -= 1
 
+    def loaded(self, worker: str, key: str) -> bool:
+        """Whether ``worker`` has answered a call of the function ``key`` that carried it."""
+        keys = self._loaded.get(worker)
+        return keys is not None and key in keys
+
+    def learned(self, worker: str, key: str) -> None:
+        """``worker`` answered a call that carried the function ``key``: it has it now."""
+        if not self.loaded(worker, key):
+            with self._lock:
+                self._loaded.setdefault(worker, set()).add(key)
+
+    def forget(self, worker: str, key: str | None = None) -> None:
+        """``worker`` lacks the function ``key`` (or, with None, every function: it died)."""
+        with self._lock:
+            if key is None:
+                self._loaded.pop(worker, None)
+            else:
+                self._loaded.get(worker, set()).discard(key)
+
     def lost(self, call: FunctionCall, worker: str, exc: BaseException) -> None:
         """``call``'s attempt on ``worker`` found it dead: a thread sends it again."""
+        self.forget(worker)  # whatever comes up under its name starts without them
         if self._route.stopped.is_set():  # the thread may be gone: nothing is resent now
             call.give_up(call.died(worker, exc))
             return
         # Unless rank 0 itself marked it dead (or this process decided), the driver may
         # not know yet: the resending thread tells it.
-        self._resend(call, worker, not isinstance(exc, (LocalFailure, WorkerMarkedDead)))
+        tell = not isinstance(exc, (LocalFailure, WorkerMarkedDead))
+        self._resend(call, worker, tell, True)
 
     def again(self, call: FunctionCall) -> None:
         """``call`` raised an exception it retries on (``retry_exceptions``): send it again."""
-        self._resend(call, "", False)
+        self._resend(call, "", False, True)
 
-    def _resend(self, call: FunctionCall, worker: str, tell: bool) -> None:
+    def reload(self, call: FunctionCall, worker: str, key: str) -> None:
+        """``worker`` lacked the function ``key`` that ``call`` named: send it again with it."""
+        self.forget(worker, key)
+        self._resend(call, "", False, False)
+
+    def _resend(self, call: FunctionCall, worker: str, tell: bool, counts: bool) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -167,18 +209,18 @@ class FunctionRoutes:
                         target=self._resend_loop, name="actorrt-function-retries", daemon=True
                     )
                     self._thread.start()
-        self._resends.put((call, worker, tell))
+        self._resends.put((call, worker, tell, counts))
 
     def _resend_loop(self) -> None:
         while True:
             item = self._resends.get()
             if item is None:
                 return
-            call, worker, tell = item
+            call, worker, tell, counts = item
             try:
                 if tell:
                     self._route.worker_unreachable(worker)
-                call.retry(worker)
+                call.retry(worker, counts)
             except Exception as error:  # never lose the thread: its calls would wait
                 call.give_up(error)
 
@@ -217,6 +259,8 @@ class FunctionCall:
         "_kwargs",
         "_spot",
         "_keep",
+        "_key",
+        "_without",
         "reply",
     )
 
@@ -241,6 +285,8 @@ class FunctionCall:
         self._kwargs: dict[str, Any] = {}
         self._spot: FunctionSpot | None = None
         self._keep: KeepAlive | None = None
+        self._key = ""  # the function's key (the first argument)
+        self._without = ""  # the process the current attempt went to without the bytes
         self.reply: torch.futures.Future[Wire] = torch.futures.Future()
 
     def send(
@@ -267,17 +313,31 @@ class FunctionCall:
         self, args: tuple[Any, ...], kwargs: dict[str, Any], now: bool, avoid: str
     ) -> None:
         spot = self._spot = self._routes.choose(self._shape, avoid)
+        key = self._key = args[0]
+        sent = args
+        self._without = ""
+        if self._routes.loaded(spot.worker, key):
+            # Kept until answered, to be sent again with the bytes should it lack them.
+            self._args, self._kwargs = args, kwargs
+            sent = (key, None, *args[2:])
+            self._without = spot.worker
         target = FunctionTarget(spot, self._what)
         seq = self._route.seq_at(spot.executor, spot.worker)
         try:
-            self._route.send(target, seq, self._method, args, kwargs, self, raise_now=now)
+            self._route.send(target, seq, self._method, sent, kwargs, self, raise_now=now)
         except BaseException:
             self._routes.answered(spot)
             raise
 
-    def retry(self, dead: str) -> None:
-        """Sends the call again, away from ``dead`` if given (on the resending thread)."""
-        if self._left > 0:
+    def retry(self, dead: str, counts: bool = True) -> None:
+        """Sends the call again, away from ``dead`` if given (on the resending thread).
+
+        Args:
+            dead: The process its last attempt found dead ("": none).
+            counts: Whether this resend uses one of its retries (not when it goes again
+                only because the process lacked the function).
+        """
+        if counts and self._left > 0:
             self._left -= 1
         self.send(self._args, self._kwargs, False, avoid=dead)
 
@@ -324,6 +384,12 @@ class FunctionCall:
             else:
                 self.give_up(self.died(spot.worker, exc))
             return
+        if self._without == spot.worker:
+            if _not_loaded(wire):  # it lost the function: again, with the bytes
+                self._routes.reload(self, spot.worker, self._key)
+                return
+        else:  # it had the bytes: it has the function now
+            self._routes.learned(spot.worker, self._key)
         if self._retry_on and self._left != 0 and self._retried_on(wire):
             self._routes.again(self)
             return
@@ -360,3 +426,14 @@ class FunctionCall:
             f"{self._what}: the process running it, {worker!r}, died ({cause}), {why}. "
             "Call it again to go on, or raise max_retries."
         )
+
+
+def _not_loaded(wire: Wire) -> bool:
+    """Whether ``wire`` is an executor's ``FunctionNotLoaded`` (sent the key alone)."""
+    if wire[0] is None and wire[1][0][0] == OK:  # a plain value: no error
+        return False
+    try:
+        status, payload = unpack(wire)
+    except Exception:  # an unreadable reply: the ref says so
+        return False
+    return status == ERROR and isinstance(payload[3], FunctionNotLoaded)

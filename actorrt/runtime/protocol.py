@@ -244,6 +244,16 @@ def unreadable(what: str, exc: BaseException) -> TypeError:
     )
 
 
+class FunctionNotLoaded(Exception):
+    """An executor was sent a remote function by its key alone and has not loaded it.
+
+    Callers send a function's bytes to a process until it has answered one call of it,
+    then its key alone (:mod:`actorrt.runtime.functions`); a process that lost it since
+    (a replacement under the same name) answers with this, and the caller sends that
+    call again with the bytes. Never reaches user code.
+    """
+
+
 class LocalFailure(Exception):
     """Carries an error this process decided (not the RPC layer) through a reply future.
 

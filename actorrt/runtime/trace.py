@@ -170,6 +170,8 @@ def _walk(x: Any, depth: int) -> int:
 def _nbytes(x: Any) -> int:
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
+    if isinstance(x, (bytes, bytearray)):  # in a plain value (a remote function's bytes)
+        return len(x)
     nbytes = getattr(x, "nbytes", None)  # numpy arrays, shared-memory handles
     return nbytes if isinstance(nbytes, int) else 0
 

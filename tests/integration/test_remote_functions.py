@@ -402,3 +402,56 @@ def test_a_label_sends_functions_to_that_labels_processes(tmp_path):
     assert len(rep["collector_pids"]) == 2, rep
     assert rep["got"] == rep["collector_pids"], rep
     assert "label 'evaluator' is not in the cluster's layout" in rep["missing"], rep["missing"]
+
+
+def test_a_function_and_what_it_uses_of_main_go_once_per_process(tmp_path):
+    """A function of ``__main__`` travels by value with what it uses (here 4 MB): sent
+    with every call, each call carried it. Now the calls after the first answer carry
+    its key alone; a process that lost it (as one replaced under the same name would)
+    gets that call again with the bytes."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        import torch
+        W = torch.ones(1 << 20)  # 4 MB that the function uses
+
+        @actorrt.remote
+        def first(x):
+            return float(W[0]) + x
+
+        @actorrt.remote
+        def forget_functions():
+            from actorrt.runtime import executor
+            executor._functions.clear()
+            return os.getpid()
+
+        with actorrt.start(num_workers=1, trace=True, timeout=60) as rt:
+            pids = list(rt.local_worker_pids)
+            values = [actorrt.get(first.remote(i), timeout=60) for i in range(5)]
+            forgot = actorrt.get(forget_functions.remote(), timeout=60)
+            again = actorrt.get(first.remote(10), timeout=60)
+            after = actorrt.get(first.remote(20), timeout=60)
+            # a round trip is recorded just after its reply is handed over: wait for all
+            deadline = time.monotonic() + 10
+            while True:
+                trips = sorted(
+                    (ev["ts"], ev["args"]["bytes_out"]) for ev in actorrt.timeline()["traceEvents"]
+                    if ev.get("cat") == "call" and ev["ph"] == "b" and "first" in ev["name"]
+                )
+                if len(trips) >= 8 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            report(pids=pids, forgot=forgot, values=values, again=again, after=after,
+                   sent=[b for _, b in trips])
+        """,
+    )
+    assert rep["values"] == [1.0, 2.0, 3.0, 4.0, 5.0] and rep["forgot"] in rep["pids"]
+    assert (rep["again"], rep["after"]) == (11.0, 21.0)
+    big, small = 4 * MB, 64 << 10
+    sent = rep["sent"]
+    # the first call; four with the key alone; the key alone to the process that had lost
+    # it, then that call again with the bytes; then the key alone again
+    assert len(sent) == 8, sent
+    assert sent[0] >= big and sent[6] >= big, sent
+    assert all(b < small for i, b in enumerate(sent) if i not in (0, 6)), sent

@@ -186,3 +186,58 @@ def test_a_lent_thread_lets_one_more_run_and_goes_away_after():
         time.sleep(0.05)
     assert pool._started == 1
     pool.close()
+
+
+def _not_loaded_reply(key):
+    from actorrt.runtime.payload import pack
+    from actorrt.runtime.protocol import FunctionNotLoaded, error_reply
+
+    return pack(error_reply("remote function f", FunctionNotLoaded(key)))
+
+
+def test_the_bytes_go_until_a_process_has_answered_then_the_key_alone():
+    route = FakeRoute(spots("a"))
+    routes = FunctionRoutes(route)
+    calls = [FunctionCall(routes, route, SHAPE, "remote function f", "f", 0) for _ in range(3)]
+    calls[0].send(("k", b"blob", 1), {}, True)
+    calls[1].send(("k", b"blob", 2), {}, True)  # before any answer: with the bytes too
+    assert [s[2] for s in route.sent] == [("k", b"blob", 1), ("k", b"blob", 2)]
+    route.sent[0][3].set_result((None, [(0, 1)]))
+    calls[2].send(("k", b"blob", 3), {}, True)
+    assert route.sent[2][2] == ("k", None, 3)  # "a" answered a call that carried them
+    other = FunctionCall(routes, route, SHAPE, "remote function g", "g", 0)
+    other.send(("k2", b"blob2", 4), {}, True)
+    assert route.sent[3][2] == ("k2", b"blob2", 4)  # another function: its own bytes
+    routes.close()
+
+
+def test_a_process_that_lost_the_function_gets_the_call_again_with_it_at_no_retry():
+    route = FakeRoute(spots("a"))
+    routes, call = make_call(route, retries=0)
+    routes.learned("a", "k")  # believed loaded there (the process was since replaced)
+    call.send(("k", b"blob", 7), {}, True)
+    assert route.sent[0][2] == ("k", None, 7)
+    route.sent[0][3].set_result(_not_loaded_reply("k"))
+    route.wait_sent(2)
+    assert route.sent[1][2] == ("k", b"blob", 7)  # again, with the bytes, max_retries=0
+    assert not routes.loaded("a", "k")
+    route.sent[1][3].set_result((None, [(0, 49)]))
+    assert _reply(call) == (None, [(0, 49)])
+    assert routes.loaded("a", "k") and route.unreachable == []
+    routes.close()
+
+
+def test_a_process_that_died_is_sent_the_bytes_again():
+    route = FakeRoute(spots("a", "b"))
+    routes, call = make_call(route, retries=1)
+    routes.learned("a", "k")
+    routes.learned("b", "k")
+    call.send(("k", b"blob", 1), {}, True)
+    dead = route.sent[0][0]
+    route.sent[0][3].set_exception(RuntimeError("connection reset by peer"))
+    route.wait_sent(2)
+    assert not routes.loaded(dead, "k")  # whatever comes up under its name lacks it
+    assert route.sent[1][0] != dead and route.sent[1][2] == ("k", None, 1)
+    route.sent[1][3].set_result((None, [(0, 1)]))
+    assert _reply(call) == (None, [(0, 1)])
+    routes.close()

@@ -225,3 +225,8 @@ def test_a_decorated_function_on_two_threads_at_once_records_two_whole_spans(tra
     naps = [(end - begin, tid) for _, _, begin, end, tid, _, _ in trace.events()]
     assert len(naps) == 2 and naps[0][1] != naps[1][1]
     assert all(took >= 45_000_000 for took, _ in naps), naps  # neither entry was overwritten
+
+
+def test_wire_bytes_counts_bytes_inside_a_plain_value():
+    # a remote function's call: (key, its cloudpickle bytes, the arguments), sent plain
+    assert trace.wire_bytes((None, [(("k", b"x" * 1000, 1.0), {})])) == 1000
