@@ -399,15 +399,9 @@ class FunctionCall:
 
     def _retried_on(self, wire: Wire) -> bool:
         """Whether ``wire`` is an error this call retries on (``retry_exceptions``)."""
-        if wire[0] is None and wire[1][0][0] == OK:  # a plain value: no error
+        failed, cause = _error_of(wire)
+        if not failed or self._route.stopped.is_set():
             return False
-        try:
-            status, payload = unpack(wire)
-        except Exception:  # an unreadable reply: the ref says so
-            return False
-        if status != ERROR or self._route.stopped.is_set():
-            return False
-        cause = payload[3]  # (what, summary, traceback, the exception if it pickled)
         kinds = self._retry_on
         if isinstance(kinds, tuple):
             return isinstance(cause, kinds)
@@ -428,12 +422,20 @@ class FunctionCall:
         )
 
 
-def _not_loaded(wire: Wire) -> bool:
-    """Whether ``wire`` is an executor's ``FunctionNotLoaded`` (sent the key alone)."""
+def _error_of(wire: Wire) -> tuple[bool, BaseException | None]:
+    """Whether ``wire`` is a raising function's reply, and what it raised (None: not sent)."""
     if wire[0] is None and wire[1][0][0] == OK:  # a plain value: no error
-        return False
+        return False, None
     try:
         status, payload = unpack(wire)
     except Exception:  # an unreadable reply: the ref says so
-        return False
-    return status == ERROR and isinstance(payload[3], FunctionNotLoaded)
+        return False, None
+    if status != ERROR:
+        return False, None
+    return True, payload[3]  # (what, summary, traceback, the exception if it pickled)
+
+
+def _not_loaded(wire: Wire) -> bool:
+    """Whether ``wire`` is an executor's ``FunctionNotLoaded`` (sent the key alone)."""
+    failed, cause = _error_of(wire)
+    return failed and isinstance(cause, FunctionNotLoaded)
