@@ -51,7 +51,8 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
         ``window_s`` (the training phase), ``steps``, ``learner_busy`` (share of the
         phase in steps), ``parts`` (each part's share of the steps' time), ``gpu_busy``
         and ``gpu_lag_ms`` (median; None without a GPU track), ``collect_share`` and
-        ``wait_share`` (means over collector processes; None without collectors),
+        ``wait_share`` (means over collector processes, each over its own first to
+        last span in the phase; None without collectors),
         ``limit`` (a sentence), all shares in [0, 1].
 
     Raises:
@@ -77,14 +78,22 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
     gpu_busy = _clipped(gpu_steps, lo, hi) / window if gpu_steps else None
     lags = [e["args"]["lag_ms"] for e in gpu_steps if "lag_ms" in e.get("args", {})]
     gpu_lag = statistics.median(lags) if lags else None
-    per_pid: dict[int, dict[str, float]] = defaultdict(lambda: {"collect": 0.0, "wait": 0.0})
+    # Each collector over its own part of the phase (its first span to its last): once
+    # it has collected its frames, the learner may still train on what it owes.
+    per_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in host:
-        if e["name"] == "collect":
-            per_pid[e["pid"]]["collect"] += _clipped([e], lo, hi)
-        elif e["name"] == "wait for learner":
-            per_pid[e["pid"]]["wait"] += _clipped([e], lo, hi)
-    collect = [v["collect"] / window for v in per_pid.values()]
-    wait = [v["wait"] / window for v in per_pid.values()]
+        if e["name"] in ("collect", "wait for learner"):
+            per_pid[e["pid"]].append(e)
+    collect: list[float] = []
+    wait: list[float] = []
+    for mine in per_pid.values():
+        start = max(lo, min(e["ts"] for e in mine))
+        end = min(hi, max(e["ts"] + e["dur"] for e in mine))
+        if end <= start:
+            continue
+        for name, shares in (("collect", collect), ("wait for learner", wait)):
+            spent = _clipped([e for e in mine if e["name"] == name], start, end)
+            shares.append(spent / (end - start))
     out: dict[str, Any] = {
         "window_s": window / 1e6,
         "steps": len(steps),

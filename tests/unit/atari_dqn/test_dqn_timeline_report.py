@@ -81,3 +81,15 @@ def test_a_trace_without_steps_says_what_is_missing(tmp_path, capsys):
     path.write_text(json.dumps(_trace(10)))
     timeline_report.main([str(path)])
     assert "the limit: the learner's gradient steps (on the CPU)" in capsys.readouterr().out
+
+
+def test_a_collector_that_finished_early_is_measured_over_its_own_part():
+    # the collector collects 19 of every 20 ms, but only over the first half of the
+    # phase; then the learner goes on training on what it owes
+    trace = _trace(100, collect_ms=19, wait_ms=0.5)
+    trace["traceEvents"] = [
+        e for e in trace["traceEvents"] if e.get("pid") != COLLECTOR or e["ts"] < 500_000
+    ]
+    f = timeline_report.summarize(trace)
+    assert f["collect_share"] == pytest.approx(0.95, abs=0.01), f  # not about half of it
+    assert f["wait_share"] == pytest.approx(0.025, abs=0.005), f
