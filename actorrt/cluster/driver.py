@@ -583,18 +583,23 @@ class Driver:
             )
         self._last_heard[name] = time.monotonic()  # the heartbeat starts afresh
         growing = self._growing.pop(name, None)
+        grown: tuple[Plan, ProcessInfo] | None = None
         if growing is not None and rt.plan is not None:
             bigger, new_rank, info = growing
             rt.plan = rt.plan.grown(bigger, new_rank)
             rt.descriptions = [*rt.descriptions, self._descriptions[new_rank]]
-            if rt.directory is not None:
-                rt.directory.grow(rt.plan, info)
+            grown = (rt.plan, info)
         rank = _rank_of(rt, name)
         pid = self._claimed_by.pop(name, None)
         if rank is not None and pid is not None:
             rt.pids[rank] = pid
         rt.admit(name, rpc_id, replaces=growing is None)
         if growing is not None:
+            # Placeable (and listed by nodes()) only now that every live process, this
+            # one included, knows its RPC id: an actor placed on it earlier could not be
+            # created ("could not find destination url").
+            if grown is not None and rt.directory is not None:
+                rt.directory.grow(*grown)
             self.workers.append(name)  # heartbeats and shutdown reach it from now on
         self._joining.pop(name, None)
         if self.cluster is not None:

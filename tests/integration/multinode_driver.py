@@ -442,9 +442,16 @@ def scenario_rejoin(rt, cfg):
     first = actorrt.get(b.where.remote(), timeout=60)
     print("READY " + json.dumps(first["pid"]), flush=True)
     deadline = time.monotonic() + 60
-    while _alive(b.worker) and time.monotonic() < deadline:
+
+    def b_state():
+        return next((x.state for x in actorrt.actors() if x.actor_id == b.actor_id), None)
+
+    # Watched through b's row, which stays DEAD: worker2's own "not alive" can last less
+    # than a poll, its replacement being admitted at once (was: this loop then waited out
+    # its 60 s and the test saw no GROW line).
+    while b_state() == "ALIVE" and time.monotonic() < deadline:
         time.sleep(0.05)
-    marked_dead = _alive(b.worker) is False
+    marked_dead = b_state() == "DEAD"
     while not _alive(b.worker) and time.monotonic() < deadline:
         time.sleep(0.05)
     back = bool(_alive(b.worker))

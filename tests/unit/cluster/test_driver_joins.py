@@ -111,3 +111,48 @@ def test_a_rank_given_to_a_grower_that_never_joins_goes_to_the_next_grower():
     assert peers == {"driver", "worker1", "worker2"}
     with pytest.raises(ClusterError, match="given to another worker"):
         driver._admit("worker3", 3)  # the first grower, late after all
+
+
+class _GrowingPlan:
+    processes: tuple[Any, ...] = ()
+
+    def grown(self, bigger: Any, rank: int) -> _GrowingPlan:
+        return self
+
+
+@dataclass
+class _GrowingRuntime:
+    """Records, in order, the grower's admission and its entry in the directory."""
+
+    events: list[str] = field(default_factory=list)
+    plan: _GrowingPlan = field(default_factory=_GrowingPlan)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    descriptions: list[Any] = field(default_factory=list)
+    pids: dict[int, int] = field(default_factory=dict)
+    local_worker_pids: list[int] = field(default_factory=list)
+
+    @property
+    def directory(self) -> Any:
+        events = self.events
+
+        class _Directory:
+            def grow(self, plan: Any, info: Any) -> None:
+                events.append("placeable")
+
+        return _Directory()
+
+    def admit(self, worker: str, rpc_id: int, replaces: bool = True) -> None:
+        self.events.append(f"every process knows {worker}")
+
+
+def test_a_grower_becomes_placeable_only_once_every_process_knows_it():
+    """Was: the directory took the grower before its RPC id reached any agent, and an
+    actor placed on it at once failed ("could not find destination url for name
+    worker3"; CI, test_a_dead_rank_comes_back_and_a_running_cluster_grows)."""
+    driver = _driver(join_timeout=60.0)
+    rt = driver.rt = _GrowingRuntime()  # type: ignore[assignment]
+    driver._descriptions = [_description("a")] * 4
+    driver._growing["worker3"] = (None, 3, None)  # type: ignore[assignment]
+    driver._admit("worker3", 5)
+    assert rt.events == ["every process knows worker3", "placeable"]
+    assert "worker3" in driver.workers
