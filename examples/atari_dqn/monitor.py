@@ -107,11 +107,19 @@ class Evaluator:
         return returns
 
     def close(self) -> None:
-        """Lets go of the pool built ahead, if any, and of the evaluator's thread."""
+        """Lets go of the pool built ahead, if any, and of the evaluator's thread.
+
+        Does not wait: a pool still being built is closed when it is done.
+        """
         ready, self._next_pool = self._next_pool, None
-        self._ahead.shutdown(wait=True, cancel_futures=True)
-        if ready is not None and not ready.cancelled() and ready.exception() is None:
-            ready.result().close()
+        if ready is not None:
+            ready.add_done_callback(_close_pool)  # at once if it is done already
+        self._ahead.shutdown(wait=False, cancel_futures=True)
+
+
+def _close_pool(built: Future[EnvPool | AleVectorPool]) -> None:
+    if not built.cancelled() and built.exception() is None:
+        built.result().close()
 
 
 class Monitor:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import torch
@@ -126,3 +127,36 @@ def test_the_driver_evaluator_does_its_set_up_ahead_on_its_own_thread(monkeypatc
     assert len(net.calls) > 1 and all(
         not who.startswith("evaluator-ahead") for _, who in net.calls[1:]
     )
+
+
+def test_closing_the_evaluator_closes_the_pool_built_ahead_without_waiting(monkeypatch):
+    import threading
+
+    from examples.atari_dqn import monitor
+
+    gate, started, closed = threading.Event(), threading.Event(), []
+
+    class Pool:
+        def __len__(self):
+            return 3
+
+        def close(self):
+            closed.append(True)
+
+    def slow_pool(cfg, episodes, seed, num_threads=None):
+        started.set()
+        gate.wait(10)  # still being built when the evaluator is closed
+        return Pool()
+
+    monkeypatch.setattr(monitor, "eval_pool", slow_pool)
+    evaluator = monitor.Evaluator(config_for_env("CartPole-v1", eval_episodes=3), None)
+    pending = evaluator._next_pool
+    assert started.wait(10)  # after the warm-up, on the evaluator's thread
+    evaluator.close()  # returns at once
+    assert closed == [] and not pending.done()
+    gate.set()
+    pending.result(10)
+    deadline = time.monotonic() + 10
+    while not closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert closed == [True]
