@@ -71,13 +71,17 @@ def measure(
     fill: int = FILL,
     profile_path: str | None = None,
     profile_steps_n: int = 20,
+    cuda_graph: bool = False,
 ) -> dict[str, Any]:
     """Every figure of the module docstring, per batch size (``fill`` records in replay);
-    with ``profile_path``, also :func:`profile_steps` of the largest batch (``profile``)."""
+    with ``profile_path``, also :func:`profile_steps` of the largest batch (``profile``);
+    with ``cuda_graph``, the steps are a CUDA graph's replays on a GPU."""
     from examples.atari_dqn.config import config_for_env, with_batch_size
     from examples.atari_dqn.learner import Learner
 
-    preset = config_for_env(ENV_ID, replay_capacity=fill + 1024, learning_starts=1 << 62)
+    preset = config_for_env(
+        ENV_ID, replay_capacity=fill + 1024, learning_starts=1 << 62, cuda_graph=cuda_graph
+    )
     rng = np.random.default_rng(0)
     rows = []
     for batch in batch_sizes:
@@ -91,7 +95,9 @@ def measure(
             learner.push(b)
             push_s.append(time.perf_counter() - t0)
         dev = learner.device
-        for _ in range(3):  # warm-up: cuDNN's algorithm search, the allocator
+        # Warm-up: cuDNN's algorithm search, the allocator; with cuda_graph, the graph's
+        # eager warm-up (3 steps) and its capture.
+        for _ in range(5):
             learner.train_step()
         _sync(dev)
         row: dict[str, Any] = {"batch_size": batch, "device": str(dev)}
@@ -186,11 +192,18 @@ def main(argv: list[str] | None = None) -> None:
         metavar="PATH",
         help="profile 20 steps of the largest batch (torch.profiler) into this Chrome trace",
     )
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="the learner's steps as CUDA graph replays (the example's --cuda-graph)",
+    )
     opts = p.parse_args(argv)
     if opts.threads:
         torch.set_num_threads(opts.threads)
     sizes = [int(b) for b in opts.batch_sizes.split(",") if b.strip()]
-    result = measure(sizes, opts.seconds, opts.device, profile_path=opts.profile)
+    result = measure(
+        sizes, opts.seconds, opts.device, profile_path=opts.profile, cuda_graph=opts.cuda_graph
+    )
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(result, f, indent=1)

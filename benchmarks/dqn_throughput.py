@@ -40,12 +40,16 @@ START_TIMEOUT_S = 120.0  # an emulator process that is not ready by then fails t
 
 
 def dqn_config(
-    num_envs: int | None = None, batch_size: int | None = None, learner_gpus: float = 0.0
+    num_envs: int | None = None,
+    batch_size: int | None = None,
+    learner_gpus: float = 0.0,
+    cuda_graph: bool = False,
 ) -> Any:
     """The example's Pong preset (its replay ratio), training starting within the warm-up.
 
     The batch is the example's choice (``driver.build_config``): ``batch_size`` if given,
     else the preset's ``gpu_batch_size`` with a learner GPU, else the preset's.
+    ``cuda_graph``: the learner's steps as CUDA graph replays (the example's flag).
     """
     from examples.atari_dqn.config import config_for_env, with_batch_size
 
@@ -54,6 +58,7 @@ def dqn_config(
         learning_starts=LEARNING_STARTS,
         replay_capacity=REPLAY_CAPACITY,
         num_envs_per_collector=num_envs,
+        cuda_graph=cuda_graph,
     )
     if batch_size is None and learner_gpus > 0:
         batch_size = cfg.gpu_batch_size
@@ -188,10 +193,11 @@ def measure(
     num_envs: int | None = None,
     transport: str = "cpu",
     batch_size: int | None = None,
+    cuda_graph: bool = False,
 ) -> dict[str, Any]:
     """raw, dqn, raw; returns every figure and the ratio dqn / mean(raw)."""
     args = example_args(collectors, transport)
-    cfg = dqn_config(num_envs, batch_size, args.learner_gpus)
+    cfg = dqn_config(num_envs, batch_size, args.learner_gpus, cuda_graph)
     first = raw_rate(cfg, collectors, raw_seconds)
     print(f"raw ALE, {collectors} process(es): {first['frames_per_s']:,.0f} frames/s", flush=True)
     dqn = dqn_rate(cfg, args, frames)
@@ -214,6 +220,7 @@ def measure(
         "dqn": dqn,
         "ratio": ratio,
         "envs_per_collector": cfg.num_envs_per_collector,
+        "cuda_graph": cfg.cuda_graph,
         "cores": os.cpu_count(),
     }
 
@@ -257,6 +264,11 @@ def main(argv: list[str] | None = None) -> None:
         help="the learner's batch, at the preset's replay ratio (default: the example's, "
         "32 on a CPU learner, 512 on a GPU one)",
     )
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="the learner's steps as CUDA graph replays (the example's --cuda-graph)",
+    )
     p.add_argument("--json", default=None, help="also write the figures here")
     opts = p.parse_args(argv)
     result = measure(
@@ -266,6 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         opts.envs_per_collector,
         opts.transport,
         opts.batch_size,
+        opts.cuda_graph,
     )
     if opts.json:
         with open(opts.json, "w") as f:

@@ -72,6 +72,10 @@ class DQNConfig:
         ale_vector_env: Atari collectors step ale-py's ``AtariVectorEnv`` (C++
             preprocessing) instead of a list of gymnasium envs with Python wrappers
             (``envs.AleVectorPool`` vs ``envs.EnvPool``; see docs/performance.md).
+        cuda_graph: A learner on a GPU captures its gradient step as a CUDA graph and
+            replays it (:class:`~examples.atari_dqn.graphed.GraphedStep`): one launch a
+            step instead of about a hundred. Needs a constant learning rate
+            (``lr_final_fraction`` 1.0); no effect on a learner on the CPU.
     """
 
     env_id: str = "ALE/Pong-v5"
@@ -106,6 +110,7 @@ class DQNConfig:
     eval_max_frames: int | None = 50_000
     seed: int = 0
     ale_vector_env: bool = True
+    cuda_graph: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for checkpoints and logs)."""
@@ -199,6 +204,12 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
     preset["env_id"] = env_id
     if int(preset.get("n_step", 1)) < 1:
         raise ValueError(f"n_step={preset['n_step']} must be >= 1 (1: one-step DQN)")
+    if preset.get("cuda_graph") and float(preset.get("lr_final_fraction", 1.0)) != 1.0:
+        raise ValueError(
+            "cuda_graph needs a constant learning rate (a captured step keeps the one it "
+            f"was captured with): set lr_final_fraction=1.0 (not {preset['lr_final_fraction']})"
+            " or leave cuda_graph off"
+        )
     return DQNConfig(**preset)
 
 

@@ -222,6 +222,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="steps each sampled transition spans at most: n-step returns (default: preset, 1)",
     )
+    p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        default=None,
+        help="a learner on a GPU captures its gradient step as a CUDA graph and replays it "
+        "(one launch a step; needs a constant learning rate)",
+    )
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
     p.add_argument(
@@ -292,6 +299,7 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         learning_starts=args.learning_starts,
         replay_capacity=args.replay_capacity,
         n_step=getattr(args, "n_step", None),
+        cuda_graph=getattr(args, "cuda_graph", None),
     )
     eval_max_frames = getattr(args, "eval_max_frames", None)
     if eval_max_frames is not None:
@@ -320,6 +328,7 @@ def batch_line(cfg: DQNConfig) -> str:
         f"({cfg.batch_size / cfg.train_every:g} samples per transition), lr {cfg.lr:.3g}, "
         f"target copy every {cfg.target_update_every} steps"
         + (f", {cfg.n_step}-step returns" if cfg.n_step > 1 else "")
+        + (", steps as a CUDA graph on a GPU" if cfg.cuda_graph else "")
     )
 
 

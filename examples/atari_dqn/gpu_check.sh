@@ -25,6 +25,9 @@
 #               tell the batch's share of the change from the rest. Each prints the raw
 #               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
 #               ratio kept and how busy the training thread was (about 3 x 2 min)
+#   graph       tests/gpu/test_gpu_dqn_learner.py (CUDA-graph steps against eager ones
+#               on the same batch, the graphed learner's thread among CUDA pushes), then
+#               the learner alone at batch 512, eager and --cuda-graph (about 1.5 min)
 #   timeline    the example with $COLLECTORS collectors, --transport cuda and --trace,
 #               Pong, $TL_FRAMES frames (default 400,000): its timeline holds each
 #               gradient step on the learner's thread and on its GPU (cuda:0 track,
@@ -57,19 +60,24 @@
 # (checkpoints, TensorBoard event files): PACK="$OUT_OF_THE_DEVICE/gpu-check".
 #
 # Where GPU time comes in short loans (one command of at most 10 minutes, about 15
-# minutes of machine time in all, start-up included), on one H200 these took: machine,
-# throughput (cpu, cuda) and eval 2.5 minutes in all, the Pong recipe's 6M frames 4
-# minutes. So, in two commands, the Pong run first (the figure the loan is most for):
+# minutes of machine time in all, start-up included), on one H200 these took: the eval
+# step 45 s; the learner alone (512, 1024, with --profile) 40 s; the timeline step at
+# 300,000 frames 40 s; the throughput step's cpu and cuda runs 100 s together at
+# TP_S=110; Pong 10M frames 427 s (docs/performance.md, "second loan").
 #
-#   OUT=/tmp/gpu-out STEPS=pong PONG_FRAMES=11000000 PONG_S=530 \
-#       PONG_EXTRA="--n-step 3 --eval-max-frames 0" PACK=$OUT_BACK/pong \
-#       bash examples/atari_dqn/gpu_check.sh                                # ~9 min
-#   OUT=/tmp/gpu-out STEPS="machine learner timeline eval" PACK=$OUT_BACK/first \
-#       bash examples/atari_dqn/gpu_check.sh                                # ~4 min
+# The next loan: does a CUDA-graph step (--cuda-graph, untried on a GPU) take the
+# learner off the host, and do TensorPipe's spinning shm reactors take its core (tcp
+# against cpu)? In one command of about 6 minutes:
 #
-# (--n-step 3 is untried on Pong: drop it from PONG_EXTRA to run the one-step recipe.)
-# Then, on a later loan, STEPS="throughput objects gputest" (about 10 minutes). Each
-# run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
+#   OUT=/tmp/gpu-out STEPS="graph throughput tcp timeline" \
+#       THROUGHPUT_RUNS="cpu cuda cuda-graph" \
+#       TP_S=110 TL_FRAMES=300000 TL_EXTRA=--cuda-graph PACK=$OUT_BACK/graph \
+#       bash examples/atari_dqn/gpu_check.sh
+#
+# then, on the faster setting, the one-step Pong recipe over the 10 minutes
+# (PONG_FRAMES=12000000 PONG_S=560 PONG_EXTRA="--eval-max-frames 0", plus --cuda-graph
+# if it helped): `--n-step 3` did not learn at lr 4e-4 (performance.md).
+# Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}
@@ -79,6 +87,7 @@ THROUGHPUT_RUNS=${THROUGHPUT_RUNS:-cpu cuda cpu-b32}  # the throughput step's ru
 TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
 TL_FRAMES=${TL_FRAMES:-400000}  # the timeline step's run
 TL_TRANSPORT=${TL_TRANSPORT:-cuda}  # cpu: the same step on a machine without a GPU
+TL_EXTRA=${TL_EXTRA:-}  # more flags for the timeline run (e.g. --cuda-graph)
 PONG_S=${PONG_S:-660}
 # Each run's bound in seconds. Bound a loan's steps here, not with an outer `timeout`:
 # each run's own `timeout` ends its process group (the cluster with it) before the next.
@@ -138,7 +147,9 @@ for step in $STEPS; do
             cpu) set -- cpu cpu ;;
             cuda) set -- cuda cuda ;;
             cpu-b32) set -- cpu-b32 cpu --batch-size 32 ;;
-            *) note "  unknown throughput run $name (cpu, cuda, cpu-b32)"; continue ;;
+            cuda-graph) set -- cuda-graph cuda --cuda-graph ;;
+            cpu-graph) set -- cpu-graph cpu --cuda-graph ;;
+            *) note "  unknown throughput run $name (cpu, cuda, cpu-b32, cuda-graph, cpu-graph)"; continue ;;
             esac
             name=$1 transport=$2
             shift 2
@@ -150,11 +161,24 @@ for step in $STEPS; do
         done
         ;;
     timeline)
+        # shellcheck disable=SC2086  # TL_EXTRA is a list of flags
         timeout "$EVAL_S" $PYTHON -m examples.atari_dqn --no-progress --collectors "$COLLECTORS" \
-            --transport "$TL_TRANSPORT" --total-frames "$TL_FRAMES" --trace \
+            --transport "$TL_TRANSPORT" --total-frames "$TL_FRAMES" --trace $TL_EXTRA \
             --logdir "$OUT/timeline" > "$OUT/timeline.log" 2>&1
-        note "  $COLLECTORS collectors, $TL_TRANSPORT, $TL_FRAMES frames, traced (exit $?):"
+        note "  $COLLECTORS collectors, $TL_TRANSPORT, $TL_FRAMES frames, traced $TL_EXTRA (exit $?):"
         where_time_went "$OUT/timeline.log"
+        ;;
+    graph)
+        timeout 240 $PYTHON -m pytest -p no:cacheprovider -q -rs tests/gpu/test_gpu_dqn_learner.py \
+            > "$OUT/graph-test.log" 2>&1
+        note "  tests/gpu/test_gpu_dqn_learner.py (exit $?): $(tail -1 "$OUT/graph-test.log")"
+        for mode in eager graph; do
+            flag=; [ $mode = graph ] && flag=--cuda-graph
+            timeout 120 $PYTHON -m benchmarks.dqn_learner --batch-sizes 512 --seconds 5 $flag \
+                --json "$OUT/learner-$mode.json" > "$OUT/learner-$mode.log" 2>&1
+            note "  the learner alone, $mode (exit $?):"
+            grep -E '^batch' "$OUT/learner-$mode.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        done
         ;;
     eval)
         timeout "$EVAL_S" $PYTHON -m examples.atari_dqn --no-progress --logdir "$OUT/default" \
@@ -198,7 +222,7 @@ for step in $STEPS; do
         note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, learner, objects, throughput, timeline, eval, pong, tcp, gputest)"
+        note "  unknown step $step (machine, learner, graph, objects, throughput, timeline, eval, pong, tcp, gputest)"
         ;;
     esac
 done

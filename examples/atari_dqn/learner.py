@@ -42,6 +42,7 @@ import actorrt
 from examples.atari_dqn.backend import backend
 from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.envs import obs_spec
+from examples.atari_dqn.graphed import GraphedStep
 from examples.atari_dqn.losses import dqn_loss
 from examples.atari_dqn.networks import build_q_network
 from examples.atari_dqn.replay import FrameReplay
@@ -83,10 +84,13 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _adam(params: Any, cfg: DQNConfig) -> torch.optim.Adam:
+def _adam(params: Any, cfg: DQNConfig, capturable: bool = False) -> torch.optim.Adam:
     # The fused kernel updates all tensors at once: measured on the 2-core VM, 1.7 ms a
     # step instead of 11.7 ms for the Nature CNN (docs/performance.md); on a GPU it is a
-    # few kernels instead of several per parameter tensor.
+    # few kernels instead of several per parameter tensor. capturable: its step count
+    # stays on the device, so a CUDA graph can capture the update (GraphedStep).
+    if capturable:
+        return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True, capturable=True)
     try:
         return torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
     except (RuntimeError, TypeError):  # a torch or device without the fused kernel
@@ -139,7 +143,13 @@ class Learner:
         self.n_actions = n_actions
         self.q_net = build_q_network(cfg, obs_shape, n_actions).to(self.device)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = _adam(self.q_net.parameters(), cfg)
+        graphed = cfg.cuda_graph and self.device.type == "cuda"
+        if graphed and cfg.lr_final_fraction != 1.0:
+            raise ValueError("cuda_graph needs a constant learning rate: set lr_final_fraction=1.0")
+        self.optimizer = _adam(self.q_net.parameters(), cfg, capturable=graphed)
+        # The step as a CUDA graph (cfg.cuda_graph on a GPU); None: eager steps.
+        self._graphed = GraphedStep(self.device) if graphed else None
+        self.graph_batch: dict[str, torch.Tensor] | None = None
 
         frame_shape = obs_shape[1:] if cfg.frame_stack > 1 else obs_shape
         torch_dtype = torch.from_numpy(np.zeros(0, dtype=obs_dtype)).dtype
@@ -380,39 +390,80 @@ class Learner:
 
     def _train_step(self) -> torch.Tensor:
         cfg = self.cfg
-        if cfg.lr_final_fraction != 1.0:
-            progress = min(1.0, self.frames / max(1, cfg.total_frames))
-            scale = 1.0 + progress * (cfg.lr_final_fraction - 1.0)
-            for group in self.optimizer.param_groups:
-                group["lr"] = cfg.lr * scale
-        with actorrt.profile("sample"), self._replay_lock:
-            # The gathers copy the batch out of the ring, so pushes may write to it as
-            # soon as the lock is free (on a GPU: kernels queued after these).
-            batch = self.replay.sample(
-                cfg.batch_size, check=False, n_step=cfg.n_step, gamma=cfg.gamma
-            )
-        with actorrt.profile("loss and backward"):
-            loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, cfg.gamma)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-        with actorrt.profile("optimizer"):
-            if cfg.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
-            with self._param_lock:
-                self.optimizer.step()
-                self.updates += 1
-                self.weight_version += 1
-                if self.updates % cfg.target_update_every == 0:
-                    self.target_net.load_state_dict(self.q_net.state_dict())
-        loss = loss.detach()
+        if self._graphed is not None:
+            loss, q_mean = self._graphed_step()
+        else:
+            if cfg.lr_final_fraction != 1.0:
+                progress = min(1.0, self.frames / max(1, cfg.total_frames))
+                scale = 1.0 + progress * (cfg.lr_final_fraction - 1.0)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.lr * scale
+            with actorrt.profile("sample"), self._replay_lock:
+                # The gathers copy the batch out of the ring, so pushes may write to it
+                # as soon as the lock is free (on a GPU: kernels queued after these).
+                batch = self.replay.sample(
+                    cfg.batch_size, check=False, n_step=cfg.n_step, gamma=cfg.gamma
+                )
+            with actorrt.profile("loss and backward"):
+                loss, q_taken = self._loss_and_backward(batch)
+            with actorrt.profile("optimizer"):
+                self._clip_gradients()
+                with self._param_lock:
+                    self.optimizer.step()
+                    self._count_step()
+            loss, q_mean = loss.detach(), q_taken.mean()
         with self._cv:
             # Summed on the device; stats() reads them back (one wait per call, not per
             # step). Out of place, so stats() may read the tensors it took meanwhile.
             self._loss_sum = self._loss_sum + loss
-            self._q_sum = self._q_sum + q_taken.mean()
+            self._q_sum = self._q_sum + q_mean
             self._stat_steps += 1
             self._last_loss = loss
         return loss
+
+    def _loss_and_backward(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, self.cfg.gamma)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        return loss, q_taken
+
+    def _clip_gradients(self) -> None:
+        if self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.q_net.parameters(), self.cfg.max_grad_norm)
+
+    def _count_step(self) -> None:
+        """After an optimizer update, under the parameter lock."""
+        self.updates += 1
+        self.weight_version += 1
+        if self.updates % self.cfg.target_update_every == 0:
+            # In place: a captured step keeps reading the target network's tensors.
+            self.target_net.load_state_dict(self.q_net.state_dict())
+
+    def _graphed_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step through the CUDA graph: its loss and mean Q, copied out of it."""
+        graphed = self._graphed
+        assert graphed is not None
+        graphed.throttle()  # outside the locks: pushes go on while it waits for the GPU
+        # Under both locks, as the eager step's sample and update are: the replay (one
+        # launch) reads the ring and writes the parameters.
+        with self._replay_lock, self._param_lock:
+            loss, q_mean = graphed(self._graph_body)
+            self._count_step()
+        return loss.clone(), q_mean.clone()  # the next replay overwrites the graph's
+
+    def _graph_body(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole step as :class:`GraphedStep` runs and captures it: no host sync."""
+        cfg = self.cfg
+        batch = self.replay.sample(
+            cfg.batch_size, n_step=cfg.n_step, gamma=cfg.gamma, graph_safe=True
+        )
+        self.graph_batch = batch  # after capture: the last replay's batch (for tests)
+        loss, q_taken = self._loss_and_backward(batch)
+        self._clip_gradients()
+        self.optimizer.step()
+        return loss.detach(), q_taken.mean()
 
     # ----------------------------------------------------------------- data out
     def get_weights(self, known_version: int = -1, cpu: bool = False) -> tuple[int, Any] | None:
@@ -529,6 +580,11 @@ class Learner:
             self.q_net.load_state_dict(state["q_net"])
             self.target_net.load_state_dict(state["target_net"])
             self.optimizer.load_state_dict(state["optimizer"])  # moves state to param devices
+            if self._graphed is not None:
+                # New optimizer tensors (and a checkpoint's own flags): capture anew.
+                for group in self.optimizer.param_groups:
+                    group["capturable"] = True
+                self._graphed = GraphedStep(self.device)
             self.updates = int(state["updates"])
             # A new version number, so collectors holding the old one fetch these weights.
             self.weight_version = int(state["weight_version"]) + 1

@@ -100,6 +100,9 @@ class FrameReplay:
         self.transitions_added = 0  # records that are transition destinations
         self._last: dict[int, int] = {}  # stream -> global id of its newest record
         self._gen = torch.Generator(device=self.device)
+        # [oldest, total] on the device, for sampling captured in a CUDA graph, where a
+        # Python number would be baked in at capture (sample(graph_safe=True)).
+        self._span = torch.zeros(2, dtype=torch.int64, device=self.device)
         self._gen.manual_seed(seed)
 
     def __len__(self) -> int:
@@ -165,6 +168,7 @@ class FrameReplay:
         self.rewards[slots] = self._put(batch["reward"], torch.float32)
         self.terminated[slots] = self._put(batch["terminated"], torch.float32)
         self.total += n
+        self._span.copy_(self._put(torch.tensor([self.oldest, self.total])))
         added = int((~first).sum())
         self.transitions_added += added
         return added
@@ -201,13 +205,20 @@ class FrameReplay:
             f"({have} found in {max_tries} tries); wait for more data before sampling"
         )
 
-    def _candidates(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _candidates(self, n: int, graph_safe: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` uniform candidate ids with their chains ``(stack+1, n)``, and which are valid.
 
-        Reads nothing back from the device.
+        Reads nothing back from the device. ``graph_safe``: the bounds come from the
+        device and the draw from the default generator (see :meth:`sample`).
         """
-        oldest, total = self.oldest, self.total
-        cand = torch.randint(oldest, total, (n,), device=self.device, generator=self._gen)
+        oldest: int | torch.Tensor
+        if graph_safe:
+            oldest, total = self._span[0], self._span[1]
+            u = torch.rand(n, dtype=torch.float64, device=self.device)
+            cand = oldest + (u * (total - oldest)).long()
+        else:
+            oldest = self.oldest
+            cand = torch.randint(oldest, self.total, (n,), device=self.device, generator=self._gen)
         chain = [cand]
         ok = ~self.first[cand % self.capacity]
         cur = cand
@@ -220,7 +231,7 @@ class FrameReplay:
             chain.append(cur)
         return torch.stack(chain), ok
 
-    def _draw(self, batch_size: int) -> torch.Tensor:
+    def _draw(self, batch_size: int, graph_safe: bool = False) -> torch.Tensor:
         """Like :meth:`_chains`, without reading anything back from the device.
 
         Draws ``2 * batch_size`` candidates and keeps the first ``batch_size`` valid ones
@@ -234,14 +245,20 @@ class FrameReplay:
         """
         if self.total == 0:
             raise RuntimeError("cannot sample from an empty replay")
-        chains, ok = self._candidates(2 * batch_size)  # (stack+1, n), (n,)
+        chains, ok = self._candidates(2 * batch_size, graph_safe)  # (stack+1, n), (n,)
         order = torch.argsort((~ok).to(torch.int32), stable=True)
         count = ok.sum().clamp_(min=1)
         pick = order[torch.arange(batch_size, device=self.device) % count]
         return chains[:, pick]
 
     def sample(
-        self, batch_size: int, *, check: bool = True, n_step: int = 1, gamma: float = 0.99
+        self,
+        batch_size: int,
+        *,
+        check: bool = True,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        graph_safe: bool = False,
     ) -> dict[str, torch.Tensor]:
         """Uniformly samples transitions (n-step ones with ``n_step`` above 1).
 
@@ -253,6 +270,11 @@ class FrameReplay:
                 of kernels full; for callers that know the ring holds valid transitions.
             n_step: Steps each sample spans at most (see the module docstring).
             gamma: The discount the n-step rewards are summed with.
+            graph_safe: A call that can be captured in a CUDA graph and replayed while
+                the ring grows: the ring's bounds are read on the device, candidates are
+                drawn with the device's default generator (the one CUDA graphs advance
+                on each replay), and nothing is checked on the host (``check`` is
+                ignored). The same distribution as without it.
 
         Returns:
             ``obs`` and ``next_obs`` (B, stack, *frame_shape) (or (B, *frame_shape) when
@@ -265,7 +287,10 @@ class FrameReplay:
         """
         if n_step < 1:
             raise ValueError(f"n_step={n_step} must be >= 1")
-        chains = self._chains(batch_size) if check else self._draw(batch_size)
+        if graph_safe:
+            chains = self._draw(batch_size, graph_safe=True)
+        else:
+            chains = self._chains(batch_size) if check else self._draw(batch_size)
         slots = chains % self.capacity  # (stack+1, B)
         dest = slots[0]
         # chains[k] is k frames back from the destination. One gather of stack+1 frames

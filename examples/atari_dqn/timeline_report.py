@@ -124,10 +124,13 @@ def report(trace: dict[str, Any]) -> str:
     """The figures of :func:`summarize` as lines of text."""
     f = summarize(trace)
     pct = "{:.0%}".format
-    parts = ", ".join(f"{p} {pct(v)}" for p, v in f["parts"].items())
+    if any(f["parts"].values()):
+        parts = ", ".join(f"{p} {pct(v)}" for p, v in f["parts"].items()) + " of a step"
+    else:  # a step replayed as one CUDA graph (--cuda-graph) has no parts of its own
+        parts = "no parts: each step one CUDA graph replay"
     lines = [
         f"training phase: {f['window_s']:.1f} s, {f['steps']:,} gradient steps",
-        f"learner thread in steps: {pct(f['learner_busy'])} ({parts} of a step)",
+        f"learner thread in steps: {pct(f['learner_busy'])} ({parts})",
     ]
     if f["gpu_busy"] is not None:
         lag = f["gpu_lag_ms"]

@@ -58,13 +58,36 @@ def test_the_ring_on_the_gpu_samples_true_transitions_without_a_sync(pushed_from
         assert torch.equal(s["next_obs"] - s["obs"], torch.ones_like(s["obs"]))
 
 
-def test_the_learner_trains_in_its_thread_on_the_gpu():
-    from examples.atari_dqn.collector import CollectorCore
-    from examples.atari_dqn.config import config_for_env
-    from examples.atari_dqn.learner import Learner
+@pytest.mark.parametrize("pushed_from", ["cpu", "cuda"])
+def test_n_step_samples_on_the_gpu_sum_their_rewards_without_a_sync(pushed_from):
+    from examples.atari_dqn.replay import FrameReplay
 
-    cfg = config_for_env(
-        "CartPole-v1",
+    replay = FrameReplay(1_000, (1,), torch.float32, stack=1, device="cuda")
+    for k in range(10):
+        replay.add(_counting_push(4, 8, 8 * k, pushed_from))
+    gamma, n = 0.5, 3
+    for check in (True, False):
+        s = replay.sample(512, check=check, n_step=n, gamma=gamma)
+        assert s["discount"].is_cuda and s["reward"].is_cuda
+        # frames count one per step, so next_obs - obs is the steps each sample took
+        steps = (s["next_obs"] - s["obs"]).flatten().cpu()
+        assert steps.min() >= 1 and steps.max() <= n
+        assert (steps == n).any(), "no sample spans the full n steps"
+        m = steps.to(torch.float64)
+        reward = (1 - gamma**m) / (1 - gamma)  # every reward is 1
+        assert torch.allclose(s["reward"].cpu().double(), reward, atol=1e-6)
+        assert torch.allclose(s["discount"].cpu().double(), gamma**m, atol=1e-6)
+        # a sample is cut short only at its stream's newest frame (no terminals here)
+        newest = float(8 * 10 - 1)
+        cut = steps < n
+        assert torch.all(s["next_obs"].flatten().cpu()[cut] == newest)
+
+
+def _cartpole_cfg(**overrides):
+    """CartPole small enough to train in seconds; pushes of 4 envs x 8 steps."""
+    from examples.atari_dqn.config import config_for_env
+
+    base = dict(
         learning_starts=200,
         batch_size=128,
         train_every=2,
@@ -73,6 +96,18 @@ def test_the_learner_trains_in_its_thread_on_the_gpu():
         steps_per_push=8,
         max_train_lag=64,
     )
+    return config_for_env("CartPole-v1", **{**base, **overrides})
+
+
+# A captured step keeps the learning rate it was captured with: CartPole's preset anneals.
+_GRAPHED = {"cuda_graph": True, "lr_final_fraction": 1.0}
+
+
+def test_the_learner_trains_in_its_thread_on_the_gpu():
+    from examples.atari_dqn.collector import CollectorCore
+    from examples.atari_dqn.learner import Learner
+
+    cfg = _cartpole_cfg()
     learner = Learner(cfg, transport="cuda", background=True)
     assert learner.device.type == "cuda" and learner.replay.frames.is_cuda
     core = CollectorCore(cfg, device="cuda")  # pushes carry CUDA tensors, as with cuda
@@ -89,6 +124,75 @@ def test_the_learner_trains_in_its_thread_on_the_gpu():
         _, on_host = learner.get_weights(cpu=True)
         assert all(t.device.type == "cpu" for t in on_host.values())
         assert all(torch.equal(on_gpu[k].cpu(), on_host[k]) for k in on_gpu)
+    finally:
+        learner.close()
+        core.close()
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_a_graphed_step_updates_the_weights_as_an_eager_step_on_its_batch(n_step):
+    import copy
+
+    from examples.atari_dqn.collector import CollectorCore
+    from examples.atari_dqn.learner import Learner, _adam
+    from examples.atari_dqn.losses import dqn_loss
+
+    cfg = _cartpole_cfg(n_step=n_step, target_update_every=10_000, **_GRAPHED)
+    learner = Learner(cfg, transport="cuda")  # inline: each push trains what it paid for
+    core = CollectorCore(cfg, device="cuda")
+    try:
+        while learner.updates < 8:  # 3 eager warm-up steps, then the capture and replays
+            learner.push(core.collect(cfg.steps_per_push))
+        assert learner._graphed is not None and learner._graphed.captured
+        torch.cuda.synchronize()
+        params = {k: v.clone() for k, v in learner.q_net.state_dict().items()}
+        target = {k: v.clone() for k, v in learner.target_net.state_dict().items()}
+        opt_state = copy.deepcopy(learner.optimizer.state_dict())
+        index_before = learner.graph_batch["index"].clone()
+        loss = learner.train_step()  # one replay
+        torch.cuda.synchronize()
+        batch = {k: v.clone() for k, v in learner.graph_batch.items()}
+        assert not torch.equal(batch["index"], index_before), "the replay drew the same batch"
+        assert int(batch["index"].min()) >= learner.replay.oldest
+        # the same update, eagerly, from the same weights and optimizer state
+        net = copy.deepcopy(learner.q_net)
+        net.load_state_dict(params)
+        tgt = copy.deepcopy(learner.target_net)
+        tgt.load_state_dict(target)
+        opt = _adam(net.parameters(), cfg, capturable=True)
+        opt.load_state_dict(opt_state)
+        want_loss, _ = dqn_loss(net, tgt, batch, cfg.gamma)
+        opt.zero_grad(set_to_none=True)
+        want_loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+        opt.step()
+        assert torch.allclose(loss, want_loss.detach(), rtol=1e-5, atol=1e-6)
+        got = learner.q_net.state_dict()
+        for k, v in net.state_dict().items():
+            assert not torch.equal(got[k], params[k]), f"{k} did not change"
+            assert torch.allclose(got[k], v, rtol=1e-4, atol=1e-6), k
+    finally:
+        learner.close()
+        core.close()
+
+
+def test_the_graphed_learner_trains_in_its_thread_while_cuda_pushes_arrive():
+    from examples.atari_dqn.collector import CollectorCore
+    from examples.atari_dqn.learner import Learner
+
+    cfg = _cartpole_cfg(**_GRAPHED)
+    learner = Learner(cfg, transport="cuda", background=True)
+    core = CollectorCore(cfg, device="cuda")
+    try:
+        while learner.transitions < 3_000:
+            learner.push(core.collect(cfg.steps_per_push))
+        updates = learner.drain(_BOUND_S)
+        assert learner._graphed is not None and learner._graphed.captured
+        assert updates == (learner.transitions - 192) // cfg.train_every > 0
+        stats = learner.stats()
+        assert math.isfinite(stats["loss_mean"]) and math.isfinite(stats["q_mean"])
+        version, weights = learner.get_weights()
+        assert version == updates and all(torch.isfinite(t).all() for t in weights.values())
     finally:
         learner.close()
         core.close()

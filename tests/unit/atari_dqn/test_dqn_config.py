@@ -133,3 +133,14 @@ def test_n_step_returns_are_a_flag_and_show_in_the_batch_line(capsys):
     assert "--n-step must be >= 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="n_step=0 must be >= 1"):
         config_for_env("CartPole-v1", n_step=0)
+
+
+def test_cuda_graph_is_a_flag_that_needs_a_constant_learning_rate():
+    assert build_config(parse_args([])).cuda_graph is False  # off by default
+    cfg = build_config(parse_args(["--cuda-graph", "--learner-gpus", "0"]))
+    assert cfg.cuda_graph and batch_line(cfg).endswith(", steps as a CUDA graph on a GPU")
+    assert "CUDA graph" not in batch_line(build_config(parse_args(["--learner-gpus", "0"])))
+    # CartPole's preset anneals its learning rate: a captured step could not follow it
+    with pytest.raises(ValueError, match="cuda_graph needs a constant learning rate"):
+        config_for_env("CartPole-v1", cuda_graph=True)
+    assert config_for_env("CartPole-v1", cuda_graph=True, lr_final_fraction=1.0).cuda_graph

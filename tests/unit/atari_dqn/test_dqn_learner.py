@@ -283,3 +283,69 @@ def test_an_n_step_learner_samples_n_step_batches_and_trains(monkeypatch):
     run_in_process(cfg, 600, learner=learner)
     assert learner.updates > 0 and set(asked) == {(3, cfg.gamma)}
     assert math.isfinite(learner.stats()["loss_mean"])
+
+
+def test_cuda_graph_leaves_a_learner_on_the_cpu_eager():
+    cfg = _cfg(cuda_graph=True, lr_final_fraction=1.0)
+    learner = Learner(cfg)
+    assert learner.device.type == "cpu" and learner._graphed is None
+    run_in_process(cfg, 300, learner=learner)
+    assert learner.updates > 0 and learner.graph_batch is None
+    assert not learner.optimizer.param_groups[0]["capturable"]
+
+
+class _EagerGraph:
+    """Stands in for GraphedStep on the CPU: every call runs the step's body eagerly, so
+    the learner's graphed path (locks, counters, graph-safe sampling) runs here; the
+    capture itself is tests/gpu's."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.throttled = 0
+
+    def throttle(self) -> None:
+        self.throttled += 1
+
+    def __call__(self, body):
+        self.calls += 1
+        return body()
+
+
+def test_the_graphed_path_makes_the_eager_update_on_its_own_batch():
+    import copy
+
+    from examples.atari_dqn.learner import _adam
+    from examples.atari_dqn.losses import dqn_loss
+
+    cfg = _cfg(cuda_graph=True, lr_final_fraction=1.0, n_step=3)
+    learner = Learner(cfg)
+    stand_in = _EagerGraph()
+    learner._graphed = stand_in
+    run_in_process(cfg, 300, learner=learner)
+    assert learner.updates == stand_in.calls == stand_in.throttled > 0
+    assert "discount" in learner.graph_batch  # the body sampled n-step, graph-safe
+    params = {k: v.clone() for k, v in learner.q_net.state_dict().items()}
+    target = {k: v.clone() for k, v in learner.target_net.state_dict().items()}
+    opt_state = copy.deepcopy(learner.optimizer.state_dict())
+    updates = learner.updates
+    loss = learner.train_step()
+    assert learner.updates == updates + 1 and learner.weight_version == updates + 1
+    batch = learner.graph_batch
+    assert int(batch["index"].min()) >= learner.replay.oldest
+    net = copy.deepcopy(learner.q_net)
+    net.load_state_dict(params)
+    tgt = copy.deepcopy(learner.target_net)
+    tgt.load_state_dict(target)
+    opt = _adam(net.parameters(), cfg)
+    opt.load_state_dict(opt_state)
+    want, _ = dqn_loss(net, tgt, batch, cfg.gamma)
+    opt.zero_grad(set_to_none=True)
+    want.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
+    opt.step()
+    assert torch.allclose(loss, want.detach())
+    got = learner.q_net.state_dict()
+    for k, v in net.state_dict().items():
+        assert not torch.equal(got[k], params[k]) and torch.allclose(got[k], v, atol=1e-6), k
+    stats = learner.stats()
+    assert math.isfinite(stats["loss_mean"]) and math.isfinite(stats["q_mean"])

@@ -176,3 +176,20 @@ def test_n_step_must_be_at_least_one():
     replay.add(_push([10, 11], [7, 7], [PREV_NONE, 0]))
     with pytest.raises(ValueError, match="n_step=0"):
         replay.sample(2, n_step=0)
+
+
+def test_graph_safe_samples_read_the_rings_bounds_from_the_device():
+    replay = _wrapped_replay()
+    for _ in range(3):
+        s = replay.sample(300, graph_safe=True)
+        _check_samples(s)
+        assert int(s["index"].min()) >= replay.oldest
+        _check_n_step(replay, replay.sample(300, graph_safe=True, n_step=4, gamma=0.5), 4, 0.5)
+    # what a captured graph replays: the bounds move with each push, no Python number
+    assert replay._span.tolist() == [replay.oldest, replay.total]
+    core = _core(num_envs=2, seed=4, max_len=20)
+    before = replay.total
+    replay.add(core.collect(8))
+    assert replay._span.tolist() == [replay.oldest, replay.total]
+    s = replay.sample(300, graph_safe=True)
+    assert int(s["index"].min()) >= replay.oldest and int(s["index"].max()) >= before

@@ -11,11 +11,12 @@ from examples.atari_dqn import timeline_report
 LEARNER, COLLECTOR, THREAD, GPU = 2, 3, 7, 1 << 48
 
 
-def _trace(steps, gpu=None, collect_ms=0.0, wait_ms=0.0):
+def _trace(steps, gpu=None, collect_ms=0.0, wait_ms=0.0, parts=True):
     """``steps`` steps of 10 ms, 10 ms apart on the learner's training thread (parts:
     sample 2 ms, loss and backward 5 ms, optimizer 3 ms); ``gpu``: (its busy ms per step,
     its lag in ms) on a cuda:0 track; one collector whose every 20 ms holds
-    ``collect_ms`` of collecting and ``wait_ms`` of waiting."""
+    ``collect_ms`` of collecting and ``wait_ms`` of waiting; ``parts`` False: steps
+    without parts, as CUDA graph replays are."""
     ev = [
         {"ph": "M", "name": "thread_name", "pid": LEARNER, "tid": THREAD,
          "args": {"name": "learner-train"}},
@@ -30,7 +31,7 @@ def _trace(steps, gpu=None, collect_ms=0.0, wait_ms=0.0):
         t = i * 10_000.0
         span(LEARNER, THREAD, "train step", t, 10_000)
         for name, at, dur in (("sample", 0, 2_000), ("loss and backward", 2_000, 5_000),
-                              ("optimizer", 7_000, 3_000)):  # fmt: skip
+                              ("optimizer", 7_000, 3_000)) if parts else ():  # fmt: skip
             span(LEARNER, THREAD, name, t + at, dur)
         if gpu is not None:
             busy, lag = gpu
@@ -93,3 +94,12 @@ def test_a_collector_that_finished_early_is_measured_over_its_own_part():
     f = timeline_report.summarize(trace)
     assert f["collect_share"] == pytest.approx(0.95, abs=0.01), f  # not about half of it
     assert f["wait_share"] == pytest.approx(0.025, abs=0.005), f
+
+
+def test_graph_replays_without_parts_are_reported_as_such():
+    f = timeline_report.summarize(_trace(100, gpu=(10.0, 12.0), parts=False))
+    assert f["parts"] == {"sample": 0.0, "loss and backward": 0.0, "optimizer": 0.0}
+    assert "the learner's GPU" in f["limit"]
+    text = timeline_report.report(_trace(100, gpu=(10.0, 12.0), parts=False))
+    assert "(no parts: each step one CUDA graph replay)" in text
+    assert "of a step" in timeline_report.report(_trace(100, gpu=(10.0, 12.0)))

@@ -136,3 +136,45 @@ def test_two_actors_making_ale_envs_at_once_in_a_fresh_process_both_get_one():
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert "ERRORS []" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_n_step_samples_of_real_pong_frames_match_their_one_step_walk():
+    """3-step samples of a collector's real pushes (episodes cut every 100 steps): each
+    stack overlaps the next by the steps taken, its reward is the discounted sum along
+    the forward links, and it stops short only where the stream has no next frame yet
+    or at an episode's end."""
+    import torch
+
+    from examples.atari_dqn.collector import CollectorCore
+    from examples.atari_dqn.replay import FrameReplay
+
+    cfg = config_for_env("ALE/Pong-v5", eps_start=1.0, eps_end=1.0)
+    pool = AleVectorPool(cfg, 4, base_seed=7, max_episode_steps=100)
+    core = CollectorCore(cfg, collector_id=0, num_collectors=1, pool=pool)
+    replay = FrameReplay(3_000, (84, 84), torch.uint8, stack=4)
+    try:
+        for _ in range(60):  # 3,840 steps: the ring wraps, episodes straddle pushes
+            replay.add(core.collect(16))
+    finally:
+        core.close()
+    assert core.episodes >= 30
+    gamma, n = 0.99, 3
+    s = replay.sample(2_048, check=False, n_step=n, gamma=gamma)
+    m = torch.round(torch.log(s["discount"].double()) / np.log(gamma)).long()
+    assert int(m.min()) >= 1 and int(m.max()) == n and int((m < n).sum()) > 0
+    for i in range(len(m)):
+        k = int(m[i])
+        assert torch.equal(s["next_obs"][i, : 4 - k], s["obs"][i, k:]), i
+    cur = s["index"].clone()
+    want = torch.zeros(len(m), dtype=torch.float64)
+    for step in range(n):
+        live = step < m
+        want += torch.where(live, gamma**step * replay.rewards[cur % replay.capacity], 0.0)
+        if step + 1 < n:
+            cur = torch.where(live & (step + 1 < m), replay.next[cur % replay.capacity], cur)
+    assert torch.equal(cur, s["last"])
+    assert torch.allclose(want, s["reward"].double(), atol=1e-6)
+    assert int((s["reward"] != 0).sum()) > 0, "no sample holds a point"
+    short = m < n
+    at_end = (replay.next[s["last"] % replay.capacity] == -1) | (s["terminated"] == 1)
+    assert bool(at_end[short].all())
