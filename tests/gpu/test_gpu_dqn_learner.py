@@ -19,6 +19,8 @@ pytestmark = [requires_cuda, pytest.mark.timeout(240)]
 
 if str(ROOT) not in sys.path:  # `examples` is a repository folder, not a package
     sys.path.insert(0, str(ROOT))
+# The DQN unit tests' helpers (the eager update a graphed step must equal).
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "atari_dqn"))
 
 _BOUND_S = 60.0
 
@@ -131,11 +133,10 @@ def test_the_learner_trains_in_its_thread_on_the_gpu():
 
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_a_graphed_step_updates_the_weights_as_an_eager_step_on_its_batch(n_step):
-    import copy
+    from dqn_reference import eager_update, snapshot
 
     from examples.atari_dqn.collector import CollectorCore
-    from examples.atari_dqn.learner import Learner, _adam
-    from examples.atari_dqn.losses import dqn_loss
+    from examples.atari_dqn.learner import Learner
 
     cfg = _cartpole_cfg(n_step=n_step, target_update_every=10_000, **_GRAPHED)
     learner = Learner(cfg, transport="cuda")  # inline: each push trains what it paid for
@@ -145,31 +146,18 @@ def test_a_graphed_step_updates_the_weights_as_an_eager_step_on_its_batch(n_step
             learner.push(core.collect(cfg.steps_per_push))
         assert learner._graphed is not None and learner._graphed.captured
         torch.cuda.synchronize()
-        params = {k: v.clone() for k, v in learner.q_net.state_dict().items()}
-        target = {k: v.clone() for k, v in learner.target_net.state_dict().items()}
-        opt_state = copy.deepcopy(learner.optimizer.state_dict())
+        before = snapshot(learner)
         index_before = learner.graph_batch["index"].clone()
         loss = learner.train_step()  # one replay
         torch.cuda.synchronize()
         batch = {k: v.clone() for k, v in learner.graph_batch.items()}
         assert not torch.equal(batch["index"], index_before), "the replay drew the same batch"
         assert int(batch["index"].min()) >= learner.replay.oldest
-        # the same update, eagerly, from the same weights and optimizer state
-        net = copy.deepcopy(learner.q_net)
-        net.load_state_dict(params)
-        tgt = copy.deepcopy(learner.target_net)
-        tgt.load_state_dict(target)
-        opt = _adam(net.parameters(), cfg, capturable=True)
-        opt.load_state_dict(opt_state)
-        want_loss, _ = dqn_loss(net, tgt, batch, cfg.gamma)
-        opt.zero_grad(set_to_none=True)
-        want_loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
-        opt.step()
-        assert torch.allclose(loss, want_loss.detach(), rtol=1e-5, atol=1e-6)
+        want_loss, want = eager_update(learner, before, batch, capturable=True)
+        assert torch.allclose(loss, want_loss, rtol=1e-5, atol=1e-6)
         got = learner.q_net.state_dict()
-        for k, v in net.state_dict().items():
-            assert not torch.equal(got[k], params[k]), f"{k} did not change"
+        for k, v in want.items():
+            assert not torch.equal(got[k], before["q_net"][k]), f"{k} did not change"
             assert torch.allclose(got[k], v, rtol=1e-4, atol=1e-6), k
     finally:
         learner.close()

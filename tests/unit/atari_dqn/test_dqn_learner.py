@@ -312,10 +312,7 @@ class _EagerGraph:
 
 
 def test_the_graphed_path_makes_the_eager_update_on_its_own_batch():
-    import copy
-
-    from examples.atari_dqn.learner import _adam
-    from examples.atari_dqn.losses import dqn_loss
+    from dqn_reference import eager_update, snapshot
 
     cfg = _cfg(cuda_graph=True, lr_final_fraction=1.0, n_step=3)
     learner = Learner(cfg)
@@ -324,28 +321,17 @@ def test_the_graphed_path_makes_the_eager_update_on_its_own_batch():
     run_in_process(cfg, 300, learner=learner)
     assert learner.updates == stand_in.calls == stand_in.throttled > 0
     assert "discount" in learner.graph_batch  # the body sampled n-step, graph-safe
-    params = {k: v.clone() for k, v in learner.q_net.state_dict().items()}
-    target = {k: v.clone() for k, v in learner.target_net.state_dict().items()}
-    opt_state = copy.deepcopy(learner.optimizer.state_dict())
+    before = snapshot(learner)
     updates = learner.updates
     loss = learner.train_step()
     assert learner.updates == updates + 1 and learner.weight_version == updates + 1
     batch = learner.graph_batch
     assert int(batch["index"].min()) >= learner.replay.oldest
-    net = copy.deepcopy(learner.q_net)
-    net.load_state_dict(params)
-    tgt = copy.deepcopy(learner.target_net)
-    tgt.load_state_dict(target)
-    opt = _adam(net.parameters(), cfg)
-    opt.load_state_dict(opt_state)
-    want, _ = dqn_loss(net, tgt, batch, cfg.gamma)
-    opt.zero_grad(set_to_none=True)
-    want.backward()
-    torch.nn.utils.clip_grad_norm_(net.parameters(), cfg.max_grad_norm)
-    opt.step()
-    assert torch.allclose(loss, want.detach())
+    want_loss, want = eager_update(learner, before, batch, capturable=False)
+    assert torch.allclose(loss, want_loss)
     got = learner.q_net.state_dict()
-    for k, v in net.state_dict().items():
-        assert not torch.equal(got[k], params[k]) and torch.allclose(got[k], v, atol=1e-6), k
+    for k, v in want.items():
+        assert not torch.equal(got[k], before["q_net"][k]), f"{k} did not change"
+        assert torch.allclose(got[k], v, atol=1e-6), k
     stats = learner.stats()
     assert math.isfinite(stats["loss_mean"]) and math.isfinite(stats["q_mean"])
