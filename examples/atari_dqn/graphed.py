@@ -1,11 +1,11 @@
 """A gradient step captured once as a CUDA graph, then replayed (``DQNConfig.cuda_graph``).
 
-Why: an eager step on a GPU is about a hundred small kernels, each queued by Python. In
-the example the training thread, not the GPU, set the learner's pace: on an H200 it made
-about 100 steps/s among 12 collectors against 260 alone, every part of a slow step
-stretched alike while the thread waited for a core (docs/performance.md). Replaying a
-captured graph queues the whole step with one call, so the thread needs the CPU for
-microseconds a step and the GPU's work sets the pace.
+Why: an eager step on a GPU is about a hundred small kernels, each queued by Python.
+In the example the training thread, not the GPU, set the learner's pace: on an H200 it
+made about 100 steps/s among 12 collectors against 260 alone, every part of a slow step
+stretched alike while the thread waited for a core or the GIL (docs/performance.md).
+Replaying a captured graph queues the whole step with one call, so the thread needs the
+CPU for microseconds a step and the GPU's work sets the pace.
 
 The step (sampling included: ``FrameReplay.sample(graph_safe=True)``) is run eagerly
 ``warmup`` times on a side stream first, as PyTorch's CUDA graph notes ask: those are
@@ -83,7 +83,8 @@ class GraphedStep:
                 self._outputs = body()
             self._graph = graph
         self._graph.replay()
-        done = torch.cuda.Event()
+        # blocking: throttle's wait sleeps instead of spinning a core the host lacks
+        done = torch.cuda.Event(blocking=True)
         done.record(current)
         self._queued.append(done)
         return self._outputs
