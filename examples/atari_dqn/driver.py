@@ -223,6 +223,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="steps each sampled transition spans at most: n-step returns (default: preset, 1)",
     )
     p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="Adam's learning rate at the run's batch (default: the preset's 1e-4 at batch "
+        "32, scaled by the square root of a larger batch: 4e-4 at 512)",
+    )
+    p.add_argument(
         "--cuda-graph",
         action="store_true",
         default=None,
@@ -261,6 +268,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--eval-max-frames must be >= 0 (0: no shared cap)")
     if args.n_step is not None and args.n_step < 1:
         p.error("--n-step must be >= 1 (1: one-step DQN)")
+    if args.lr is not None and not args.lr > 0:
+        p.error("--lr must be > 0")
     if args.backend == "ray":
         actorrt_only = {
             "--init-method": args.init_method,
@@ -285,7 +294,8 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
 
     The batch: ``--batch-size``, else the preset's ``gpu_batch_size`` when the learner
     gets a GPU (:func:`resolve_gpus`), else the preset's; a batch other than the preset's
-    keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`).
+    keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`). ``--lr``
+    then sets the learning rate at that batch.
 
     Raises:
         ValueError: A batch size that cannot keep the replay ratio, or a bad override.
@@ -317,7 +327,12 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         )
         if learner_gpus > 0:
             batch = cfg.gpu_batch_size
-    return with_batch_size(cfg, batch) if batch is not None else cfg
+    if batch is not None:
+        cfg = with_batch_size(cfg, batch)
+    lr = getattr(args, "lr", None)
+    if lr is not None:
+        cfg.lr = lr
+    return cfg
 
 
 def batch_line(cfg: DQNConfig) -> str:

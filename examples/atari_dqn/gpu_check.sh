@@ -76,7 +76,8 @@
 #
 # then, on the faster setting, the one-step Pong recipe over the 10 minutes
 # (PONG_FRAMES=12000000 PONG_S=560 PONG_EXTRA="--eval-max-frames 0", plus --cuda-graph
-# if it helped): `--n-step 3` did not learn at lr 4e-4 (performance.md).
+# if it helped): `--n-step 3` did not learn at lr 4e-4 (performance.md); to try it again,
+# PONG_EXTRA="--n-step 3 --lr 1e-4 --eval-max-frames 0".
 # Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}

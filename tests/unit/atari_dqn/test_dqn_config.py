@@ -144,3 +144,16 @@ def test_cuda_graph_is_a_flag_that_needs_a_constant_learning_rate():
     with pytest.raises(ValueError, match="cuda_graph needs a constant learning rate"):
         config_for_env("CartPole-v1", cuda_graph=True)
     assert config_for_env("CartPole-v1", cuda_graph=True, lr_final_fraction=1.0).cuda_graph
+
+
+def test_lr_sets_the_learning_rate_at_the_runs_batch(capsys):
+    scaled = build_config(parse_args(["--batch-size", "512", "--learner-gpus", "0"]))
+    assert scaled.lr == pytest.approx(4e-4)  # the preset's 1e-4 at 32, times sqrt(16)
+    cfg = build_config(parse_args(["--batch-size", "512", "--lr", "6.25e-5"]))
+    assert cfg.batch_size == 512 and cfg.lr == 6.25e-5
+    assert cfg.train_every == scaled.train_every  # the replay ratio is the batch's
+    assert "lr 6.25e-05" in batch_line(cfg)
+    assert build_config(parse_args(["--lr", "1e-3", "--learner-gpus", "0"])).lr == 1e-3
+    with pytest.raises(SystemExit):
+        parse_args(["--lr", "0"])
+    assert "--lr must be > 0" in capsys.readouterr().err
