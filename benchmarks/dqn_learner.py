@@ -141,14 +141,30 @@ def measure(
     return {"rows": rows, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()}
 
 
+def device_events(ops: list[Any]) -> list[Any]:
+    """The device's own entries of ``prof.key_averages()``: kernels, copies, memsets.
+
+    A host op that launched kernels carries their time too (its ``self_device_time``),
+    so summing every entry counts each kernel twice; torch's own table sums these alone.
+    """
+    from torch.autograd import DeviceType
+
+    return [
+        e
+        for e in ops
+        if e.device_type != DeviceType.CPU and not getattr(e, "is_user_annotation", False)
+    ]
+
+
 def profile_steps(learner: Any, steps: int, path: str) -> dict[str, Any]:
     """``steps`` gradient steps under ``torch.profiler``; writes their Chrome trace to ``path``.
 
     Returns:
-        ``steps``, ``wall_ms_per_step``, ``gpu_ms_per_step`` (the kernels' time; 0 on the
-        CPU), ``gpu_busy`` (their share of the wall time), ``cpu_ms_per_step`` (the host
-        ops' own time) and ``top``: the ten ops with the most device (else host) time, as
-        ``[name, ms per step]``.
+        ``steps``, ``wall_ms_per_step``, ``gpu_ms_per_step`` (the kernels' time, counted
+        once from the device's own entries, :func:`device_events`; 0 on the CPU),
+        ``gpu_busy`` (their share of the wall time), ``cpu_ms_per_step`` (the host ops'
+        own time) and ``top``: the ten kernels with the most device time (on the CPU,
+        the ten ops with the most host time), as ``[name, ms per step]``.
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -164,11 +180,15 @@ def profile_steps(learner: Any, steps: int, path: str) -> dict[str, Any]:
         _sync(dev)
         wall = time.perf_counter() - t0
     prof.export_chrome_trace(path)
-    ops = prof.key_averages()
-    gpu_us = sum(e.self_device_time_total for e in ops)
+    ops = list(prof.key_averages())
+    on_device = device_events(ops)
+    gpu_us = sum(e.self_device_time_total for e in on_device)
     cpu_us = sum(e.self_cpu_time_total for e in ops)
-    key = "self_device_time_total" if gpu_us else "self_cpu_time_total"
-    top = sorted(ops, key=lambda e: getattr(e, key), reverse=True)[:10]
+    if gpu_us:
+        key, ranked = "self_device_time_total", on_device
+    else:
+        key, ranked = "self_cpu_time_total", ops
+    top = sorted(ranked, key=lambda e: getattr(e, key), reverse=True)[:10]
     return {
         "steps": steps,
         "wall_ms_per_step": 1e3 * wall / steps,

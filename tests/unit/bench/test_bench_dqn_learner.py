@@ -48,3 +48,23 @@ def test_profile_writes_a_chrome_trace_of_the_largest_batchs_steps(tmp_path):
     assert len(names) == 10 and any("conv" in n or "addmm" in n for n in names), names
     trace = json.loads(path.read_text())
     assert any(e.get("name", "").startswith("aten::") for e in trace["traceEvents"])
+
+
+def test_device_time_is_counted_once_from_the_devices_own_entries():
+    """A host op that launched a kernel carries its time too (``self_device_time_total``);
+    only the kernel's own entry counts, as in torch's table."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def entry(device, device_us, annotation=False):
+        return SimpleNamespace(
+            device_type=device, self_device_time_total=device_us, is_user_annotation=annotation
+        )
+
+    conv_op = entry(DeviceType.CPU, 1_000)  # aten::cudnn_convolution, holding its kernel's
+    kernel = entry(DeviceType.CUDA, 1_000)  # the kernel it launched
+    marker = entry(DeviceType.CUDA, 5_000, annotation=True)  # a record_function's span
+    got = dqn_learner.device_events([conv_op, kernel, marker])
+    assert got == [kernel]
+    assert sum(e.self_device_time_total for e in got) == 1_000
