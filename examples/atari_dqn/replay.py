@@ -101,8 +101,9 @@ class FrameReplay:
         self._last: dict[int, int] = {}  # stream -> global id of its newest record
         self._gen = torch.Generator(device=self.device)
         # [oldest, total] on the device, for sampling captured in a CUDA graph, where a
-        # Python number would be baked in at capture (sample(graph_safe=True)).
-        self._span = torch.zeros(2, dtype=torch.int64, device=self.device)
+        # Python number would be baked in at capture (sample(graph_safe=True)); made by
+        # the first such sample, so that pushes to an eager learner skip its update.
+        self._span: torch.Tensor | None = None
         self._gen.manual_seed(seed)
 
     def __len__(self) -> int:
@@ -168,7 +169,8 @@ class FrameReplay:
         self.rewards[slots] = self._put(batch["reward"], torch.float32)
         self.terminated[slots] = self._put(batch["terminated"], torch.float32)
         self.total += n
-        self._span.copy_(self._put(torch.tensor([self.oldest, self.total])))
+        if self._span is not None:
+            self._span.copy_(self._put(torch.tensor([self.oldest, self.total])))
         added = int((~first).sum())
         self.transitions_added += added
         return added
@@ -213,6 +215,8 @@ class FrameReplay:
         """
         oldest: int | torch.Tensor
         if graph_safe:
+            if self._span is None:  # an eager first call (a graph's warm-up) makes it
+                self._span = self._put(torch.tensor([self.oldest, self.total]))
             oldest, total = self._span[0], self._span[1]
             u = torch.rand(n, dtype=torch.float64, device=self.device)
             cand = oldest + (u * (total - oldest)).long()
