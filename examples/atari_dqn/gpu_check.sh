@@ -27,7 +27,9 @@
 #               ratio kept and how busy the training thread was (about 3 x 2 min)
 #   graph       tests/gpu/test_gpu_dqn_learner.py (CUDA-graph steps against eager ones
 #               on the same batch, the graphed learner's thread among CUDA pushes), then
-#               the learner alone at batch 512, eager and --cuda-graph (about 1.5 min)
+#               the learner at batch 512, eager and --cuda-graph, alone and in its
+#               thread with 48 threads pushing (--pushers 48: the 12 collectors' pushes
+#               in flight) (about 2 min)
 #   timeline    the example with $COLLECTORS collectors, --transport cuda and --trace,
 #               Pong, $TL_FRAMES frames (default 400,000): its timeline holds each
 #               gradient step on the learner's thread and on its GPU (cuda:0 track,
@@ -66,8 +68,11 @@
 # TP_S=110; Pong 10M frames 427 s (docs/performance.md, "second loan").
 #
 # The next loan: does a CUDA-graph step (--cuda-graph, untried on a GPU) take the
-# learner off the host, and do TensorPipe's spinning shm reactors take its core (tcp
-# against cpu)? In one command of about 6 minutes:
+# learner off the host, how much did the learner's thread lose to the held pushes it
+# woke after every step (fixed since the second loan; the graph step's --pushers 48
+# runs, and the throughput runs against that loan's), and do TensorPipe's spinning shm
+# reactors take its core (tcp against cpu; on the 2-core VM they did not)? In one
+# command of about 6 minutes:
 #
 #   OUT=/tmp/gpu-out STEPS="graph throughput tcp timeline" \
 #       THROUGHPUT_RUNS="cpu cuda cuda-graph" \
@@ -175,7 +180,8 @@ for step in $STEPS; do
         note "  tests/gpu/test_gpu_dqn_learner.py (exit $?): $(tail -1 "$OUT/graph-test.log")"
         for mode in eager graph; do
             flag=; [ $mode = graph ] && flag=--cuda-graph
-            timeout 120 $PYTHON -m benchmarks.dqn_learner --batch-sizes 512 --seconds 5 $flag \
+            timeout 150 $PYTHON -m benchmarks.dqn_learner --batch-sizes 512 --seconds 5 $flag \
+                --pushers 48 \
                 --json "$OUT/learner-$mode.json" > "$OUT/learner-$mode.log" 2>&1
             note "  the learner alone, $mode (exit $?):"
             grep -E '^batch' "$OUT/learner-$mode.log" | sed 's/^/    /' | tee -a "$SUMMARY"

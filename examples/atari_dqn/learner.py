@@ -14,7 +14,9 @@ collectors and learner. Where the steps run:
   adds its records to replay and returns at once, unless training trails the data by
   more than ``max_train_lag`` transitions; then it waits for the thread to catch up.
   That wait is the backpressure: collectors, which keep at most ``max_in_flight``
-  pushes outstanding, slow down to the learner's pace instead of piling up data. Ingest
+  pushes outstanding, slow down to the learner's pace instead of piling up data. The
+  thread wakes the held pushes only once training trails by ``max_train_lag`` or less,
+  not after every step: in the 12-collector run 48 of them may be held. Ingest
   never waits behind a gradient step, and with ``max_concurrency`` above one neither do
   ``stats`` and ``get_weights``. Pushes of one collector can then run on two threads
   at once: each carries its collector's sequence number (``order``), and the learner
@@ -178,11 +180,18 @@ class Learner:
         # Locks, never held while waiting on another: the ring (a push's add against a
         # step's sample), the parameters (a step's optimizer update against weights and
         # checkpoint reads), the published weights, and the counters below with their
-        # condition.
+        # conditions.
         self._replay_lock = threading.Lock()
         self._param_lock = threading.Lock()
         self._publish_lock = threading.Lock()  # the last version put (publish)
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
+        # One condition per kind of waiter, each notified only when its waiters may go
+        # on: a notify_all on one shared condition after every step woke every push held
+        # by backpressure (48 in the 12-collector run) to find it must wait on, and the
+        # training thread then queued for the GIL behind them (docs/performance.md).
+        self._owed_cv = threading.Condition(self._lock)  # the training thread: steps owed
+        self._paid_cv = threading.Condition(self._lock)  # pushes held, drain(): steps done
+        self._turn_cv = threading.Condition(self._lock)  # pushes awaiting their turn
         self._owed = 0  # transitions past learning_starts not yet paid for with a step
         self._order: dict[int, tuple[int, int]] = {}  # collector -> (nonce, next seq)
         zero = torch.zeros((), device=self.device)
@@ -247,11 +256,12 @@ class Learner:
         finally:
             if turn is not None:
                 self._end_turn(turn)
-        with self._cv:
+        with self._lock:
             self.pushes += 1
             if paying:
                 self._owed += added
-                self._cv.notify_all()
+                if self._owed >= self.cfg.train_every:
+                    self._owed_cv.notify()  # the training thread, its only waiter
         if self._thread is None:
             self._train_owed()
         else:
@@ -262,7 +272,7 @@ class Learner:
         """Waits until the pushes its collector made before this one were added."""
         source, nonce, seq = (int(x) for x in order.tolist())
         deadline = time.monotonic() + ORDER_WAIT_S
-        with self._cv:
+        with self._lock:
             while True:
                 known = self._order.get(source)
                 # A collector unknown here, or a new one in its place (another nonce),
@@ -271,22 +281,22 @@ class Learner:
                 left = deadline - time.monotonic()
                 if seq <= expected or left <= 0 or self._error is not None:
                     return source, nonce, seq
-                self._cv.wait(left)
+                self._turn_cv.wait(left)
 
     def _end_turn(self, turn: tuple[int, int, int]) -> None:
         source, nonce, seq = turn
-        with self._cv:
+        with self._lock:
             known = self._order.get(source)
             if known is None or known[0] != nonce or known[1] <= seq:
                 self._order[source] = (nonce, seq + 1)
-            self._cv.notify_all()
+            self._turn_cv.notify_all()
 
     def _wait_for_training(self) -> None:
         """Background mode: holds the push while training trails by too much."""
         t0 = time.perf_counter()
-        with self._cv:
+        with self._lock:
             while self._owed > self.cfg.max_train_lag and self._error is None and not self._stop:
-                self._cv.wait(1.0)
+                self._paid_cv.wait(1.0)
             self.push_wait_seconds += time.perf_counter() - t0  # pushes wait side by side
         self._raise_if_failed()
 
@@ -298,7 +308,7 @@ class Learner:
         """Inline mode: the steps owed, now."""
         t0 = time.perf_counter()
         while True:
-            with self._cv:
+            with self._lock:
                 if self._owed < self.cfg.train_every:
                     break
                 self._owed -= self.cfg.train_every
@@ -318,27 +328,36 @@ class Learner:
                 if not learner._train_once(wait=0.5):
                     return
             except BaseException as exc:  # handed to the next push, which raises it
-                with learner._cv:
+                with learner._lock:
                     learner._error = exc
-                    learner._cv.notify_all()
+                    learner._wake_all()
                 return
             del learner  # between steps the thread must not keep the learner alive
 
     def _train_once(self, wait: float) -> bool:
         """One step if one is owed, else waits up to ``wait`` s; False once stopped."""
-        with self._cv:
+        with self._lock:
             if self._stop:
                 return False
             if self._owed < self.cfg.train_every:
-                self._cv.wait(wait)
+                self._owed_cv.wait(wait)
                 return not self._stop
         t0 = time.perf_counter()
         self.train_step()
         self.train_seconds += time.perf_counter() - t0
-        with self._cv:
+        with self._lock:
             self._owed -= self.cfg.train_every
-            self._cv.notify_all()
+            if self._owed <= self.cfg.max_train_lag or self._owed < self.cfg.train_every:
+                # Held pushes may go on (and drain() may return): not before, so a step
+                # that leaves them waiting wakes nobody.
+                self._paid_cv.notify_all()
         return True
+
+    def _wake_all(self) -> None:
+        """Wakes every waiter, to see ``_error`` or ``_stop`` (under ``_lock``)."""
+        self._owed_cv.notify_all()
+        self._paid_cv.notify_all()
+        self._turn_cv.notify_all()
 
     def drain(self, timeout: float = 60.0) -> int:
         """Trains every step owed (the replay ratio made exact); returns ``updates``.
@@ -351,7 +370,7 @@ class Learner:
             self._train_owed()
             return self.updates
         deadline = time.monotonic() + timeout
-        with self._cv:
+        with self._lock:
             while self._owed >= self.cfg.train_every and self._error is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -359,15 +378,15 @@ class Learner:
                         f"the learner still owed {self._owed // self.cfg.train_every} "
                         f"step(s) after {timeout} s"
                     )
-                self._cv.wait(left)
+                self._paid_cv.wait(left)
         self._raise_if_failed()
         return self.updates
 
     def close(self, timeout: float = 10.0) -> None:
         """Stops the training thread (steps owed are left untrained)."""
-        with self._cv:
+        with self._lock:
             self._stop = True
-            self._cv.notify_all()
+            self._wake_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -412,7 +431,7 @@ class Learner:
                     self.optimizer.step()
                     self._count_step()
             loss, q_mean = loss.detach(), q_taken.mean()
-        with self._cv:
+        with self._lock:
             # Summed on the device; stats() reads them back (one wait per call, not per
             # step). Out of place, so stats() may read the tensors it took meanwhile.
             self._loss_sum = self._loss_sum + loss
@@ -524,7 +543,7 @@ class Learner:
             ``batch_size``, ``uptime_s``, ``device``, ``pid`` (of the learner's process).
         """
         zero = torch.zeros((), device=self.device)
-        with self._cv:
+        with self._lock:
             loss_sum, q_sum, steps = self._loss_sum, self._q_sum, self._stat_steps
             self._loss_sum, self._q_sum, self._stat_steps = zero, zero, 0
             last, lag = self._last_loss, self._owed

@@ -224,6 +224,58 @@ def test_a_push_waits_while_training_trails_by_more_than_the_lag():
         pusher.join(_BOUND_S)
 
 
+class _CountingCondition(threading.Condition):
+    """Counts the waits a notify ended (a wait that timed out is not counted)."""
+
+    def __init__(self, lock):
+        super().__init__(lock)
+        self.woken = 0
+
+    def wait(self, timeout=None):
+        notified = super().wait(timeout)
+        if notified:
+            self.woken += 1  # under the lock, which wait() took back
+        return notified
+
+
+def test_a_step_wakes_held_pushes_only_once_they_may_go_on():
+    """Was: every step notified the one condition all waiters shared, so each push held
+    by backpressure (48 in a 12-collector run) woke after every step only to wait again,
+    and the training thread queued behind them for the GIL and the lock."""
+    cfg = _cfg(max_train_lag=32)
+    learner = Learner(cfg)  # no thread: _train_once runs here, one step a call
+    core = CollectorCore(cfg)
+    while learner.transitions < cfg.learning_starts + 64:
+        learner.push(core.collect(cfg.steps_per_push))  # inline: each push pays its steps
+    counting = _CountingCondition(learner._lock)
+    learner._paid_cv = counting
+    with learner._lock:
+        learner._owed = cfg.max_train_lag + 3 * cfg.train_every
+    released = []
+    held = [
+        threading.Thread(
+            target=lambda k=k: (learner._wait_for_training(), released.append(k)), daemon=True
+        )
+        for k in range(4)
+    ]
+    for t in held:
+        t.start()
+    deadline = time.monotonic() + _BOUND_S
+    while len(counting._waiters) < 4:  # every push held before the first step
+        assert time.monotonic() < deadline, "the pushes were not held"
+        time.sleep(0.01)
+    updates = learner.updates
+    for _ in range(2):  # training still trails by more than the lag after each
+        assert learner._train_once(wait=0)
+    time.sleep(0.2)
+    assert counting.woken == 0 and released == []
+    assert learner._train_once(wait=0)  # trailing by the lag: the held pushes go on
+    for t in held:
+        t.join(_BOUND_S)
+    assert sorted(released) == [0, 1, 2, 3] and counting.woken == 4
+    assert learner.updates == updates + 3
+
+
 def test_a_collectors_pushes_are_added_in_its_order_whichever_thread_runs_first():
     cfg = _cfg(learning_starts=10**9)
     core = CollectorCore(cfg)

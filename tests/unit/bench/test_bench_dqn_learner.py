@@ -30,6 +30,19 @@ def test_it_times_steps_per_batch_and_the_frames_they_pay_for():
         assert r["frames_per_s_paid"] == pytest.approx(r["samples_per_s"] / 8 * 4)
 
 
+def test_pushers_time_the_learner_in_its_thread_while_threads_push_to_it():
+    got = dqn_learner.measure(
+        [64], seconds=0.5, device="cpu", fill=500, env_id="CartPole-v1", pushers=4
+    )
+    (row,) = got["rows"]
+    assert row["pushers"] == 4
+    # the steps went on while pushes arrived; training started once 500 transitions
+    # (8 pushes of 64) were in, and its pushes return in bursts (CartPole's lag is 0)
+    assert row["steps_per_s_with_pushers"] > 0 and row["pushes_returned"] >= 500 // 64
+    # CartPole's preset: 64 samples per transition (128 every 2), frame skip 1
+    assert row["frames_per_s_paid"] == pytest.approx(row["samples_per_s"] / 64)
+
+
 def test_profile_writes_a_chrome_trace_of_the_largest_batchs_steps(tmp_path):
     import json
 
