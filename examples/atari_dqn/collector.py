@@ -16,6 +16,7 @@ name it is given.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Any, Protocol
@@ -320,6 +321,7 @@ def run_collect_loop(
     max_frames: int,
     *,
     timeout: float = 300.0,
+    seconds: float | None = None,
 ) -> dict[str, Any]:
     """Collects until ``core`` has produced ``max_frames`` frames, streaming to ``link``.
 
@@ -333,6 +335,9 @@ def run_collect_loop(
         link: Connection to the learner.
         max_frames: Frame budget of this collector.
         timeout: Longest wait for one learner reply before giving up (seconds).
+        seconds: Stop sending pushes after this long, frames left or not (the run's
+            ``train_seconds``); the pushes in flight are still waited for. None: no
+            time bound.
 
     Returns:
         ``frames``, ``agent_steps``, ``episodes``, ``pushes``, ``weight_refreshes``,
@@ -358,6 +363,7 @@ def run_collect_loop(
     start_frames = core.frames
     act0, env0 = core.act_seconds, core.env_seconds
     t0 = time.perf_counter()
+    end = math.inf if seconds is None else t0 + seconds
 
     def apply_weights_if_ready(block: bool) -> None:
         nonlocal weights_req
@@ -365,7 +371,7 @@ def run_collect_loop(
             core.load_weights(link.result(weights_req, timeout))
             weights_req = None
 
-    while core.frames - start_frames < max_frames:
+    while core.frames - start_frames < max_frames and time.perf_counter() < end:
         with actorrt.profile("collect", steps=cfg.steps_per_push):
             batch = core.collect(cfg.steps_per_push)
         while len(in_flight) >= cfg.max_in_flight:
@@ -461,9 +467,14 @@ class Collector:
         self.core.weight_version = -1
         self.core.new_push_order()
 
-    def run(self, max_frames: int, timeout: float = 300.0) -> dict[str, Any]:
-        """Collects ``max_frames`` frames; returns the loop's counters."""
-        self.last_result = run_collect_loop(self.core, self.link, max_frames, timeout=timeout)
+    def run(
+        self, max_frames: int, timeout: float = 300.0, seconds: float | None = None
+    ) -> dict[str, Any]:
+        """Collects ``max_frames`` frames, or for ``seconds`` (if given) when that ends
+        first; returns the loop's counters (:func:`run_collect_loop`)."""
+        self.last_result = run_collect_loop(
+            self.core, self.link, max_frames, timeout=timeout, seconds=seconds
+        )
         return self.last_result
 
     def stats(self) -> dict[str, Any]:

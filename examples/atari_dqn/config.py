@@ -29,6 +29,10 @@ class DQNConfig:
             count emulator frames, as the Atari literature does.
         frame_stack: Observations stacked into one network input (4 on Atari, 1 elsewhere).
         total_frames: Emulator frames to collect, summed over all collectors.
+        train_seconds: Wall-clock seconds of collection and training, from the start of
+            the collectors' runs; the final evaluation follows, whichever of this and
+            ``total_frames`` comes first (None: ``total_frames`` alone). Makes a recipe
+            "so many minutes on this machine" whatever the machine's pace.
         num_envs_per_collector: Environments each collector steps in lockstep.
         steps_per_push: Vector steps a collector batches into one push to the learner.
         max_in_flight: Pushes a collector may have outstanding before it waits (backpressure).
@@ -83,6 +87,7 @@ class DQNConfig:
     frame_skip: int = 4
     frame_stack: int = 4
     total_frames: int = 40_000
+    train_seconds: float | None = None
     num_envs_per_collector: int = 4
     steps_per_push: int = 16
     max_in_flight: int = 4
@@ -202,6 +207,9 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
         raise ValueError(f"unknown DQNConfig field(s): {', '.join(unknown)}")
     preset.update({k: v for k, v in overrides.items() if v is not None})
     preset["env_id"] = env_id
+    seconds = preset.get("train_seconds")
+    if seconds is not None and not float(seconds) > 0:
+        raise ValueError(f"train_seconds={seconds} must be > 0 (or None: no time budget)")
     if int(preset.get("n_step", 1)) < 1:
         raise ValueError(f"n_step={preset['n_step']} must be >= 1 (1: one-step DQN)")
     if preset.get("cuda_graph") and float(preset.get("lr_final_fraction", 1.0)) != 1.0:

@@ -104,6 +104,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="emulator frames in all, resumed ones included (default: preset)",
     )
+    p.add_argument(
+        "--train-seconds",
+        type=float,
+        default=None,
+        metavar="S",
+        help="stop collecting and training after S seconds (from the collectors' start), "
+        "then evaluate, even short of --total-frames (default: no time budget)",
+    )
     p.add_argument("--logdir", default=None, help="output folder (default: runs/<env>-<time>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -270,6 +278,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--n-step must be >= 1 (1: one-step DQN)")
     if args.lr is not None and not args.lr > 0:
         p.error("--lr must be > 0")
+    if args.train_seconds is not None and not args.train_seconds > 0:
+        p.error("--train-seconds must be > 0 (leave it out for no time budget)")
     if args.backend == "ray":
         actorrt_only = {
             "--init-method": args.init_method,
@@ -303,6 +313,7 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     cfg = config_for_env(
         args.env,
         total_frames=args.total_frames,
+        train_seconds=getattr(args, "train_seconds", None),
         seed=args.seed,
         num_envs_per_collector=args.envs_per_collector,
         eval_episodes=args.eval_episodes,
@@ -710,8 +721,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             rt.get(learner.load_checkpoint_state.remote(resume_state["learner"]), CALL_TIMEOUT_S)
         remaining = max(0, cfg.total_frames - frame_offset)
         per_collector = math.ceil(remaining / args.collectors)
-        runs = [c.run.remote(per_collector) for c in collectors] if remaining else []
-        crew = Crew(rt, learner, collectors, runs, checkpoint=resume_path)
+        crew = Crew(rt, learner, collectors, [], checkpoint=resume_path)
+        if cfg.train_seconds is not None:
+            crew.deadline = time.monotonic() + cfg.train_seconds
+        crew.runs = [crew.start_run(c, per_collector) for c in collectors] if remaining else []
         record_learner(crew, CALL_TIMEOUT_S)
         _write_learner(logdir / "learner.json", crew)
         monitor = Monitor(args, cfg, logger, evaluator, ckpt_path, frame_offset, t_start)
@@ -801,6 +814,12 @@ def _run(
             monitor.watch(crew)
             if top_up(crew, cfg.total_frames, CALL_TIMEOUT_S):
                 continue
+            if crew.out_of_time():
+                print(
+                    f"--train-seconds {cfg.train_seconds:g}: collection and training stopped "
+                    "at the time budget",
+                    flush=True,
+                )
             # The steps the last transitions paid for: the run keeps its replay ratio.
             crew.rt.get(crew.learner.drain.remote(0.9 * CALL_TIMEOUT_S), CALL_TIMEOUT_S)
             state = crew.rt.get(crew.learner.checkpoint_state.remote(), CALL_TIMEOUT_S)

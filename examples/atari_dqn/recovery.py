@@ -48,6 +48,8 @@ class Crew:
             None before the first.
         learners: One entry per learner instance, the first included: its process, pid,
             the checkpoint it loaded and the counters it started from (``learner.json``).
+        deadline: When collection ends (``time.monotonic()`` here), whatever frames are
+            left (``--train-seconds``); None: when the frames are collected.
     """
 
     rt: Backend
@@ -56,6 +58,17 @@ class Crew:
     runs: list[Any]
     checkpoint: Path | None = None
     learners: list[dict[str, Any]] = field(default_factory=list)
+    deadline: float | None = None
+
+    def start_run(self, collector: Any, frames: int) -> Any:
+        """``collector.run`` over ``frames``, and over what is left of the deadline."""
+        if self.deadline is None:
+            return collector.run.remote(frames)
+        return collector.run.remote(frames, seconds=max(0.0, self.deadline - time.monotonic()))
+
+    def out_of_time(self) -> bool:
+        """Whether the deadline has passed (never without one)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 def learner_death(crew: Crew, exc: BaseException) -> bool:
@@ -141,7 +154,7 @@ def rerun_collector(
     left = max(1, math.ceil((total_frames - frames) / len(crew.collectors)))
     print(f"collector {i} died ({error}); restarted: it collects {left:,} more frames", flush=True)
     collector.set_learner.remote(crew.learner)
-    crew.runs[i] = collector.run.remote(left)
+    crew.runs[i] = crew.start_run(collector, left)
     return crew.runs[i]
 
 
@@ -150,15 +163,18 @@ def top_up(crew: Crew, total_frames: int, timeout: float) -> bool:
 
     A recreated collector's run covers its share of what was missing when it died, and
     the others may have been behind it, so the runs can end short of ``total_frames``.
+    Past the crew's deadline there is no last round: the runs ended on time.
 
     Returns:
         Whether runs were started (``crew.runs``); watch them, then ask again.
     """
+    if crew.out_of_time():
+        return False
     frames = crew.rt.get(crew.learner.stats.remote(), timeout)["frames"]
     if frames >= total_frames or not crew.runs:
         return False
     per_collector = math.ceil((total_frames - frames) / len(crew.collectors))
-    crew.runs = [c.run.remote(per_collector) for c in crew.collectors]
+    crew.runs = [crew.start_run(c, per_collector) for c in crew.collectors]
     return True
 
 
@@ -219,5 +235,5 @@ def replace_learner(
     per_collector = math.ceil(left / len(crew.collectors))
     for c in crew.collectors:
         c.set_learner.remote(crew.learner)
-    crew.runs = [c.run.remote(per_collector) for c in crew.collectors] if left else []
+    crew.runs = [crew.start_run(c, per_collector) for c in crew.collectors] if left else []
     return entry

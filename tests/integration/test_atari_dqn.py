@@ -223,6 +223,25 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
     }
 
 
+def test_train_seconds_ends_a_run_on_time_short_of_its_frames(tmp_path):
+    """``--train-seconds``: the collectors stop at the budget, then the run evaluates."""
+    logdir = tmp_path / "timed"
+    total = 10_000_000  # hours of CartPole here: only the budget can end this run
+    proc = subprocess.run(
+        [sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
+         "--logdir", str(logdir), "--no-progress", "--eval-episodes", "2",
+         "--learning-starts", "200", "--learner-gpus", "0",
+         "--total-frames", str(total), "--train-seconds", "6"],
+        cwd=_ROOT, capture_output=True, text=True, timeout=_T,
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    assert "--train-seconds 6: collection and training stopped at the time budget" in out
+    assert "final evaluation: env=CartPole-v1 episodes=2" in out
+    frames = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")["frames"]
+    assert 0 < frames < total
+
+
 def test_driver_plan_flag_prints_the_plan_and_exits(tmp_path):
     """``--plan json``: the plan of the layout, printed; nothing trained or written."""
     logdir = tmp_path / "never"

@@ -146,6 +146,17 @@ def test_cuda_graph_is_a_flag_that_needs_a_constant_learning_rate():
     assert config_for_env("CartPole-v1", cuda_graph=True, lr_final_fraction=1.0).cuda_graph
 
 
+def test_train_seconds_is_a_time_budget_flag(capsys):
+    assert build_config(parse_args([])).train_seconds is None  # frames alone by default
+    cfg = build_config(parse_args(["--train-seconds", "540", "--total-frames", "100000000"]))
+    assert cfg.train_seconds == 540.0
+    with pytest.raises(SystemExit):
+        parse_args(["--train-seconds", "0"])
+    assert "--train-seconds must be > 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="train_seconds=-1 must be > 0"):
+        config_for_env("CartPole-v1", train_seconds=-1)
+
+
 def test_lr_sets_the_learning_rate_at_the_runs_batch(capsys):
     scaled = build_config(parse_args(["--batch-size", "512", "--learner-gpus", "0"]))
     assert scaled.lr == pytest.approx(4e-4)  # the preset's 1e-4 at 32, times sqrt(16)

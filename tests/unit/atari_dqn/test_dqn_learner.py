@@ -93,6 +93,18 @@ def test_collect_loop_refreshes_weights_and_bounds_in_flight():
     assert again["env_seconds"] < core.env_seconds  # this run's share, not the total
 
 
+def test_collect_loop_stops_at_its_time_budget_with_frames_left():
+    cfg = _cfg(max_in_flight=3)
+    learner = Learner(cfg)
+    core = CollectorCore(cfg)
+    none = run_collect_loop(core, InProcessLink(learner), 10**9, seconds=0.0)
+    assert none["frames"] == 0 and none["pushes"] == 0
+    t0 = time.monotonic()
+    result = run_collect_loop(core, InProcessLink(learner), 10**9, seconds=0.5)
+    assert 0 < result["frames"] < 10**9 and result["pushes"] == learner.pushes
+    assert result["seconds"] >= 0.5 and time.monotonic() - t0 < _BOUND_S
+
+
 def test_checkpoint_round_trip(tmp_path):
     cfg = _cfg()
     learner = Learner(cfg)

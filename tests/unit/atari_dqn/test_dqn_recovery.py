@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -10,7 +11,7 @@ import actorrt
 from examples.atari_dqn.backend import backend
 from examples.atari_dqn.collector import ActorLink, Collector
 from examples.atari_dqn.config import config_for_env
-from examples.atari_dqn.recovery import Crew, learner_death
+from examples.atari_dqn.recovery import Crew, learner_death, top_up
 
 LEARNER = SimpleNamespace(actor_id="a" * 32)
 CREW = Crew(backend("actorrt"), LEARNER, collectors=[], runs=[])
@@ -33,6 +34,37 @@ def test_other_failures_are_not_the_learners_death():
     raised = actorrt.ActorError("Collector.run raised", ValueError("bad"), "tb", "c" * 32)
     assert not learner_death(CREW, raised)
     assert not learner_death(CREW, TimeoutError("no push answered"))
+
+
+class _Recorder:
+    """A collector stand-in whose ``run.remote`` records its arguments."""
+
+    def __init__(self):
+        self.calls = []
+        self.run = SimpleNamespace(remote=self._remote)
+
+    def _remote(self, frames, **kwargs):
+        self.calls.append((frames, kwargs))
+        return f"run{len(self.calls)}"
+
+
+def test_runs_get_what_is_left_of_the_deadline_and_none_is_topped_up_after_it():
+    c = _Recorder()
+    crew = Crew(backend("actorrt"), LEARNER, collectors=[c], runs=[])
+    crew.start_run(c, 100)
+    assert c.calls[-1] == (100, {}) and not crew.out_of_time()  # no deadline: frames alone
+    crew.deadline = time.monotonic() + 60
+    crew.start_run(c, 100)
+    frames, kwargs = c.calls[-1]
+    assert frames == 100 and 50 < kwargs["seconds"] <= 60 and not crew.out_of_time()
+    crew.deadline = time.monotonic() - 1
+    crew.start_run(c, 100)
+    assert c.calls[-1] == (100, {"seconds": 0.0}) and crew.out_of_time()
+    crew.runs = ["run3"]
+    # Past the deadline there is no last round, and the learner is not asked (LEARNER
+    # has no stats method: asking would raise).
+    assert not top_up(crew, 10**9, timeout=1.0)
+    assert len(c.calls) == 3
 
 
 def test_a_repointed_collector_pushes_to_the_new_learner_and_refetches_weights():
