@@ -151,9 +151,9 @@ class FrameReplay:
         for k in torch.nonzero(prev_local == PREV_EARLIER_PUSH).flatten().tolist():
             # Unknown stream (e.g. after a learner restart): treat as an episode start, so
             # no transition is made up from a frame we never saw.
-            prev_ids[k] = self._last.get(streams[k], int(ids[k]))
-        for k, s in enumerate(streams):
-            self._last[s] = int(ids[k])
+            prev_ids[k] = self._last.get(streams[k], self.total + k)
+        for k, s in enumerate(streams):  # ids[k] is total + k: Python ints, no tensor op
+            self._last[s] = self.total + k
         first = prev_ids == ids
 
         slots = self._put(ids % self.capacity)
