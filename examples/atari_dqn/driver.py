@@ -814,16 +814,16 @@ def _run(
             monitor.watch(crew)
             if top_up(crew, cfg.total_frames, CALL_TIMEOUT_S):
                 continue
-            if crew.out_of_time():
-                print(
-                    f"--train-seconds {cfg.train_seconds:g}: collection and training stopped "
-                    "at the time budget",
-                    flush=True,
-                )
             # The steps the last transitions paid for: the run keeps its replay ratio.
             crew.rt.get(crew.learner.drain.remote(0.9 * CALL_TIMEOUT_S), CALL_TIMEOUT_S)
             state = crew.rt.get(crew.learner.checkpoint_state.remote(), CALL_TIMEOUT_S)
             stats = crew.rt.get(crew.learner.stats.remote(), CALL_TIMEOUT_S)
+            if crew.out_of_time() and stats["frames"] < cfg.total_frames:
+                print(
+                    f"--train-seconds {cfg.train_seconds:g}: collection and training stopped "
+                    f"at the time budget, at {stats['frames']:,} of {cfg.total_frames:,} frames",
+                    flush=True,
+                )
             save_checkpoint(ckpt_path, state, stats["frames"], cfg.env_id)
             crew.checkpoint = ckpt_path
             return state, stats, monitor.evaluator(crew.learner, last=True), restarts

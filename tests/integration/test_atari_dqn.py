@@ -236,10 +236,13 @@ def test_train_seconds_ends_a_run_on_time_short_of_its_frames(tmp_path):
     )  # fmt: skip
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    assert "--train-seconds 6: collection and training stopped at the time budget" in out
-    assert "final evaluation: env=CartPole-v1 episodes=2" in out
     frames = load_checkpoint(logdir / "checkpoint.pt", "CartPole-v1")["frames"]
     assert 0 < frames < total
+    assert (
+        f"--train-seconds 6: collection and training stopped at the time budget, at "
+        f"{frames:,} of {total:,} frames" in out
+    ), out[-2000:]
+    assert "final evaluation: env=CartPole-v1 episodes=2" in out
 
 
 def test_driver_plan_flag_prints_the_plan_and_exits(tmp_path):
