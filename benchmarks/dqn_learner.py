@@ -120,6 +120,7 @@ def with_pushers(
             t.start()
         deadline = time.monotonic() + 300.0
         while learner.updates < 10:
+            learner._raise_if_failed()  # a failed training thread, at once
             if time.monotonic() > deadline:
                 raise TimeoutError("the learner took no 10 steps within 300 s")
             time.sleep(0.05)
