@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import quick_rpc, streams
+from actorrt.runtime import quick_rpc, rref_keeper, streams
 
 __all__ = [
     "Member",
@@ -378,6 +378,7 @@ def quiesce(timeout: float, let_go: bool = True) -> bool:
         # (It waits while this process serves any call: quiesce from a thread of its own.)
         # Not once a process died: torch would try to reach it, and print its failure.
         if let_go:
+            rref_keeper.release_all()
             api._delete_all_user_and_unforked_owner_rrefs()  # type: ignore[attr-defined]
         agent.join(shutdown=True)
 
@@ -460,7 +461,11 @@ def wait_quiesced(count: int, timeout: float) -> int:
 
 def end_local(timeout: float) -> bool:
     """Ends this process's agent without waiting for any peer (bounded)."""
-    return _run_bounded(lambda: rpc.shutdown(graceful=False), timeout)
+    done = _run_bounded(lambda: rpc.shutdown(graceful=False), timeout)
+    # After the agent: the RRefs of its cluster go without a message (torch's context
+    # knows it ended), and none is held into a next cluster of this process.
+    rref_keeper.release_all()
+    return done
 
 
 def _agent() -> Any:

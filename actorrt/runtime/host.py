@@ -18,7 +18,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.placement.functions import EXECUTOR_PREFIX
-from actorrt.runtime import context, group, quick_rpc, streams
+from actorrt.runtime import context, group, quick_rpc, rref_keeper, streams
 from actorrt.runtime.executor import open_executor
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
@@ -209,7 +209,9 @@ def create_remote(
     """
     args = (actor_id, class_key, class_blob, wire, meta)
     if group.rrefs_work():
-        return rpc.remote(worker, rpc_create, args=args)
+        rref = rpc.remote(worker, rpc_create, args=args)
+        rref_keeper.hold_received(rref)  # until the worker confirms it (see rref_keeper)
+        return rref
     # Failures show on the actor's calls (a dead mailbox, or its process gone), as with
     # an RRef nobody reads.
     rpc.rpc_async(worker, rpc_create, args=(*args[:4], {**meta, "pinned": True}))

@@ -39,7 +39,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
-from actorrt.runtime import context, streams
+from actorrt.runtime import context, rref_keeper, streams
 from actorrt.runtime.protocol import KEEP, LOST, OK, RELAY
 
 if TYPE_CHECKING:
@@ -239,7 +239,9 @@ class ObjectStore:
             return None
         if self._is_driver:
             return rpc.RRef(ObjectLease(self, owner, key, loan))
-        return rpc.remote(self._driver, rpc_lease, args=(owner, key, loan))
+        rref = rpc.remote(self._driver, rpc_lease, args=(owner, key, loan))
+        rref_keeper.hold_received(rref)  # until rank 0 confirms it (see rref_keeper)
+        return rref
 
     def let_go(self, owner: str, key: str, loan: bool = False) -> None:
         """No ref to ``key`` (kept by ``owner``) is left: the owner lets it go.

@@ -38,6 +38,7 @@ import cloudpickle
 import torch
 from torch.distributed.rpc import PyRRef
 
+from actorrt.runtime import rref_keeper
 from actorrt.tensor_tree import map_tensors
 
 __all__ = [
@@ -98,7 +99,9 @@ _local = threading.local()
 
 
 def _from_side(index: int) -> Any:
-    return _local.side[index]
+    item = _local.side[index]
+    # An RRef unpacked where it was packed (no message between) is still wrapped.
+    return item.rref if type(item) is rref_keeper.Carried else item
 
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped (Any)
@@ -116,7 +119,10 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):
-            self.side.append(obj)
+            # Held here until the receiver has it, and there from its arrival on, so
+            # that torch's C++ never drops its last reference (see rref_keeper).
+            rref_keeper.hold_sent(obj)
+            self.side.append(rref_keeper.Carried(obj))
             return _from_side, (len(self.side) - 1,)
         return super().reducer_override(obj)
 

@@ -498,6 +498,45 @@ def test_handle_passed_to_actor_keeps_actor_alive(cluster):
     assert actorrt.get(back.add.remote(1), timeout=30) == 42
 
 
+@actorrt.actor
+class RRefProbe:
+    """Reports what the RRef keeper of its process does with a handle it receives."""
+
+    def __init__(self):
+        self.last = None
+
+    def arrivals(self):
+        from actorrt.runtime import rref_keeper
+
+        return rref_keeper.arrivals()
+
+    def take(self, handle):
+        self.last = handle._rref  # the RRef that arrived (kept here only to ask about it)
+        return handle.actor_id
+
+    def holds_last(self):
+        from actorrt.runtime import rref_keeper
+
+        return rref_keeper.holds(self.last)
+
+
+def test_a_handle_that_arrives_is_held_by_the_rref_keeper_until_its_owner_confirmed_it(cluster):
+    """A handle's RRef is held by the process's RRef keeper from its arrival (on torch's
+    RPC thread, before any of actorrt's code runs), and let go once its owner confirmed
+    it: so torch never drops a user RRef's last reference on an RPC thread, the deadlock
+    of a process that froze until the heartbeat marked it dead (rref_keeper)."""
+    probe = RRefProbe.remote()
+    c = Counter.remote(1)
+    before = actorrt.get(probe.arrivals.remote(), timeout=30)
+    assert actorrt.get(probe.take.remote(c), timeout=30) == c.actor_id
+    assert actorrt.get(probe.arrivals.remote(), timeout=30) >= before + 1
+    deadline = time.monotonic() + 20
+    while actorrt.get(probe.holds_last.remote(), timeout=30) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not actorrt.get(probe.holds_last.remote(), timeout=30), "never let go"
+    assert actorrt.get(c.add.remote(1), timeout=30) == 2  # the driver's handle still works
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without GPUs")
 def test_gpu_actor_on_a_cpu_cluster_is_a_placement_error(cluster):
     with pytest.raises(actorrt.PlacementError, match="no process that may host it has a GPU"):

@@ -20,6 +20,13 @@ from actorrt.runtime.protocol import ActorRecord  # noqa: E402
 from actorrt.runtime.restarts import Recipe, Restarts  # noqa: E402
 
 
+class _OwnRRef:
+    """What the faked ``rpc.remote`` returns: an RRef as the RRef keeper sees one."""
+
+    def is_owner(self) -> bool:
+        return True  # never held by the keeper
+
+
 def _cluster(workers: int, max_restarts: int) -> tuple[ClusterDirectory, Restarts]:
     """A directory over a driver and ``workers`` processes, actor ``a1`` placed on
     ``w1``, and rank 0's restarts keeping its recipe."""
@@ -72,7 +79,7 @@ def test_a_restart_on_a_process_that_cannot_be_reached_goes_on_to_another(monkey
         if len(sent_to) == 1:
             raise RuntimeError("EPIPE: broken pipe")
 
-    monkeypatch.setattr(restarts_mod.rpc, "remote", lambda worker, fn, args: object())
+    monkeypatch.setattr(restarts_mod.rpc, "remote", lambda worker, fn, args: _OwnRRef())
     monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", ping)
     directory.mark_dead("w1")
     restarts.worker_died("w1")

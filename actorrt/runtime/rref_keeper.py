@@ -1,0 +1,178 @@
+"""Holds user RRefs in Python until torch's C++ side has let go of them.
+
+Why: torch's ``RRefContext::delUser`` (run when a user RRef's last reference goes) holds
+a mutex of the RRef context while it sends the delete message, and that send may run
+other messages' write completions inline (TensorPipe's on-demand loop), which free
+tensors owned by Python objects and so wait for the GIL. A Python thread dropping another
+user RRef holds the GIL and waits for that mutex: the process deadlocks, every thread
+waiting for the GIL, until the driver's heartbeat marks it dead (seen on a learner
+restarted on a collector's process, gdb traces in docs/architecture.md).
+
+A drop from Python always holds the GIL, so the deadlock needs a delete run by torch's C++
+on an RPC thread, without the GIL: that happens when torch holds the last reference of a
+user RRef, which it does only for a while after the RRef moved:
+
+* a received RRef, until its owner confirmed the fork (torch's pending users);
+* an RRef made by ``rpc.remote``, until the owner confirmed it;
+* an RRef sent on to another process, until that process accepted it (pending
+  children).
+
+Holding each such RRef here until then makes every last drop a Python one, taken under
+the GIL. The first two are released once ``confirmed_by_owner()`` has said so for
+:data:`SETTLE_S` (torch sets the flag a moment before its own reference goes); the last
+has no flag to read, so a sent RRef is held :data:`SENT_HOLD_S` after its last send (the
+receiver accepts it after one round trip to the owner). Owner RRefs are never held: torch
+registers their forks at once, and their deletion takes the GIL itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+__all__ = [
+    "SENT_HOLD_S",
+    "SETTLE_S",
+    "Carried",
+    "arrivals",
+    "arrived",
+    "held",
+    "holds",
+    "hold_received",
+    "hold_sent",
+    "release_all",
+]
+
+#: How long an RRef this process sent on is held after its last send (seconds).
+SENT_HOLD_S = 10.0
+#: How long an RRef is held after its owner's confirmation was seen (seconds).
+SETTLE_S = 1.0
+#: How often the keeper looks for RRefs it may let go of (seconds).
+_TICK_S = 0.2
+
+_lock = threading.Lock()
+_unconfirmed: dict[int, Any] = {}  # id -> a user RRef its owner has not confirmed yet
+# id -> (a user RRef, held until then); each dict in order of that time
+_sent: dict[int, tuple[Any, float]] = {}  # sent on (SENT_HOLD_S)
+_settling: dict[int, tuple[Any, float]] = {}  # seen confirmed (SETTLE_S)
+_thread: threading.Thread | None = None
+_arrivals = 0  # RRefs held on their arrival so far
+
+
+class Carried:
+    """An RRef on its way inside a message: the receiver holds it from its arrival on.
+
+    torch unpickles a message on an RPC thread, long before actorrt's code may read it
+    (or drop it unread): wrapped, the RRef is held from that moment (:func:`arrived`).
+    """
+
+    __slots__ = ("rref",)
+
+    def __init__(self, rref: Any) -> None:
+        self.rref = rref
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return arrived, (self.rref,)
+
+
+def arrived(rref: Any) -> Any:
+    """Unpickles a :class:`Carried`: holds ``rref`` (:func:`hold_received`) and returns it."""
+    global _arrivals
+    hold_received(rref)
+    with _lock:
+        _arrivals += 1
+    return rref
+
+
+def hold_received(rref: Any) -> None:
+    """Holds a user RRef this process received or made until its owner confirms it."""
+    if rref.is_owner():
+        return
+    with _lock:
+        _unconfirmed[id(rref)] = rref
+        _start()
+
+
+def hold_sent(rref: Any) -> None:
+    """Holds a user RRef this process sends on for :data:`SENT_HOLD_S` from now."""
+    if rref.is_owner():
+        return
+    until = time.monotonic() + SENT_HOLD_S
+    with _lock:
+        # Popped first, so that the dict stays in order of `until` (a fresh insert goes last).
+        _sent.pop(id(rref), None)
+        _sent[id(rref)] = (rref, until)
+        _start()
+
+
+def held() -> int:
+    """How many RRefs are held now."""
+    with _lock:
+        return len(_unconfirmed) + len(_sent) + len(_settling)
+
+
+def holds(rref: Any) -> bool:
+    """Whether ``rref`` (this very object) is held now."""
+    key = id(rref)
+    with _lock:
+        return (
+            _unconfirmed.get(key) is rref
+            or _sent.get(key, (None,))[0] is rref
+            or _settling.get(key, (None,))[0] is rref
+        )
+
+
+def arrivals() -> int:
+    """How many RRefs arrived in messages to this process so far (diagnostics, tests)."""
+    with _lock:
+        return _arrivals
+
+
+def release_all() -> None:
+    """Lets go of every held RRef (the agent is ending: torch deletes its users itself)."""
+    with _lock:
+        gone = [*_unconfirmed.values(), *_sent.values(), *_settling.values()]
+        _unconfirmed.clear()
+        _sent.clear()
+        _settling.clear()
+    del gone  # dropped here, outside the lock: each may send a delete message
+
+
+def _start() -> None:
+    """Under ``_lock``: starts the keeper's thread once per process."""
+    global _thread
+    if _thread is None:
+        _thread = threading.Thread(target=_keep, name="actorrt-rref-keeper", daemon=True)
+        _thread.start()
+
+
+def _due() -> list[Any]:
+    """Under ``_lock``: takes out the RRefs that may go now."""
+    now = time.monotonic()
+    gone = []
+    for timed in (_settling, _sent):
+        for key, (rref, until) in list(timed.items()):
+            if until > now:
+                break  # in order of `until`: the rest are held longer
+            del timed[key]
+            if timed is _settling:
+                gone.append(rref)
+            else:  # accepted by now; this process's own copy may wait for its owner yet
+                _unconfirmed[key] = rref
+    for key, rref in list(_unconfirmed.items()):
+        if rref.confirmed_by_owner():
+            del _unconfirmed[key]
+            _settling.pop(key, None)
+            _settling[key] = (rref, now + SETTLE_S)
+    return gone
+
+
+def _keep() -> None:
+    while True:
+        with _lock:
+            gone = _due()
+        # Dropped here, outside the lock and under the GIL: a last reference runs torch's
+        # delete, which must not find this thread holding `_lock`.
+        del gone
+        time.sleep(_TICK_S)

@@ -1,0 +1,113 @@
+"""The RRef keeper: user RRefs are held in Python until torch's C++ side let go of them.
+
+Fake RRefs stand in for torch's: the keeper reads only ``is_owner()`` and
+``confirmed_by_owner()``. A weak reference tells whether the keeper still holds one.
+"""
+
+import pickle
+import time
+import weakref
+
+import pytest
+
+from actorrt.runtime import rref_keeper
+
+
+class FakeRRef:
+    def __init__(self, owner: bool = False, confirmed: bool = False) -> None:
+        self.owner = owner
+        self.confirmed = confirmed
+
+    def is_owner(self) -> bool:
+        return self.owner
+
+    def confirmed_by_owner(self) -> bool:
+        return self.confirmed
+
+
+@pytest.fixture(autouse=True)
+def fresh_keeper(monkeypatch):
+    monkeypatch.setattr(rref_keeper, "SETTLE_S", 0.8)
+    monkeypatch.setattr(rref_keeper, "SENT_HOLD_S", 0.6)
+    rref_keeper.release_all()
+    yield
+    rref_keeper.release_all()
+
+
+def _gone_within(ref: weakref.ref, seconds: float) -> float | None:
+    """Seconds until ``ref`` died (polled), or None if it lives after ``seconds``."""
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        if ref() is None:
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
+
+
+def test_a_received_user_rref_is_held_until_its_owner_confirmed_it():
+    rref = FakeRRef()
+    rref_keeper.hold_received(rref)
+    ref = weakref.ref(rref)
+    del rref
+    assert _gone_within(ref, 1.0) is None, "let go before its owner confirmed it"
+    assert rref_keeper.holds(ref())
+    ref().confirmed = True
+    waited = _gone_within(ref, 5.0)
+    assert waited is not None, "still held 5 s after its owner confirmed it"
+    assert waited >= 0.8 - 0.05, f"let go {waited:.2f} s after confirmation, before SETTLE_S"
+    assert rref_keeper.held() == 0
+
+
+def test_a_sent_user_rref_is_held_after_its_last_send_even_when_confirmed():
+    rref = FakeRRef(confirmed=True)
+    start = time.monotonic()
+    rref_keeper.hold_sent(rref)
+    time.sleep(0.3)
+    rref_keeper.hold_sent(rref)  # sent again: held SENT_HOLD_S from now
+    ref = weakref.ref(rref)
+    del rref
+    assert _gone_within(ref, 5.0) is not None
+    # SENT_HOLD_S after the second send, then SETTLE_S once seen confirmed
+    assert time.monotonic() - start >= 0.3 + 0.6 + 0.8 - 0.05
+
+
+def test_a_sent_rref_its_owner_never_confirmed_stays_held():
+    rref = FakeRRef(confirmed=False)
+    rref_keeper.hold_sent(rref)
+    ref = weakref.ref(rref)
+    del rref
+    assert _gone_within(ref, 1.5) is None
+    assert rref_keeper.held() == 1
+
+
+def test_owner_rrefs_are_never_held():
+    rref = FakeRRef(owner=True)
+    rref_keeper.hold_received(rref)
+    rref_keeper.hold_sent(rref)
+    assert rref_keeper.held() == 0
+    ref = weakref.ref(rref)
+    del rref
+    assert ref() is None
+
+
+def test_an_rref_carried_in_a_message_is_held_from_its_arrival():
+    before = rref_keeper.arrivals()
+    arrived = pickle.loads(pickle.dumps(rref_keeper.Carried(FakeRRef())))
+    assert isinstance(arrived, FakeRRef)  # the RRef itself, unwrapped on arrival
+    assert rref_keeper.arrivals() == before + 1
+    assert rref_keeper.holds(arrived)
+    ref = weakref.ref(arrived)
+    del arrived
+    assert ref() is not None
+
+
+def test_release_all_lets_go_of_everything():
+    rrefs = [FakeRRef(), FakeRRef(confirmed=True)]
+    rref_keeper.hold_received(rrefs[0])
+    rref_keeper.hold_sent(rrefs[1])
+    refs = [weakref.ref(r) for r in rrefs]
+    del rrefs
+    assert rref_keeper.held() == 2
+    rref_keeper.release_all()
+    assert rref_keeper.held() == 0
+    assert all(r() is None for r in refs)
