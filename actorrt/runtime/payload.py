@@ -119,10 +119,13 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):
-            # Held here until the receiver has it, and there from its arrival on, so
-            # that torch's C++ never drops its last reference (see rref_keeper).
-            rref_keeper.hold_sent(obj)
-            self.side.append(rref_keeper.Carried(obj))
+            if obj.is_owner():  # the receiver's torch has nothing to confirm
+                self.side.append(obj)
+            else:
+                # Held here until the receiver has it, and there from its arrival on,
+                # so that torch's C++ never drops its last reference (see rref_keeper).
+                rref_keeper.hold_sent(obj)
+                self.side.append(rref_keeper.Carried(obj))
             return _from_side, (len(self.side) - 1,)
         return super().reducer_override(obj)
 

@@ -12,17 +12,20 @@ A drop from Python always holds the GIL, so the deadlock needs a delete run by t
 on an RPC thread, without the GIL: that happens when torch holds the last reference of a
 user RRef, which it does only for a while after the RRef moved:
 
-* a received RRef, until its owner confirmed the fork (torch's pending users);
+* an RRef received from a process that is not its owner, until the owner confirmed the
+  fork (torch's pending users); one received from its owner needs nothing (the owner
+  registered the fork as it sent it, and torch never flags such a copy confirmed);
 * an RRef made by ``rpc.remote``, until the owner confirmed it;
-* an RRef sent on to another process, until that process accepted it (pending
-  children).
+* an RRef sent on by a process that is not its owner, until the receiver accepted it
+  (pending children).
 
 Holding each such RRef here until then makes every last drop a Python one, taken under
 the GIL. The first two are released once ``confirmed_by_owner()`` has said so for
 :data:`SETTLE_S` (torch sets the flag a moment before its own reference goes); the last
 has no flag to read, so a sent RRef is held :data:`SENT_HOLD_S` after its last send (the
 receiver accepts it after one round trip to the owner). Owner RRefs are never held: torch
-registers their forks at once, and their deletion takes the GIL itself.
+registers their forks at once, and their deletion takes the GIL itself. Each reason holds
+the RRef on its own: one both received and sent on goes when neither holds it.
 """
 
 from __future__ import annotations
@@ -61,10 +64,12 @@ _arrivals = 0  # RRefs held on their arrival so far
 
 
 class Carried:
-    """An RRef on its way inside a message: the receiver holds it from its arrival on.
+    """A user RRef on its way inside a message: the receiver holds it from its arrival on.
 
     torch unpickles a message on an RPC thread, long before actorrt's code may read it
     (or drop it unread): wrapped, the RRef is held from that moment (:func:`arrived`).
+    Only a process that is not the RRef's owner sends it wrapped (see the module's
+    docstring).
     """
 
     __slots__ = ("rref",)
@@ -86,7 +91,7 @@ def arrived(rref: Any) -> Any:
 
 
 def hold_received(rref: Any) -> None:
-    """Holds a user RRef this process received or made until its owner confirms it."""
+    """Holds a user RRef until its owner confirms it (received from a non-owner, or made)."""
     if rref.is_owner():
         return
     with _lock:
@@ -156,10 +161,7 @@ def _due() -> list[Any]:
             if until > now:
                 break  # in order of `until`: the rest are held longer
             del timed[key]
-            if timed is _settling:
-                gone.append(rref)
-            else:  # accepted by now; this process's own copy may wait for its owner yet
-                _unconfirmed[key] = rref
+            gone.append(rref)  # still held if it waits for its owner too (_unconfirmed)
     for key, rref in list(_unconfirmed.items()):
         if rref.confirmed_by_owner():
             del _unconfirmed[key]
