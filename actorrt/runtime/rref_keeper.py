@@ -112,7 +112,7 @@ def hold_sent(rref: Any) -> None:
 
 
 def held() -> int:
-    """How many RRefs are held now."""
+    """How many holds there are now (an RRef held for two reasons counts twice)."""
     with _lock:
         return len(_unconfirmed) + len(_sent) + len(_settling)
 
