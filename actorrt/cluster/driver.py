@@ -32,7 +32,7 @@ from actorrt.placement.discovery import cuda_device_count
 from actorrt.placement.layout import Layout
 from actorrt.placement.node import ProcessInfo
 from actorrt.placement.plan import Plan
-from actorrt.runtime import group
+from actorrt.runtime import group, torch_threads
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.directory import ClusterDirectory
 from actorrt.runtime.host import rpc_ping
@@ -674,7 +674,7 @@ class Driver:
                     if silent >= timeout and not rt.stopped.is_set():
                         self._declare_dead(rt, name, silent)
 
-        threading.Thread(target=beat, name="actorrt-heartbeat", daemon=True).start()
+        torch_threads.start(beat, name="actorrt-heartbeat")  # ends with the runtime
 
     def _probe(self, rt: Runtime, name: str) -> None:
         """A call could not reach ``name`` (multi-node): suspect now, judged within a window.
@@ -695,9 +695,7 @@ class Driver:
             rt.directory.suspect(name)
         if rt.restarts is not None:
             rt.restarts.suspected(name)
-        threading.Thread(
-            target=self._judge_suspect, args=(rt, name), name="actorrt-probe", daemon=True
-        ).start()
+        torch_threads.start(self._judge_suspect, name="actorrt-probe", args=(rt, name))
 
     def _judge_suspect(self, rt: Runtime, name: str) -> None:
         window = probe_window(self.heartbeat_timeout)
@@ -777,14 +775,16 @@ class Driver:
         if silent and let_go:
             let_go = False  # a hung one would never let go: nobody waits for it
             group.announce_let_go(False)
-        mine = threading.Thread(target=group.quiesce, args=(budget(3.0), let_go), daemon=True)
-        mine.start()
+        mine = torch_threads.start(
+            group.quiesce, name="actorrt-quiesce", args=(budget(3.0), let_go)
+        )
         quiesced = group.wait_quiesced(len(answered) + 1, budget(3.0))
         mine.join(budget(1.0))
         log.debug("shutdown: %d of %d process(es) quiesced", quiesced, len(answered) + 1)
         group.announce_end()
         log.info("shutdown: ending RPC")
-        group.end_local(budget(timeout))
+        if not group.end_local(budget(timeout)):
+            log.info("shutdown: RPC did not end in time; the process's exit waits for it")
         if self.cluster is not None:
             log.info("shutdown: stopping the local workers")
             self.cluster.stop(timeout=max(0.0, deadline - time.monotonic()))

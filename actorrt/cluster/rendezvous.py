@@ -40,6 +40,7 @@ import torch.distributed as dist
 
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
+from actorrt.runtime import torch_threads
 
 __all__ = [
     "GROW_RANK",
@@ -463,7 +464,7 @@ def serve_late_claims(
         except Exception:
             pass
 
-    threading.Thread(target=loop, name="actorrt-late-claims", daemon=True).start()
+    torch_threads.start(loop, name="actorrt-late-claims")  # store reads: see torch_threads
 
 
 def alive_key(name: str) -> str:

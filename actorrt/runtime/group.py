@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import quick_rpc, rref_keeper, streams
+from actorrt.runtime import quick_rpc, rref_keeper, streams, torch_threads
 
 __all__ = [
     "Member",
@@ -382,7 +382,7 @@ def quiesce(timeout: float, let_go: bool = True) -> bool:
             api._delete_all_user_and_unforked_owner_rrefs()  # type: ignore[attr-defined]
         agent.join(shutdown=True)
 
-    done = _run_bounded(leave, timeout)
+    done = _run_bounded(leave, timeout, "actorrt-rpc-leave")
     with _lock:
         store = _store
     if store is not None:
@@ -461,7 +461,7 @@ def wait_quiesced(count: int, timeout: float) -> int:
 
 def end_local(timeout: float) -> bool:
     """Ends this process's agent without waiting for any peer (bounded)."""
-    done = _run_bounded(lambda: rpc.shutdown(graceful=False), timeout)
+    done = _run_bounded(lambda: rpc.shutdown(graceful=False), timeout, "actorrt-rpc-shutdown")
     # After the agent: the RRefs of its cluster go without a message (torch's context
     # knows it ended), and none is held into a next cluster of this process.
     rref_keeper.release_all()
@@ -480,7 +480,7 @@ def _timedelta(seconds: float) -> Any:
     return datetime.timedelta(seconds=seconds)
 
 
-def _run_bounded(fn: Callable[[], None], timeout: float) -> bool:
+def _run_bounded(fn: Callable[[], None], timeout: float, name: str) -> bool:
     outcome: list[bool] = []
 
     def target() -> None:
@@ -490,7 +490,7 @@ def _run_bounded(fn: Callable[[], None], timeout: float) -> bool:
         except Exception:
             outcome.append(False)
 
-    thread = threading.Thread(target=target, name="actorrt-rpc-end", daemon=True)
-    thread.start()
+    # Past its bound it goes on in torch's C++: the process's exit waits for it.
+    thread = torch_threads.start(target, name=name)
     thread.join(max(0.05, timeout))
     return bool(outcome and outcome[0])

@@ -1,0 +1,87 @@
+"""The process's exit waits for threads that may be inside torch (``torch_threads``).
+
+Python's teardown unwinds a daemon thread that wakes inside a torch call, which aborts
+the process (``terminate called without an active exception``). Each exit test is a
+real Python process, bounded by ``subprocess.run``'s timeout.
+"""
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+from actorrt.runtime import torch_threads
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _run(script: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    return done, time.monotonic() - began
+
+
+def test_wait_returns_the_threads_still_running_and_forgets_those_that_ended():
+    release = threading.Event()
+    thread = torch_threads.start(release.wait, name="actorrt-test-waiter", args=(30,))
+    try:
+        assert thread in torch_threads.wait(0.05)
+        assert thread in torch_threads.running()
+    finally:
+        release.set()
+    assert torch_threads.wait(10) == []
+    assert thread not in torch_threads.running()
+
+
+def test_the_exit_waits_for_a_bounded_torch_call_that_ran_past_its_bound(tmp_path):
+    """A store read (the GIL let go, in C++) outlives ``_run_bounded``'s bound; the
+    process's end waits until it returned, so no thread wakes in C++ during teardown."""
+    marker = tmp_path / "returned"
+    done, took = _run(
+        f"""
+        import datetime
+        import torch.distributed as dist
+        from actorrt.runtime import group
+
+        store = dist.TCPStore("127.0.0.1", 0, None, True,
+                              timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
+
+        def read_that_times_out():
+            try:
+                store.wait(["never-set"], datetime.timedelta(seconds=1.5))
+            finally:
+                open({str(marker)!r}, "w").close()
+
+        in_time = group._run_bounded(read_that_times_out, 0.05, "actorrt-test-read")
+        print("in time:", in_time, flush=True)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert "in time: False" in done.stdout
+    assert marker.exists(), "the process ended while the store read was still in C++"
+    assert took >= 1.5
+
+
+def test_a_thread_still_blocked_after_the_grace_is_left_behind_and_the_exit_goes_on():
+    """Parked for good (a join no shutdown wakes): the exit waits the grace, no longer."""
+    done, took = _run(
+        """
+        import time
+        from actorrt.runtime import torch_threads
+
+        torch_threads.EXIT_GRACE_S = 0.5
+        torch_threads.start(time.sleep, name="actorrt-test-sleeper", args=(60,))
+        print("main ends", flush=True)
+        """
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert "main ends" in done.stdout
+    assert 0.5 <= took < 30
