@@ -5,6 +5,7 @@ the process (``terminate called without an active exception``). Each exit test i
 real Python process, bounded by ``subprocess.run``'s timeout.
 """
 
+import socket
 import subprocess
 import sys
 import textwrap
@@ -89,3 +90,29 @@ def test_a_thread_still_blocked_after_the_grace_is_left_behind_and_the_exit_goes
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert "main ends" in done.stdout
     assert 0.5 <= took < 30
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_process_that_ends_while_rpc_shutdown_runs_in_such_a_thread_does_not_abort():
+    """The abort itself: in a plain daemon thread this aborted 7 of 12 runs here (and
+    all 5 pass by chance about 1% of the time); started here, it must never."""
+    for _ in range(5):
+        done, _took = _run(
+            f"""
+            import os
+            import torch.distributed.rpc as rpc
+            from actorrt.runtime import torch_threads
+
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            os.environ["MASTER_PORT"] = "{_free_port()}"
+            rpc.init_rpc("alone", rank=0, world_size=1)
+            torch_threads.start(lambda: rpc.shutdown(graceful=False), name="actorrt-test-end")
+            """
+        )
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+        assert "terminate called" not in done.stderr
