@@ -12,10 +12,10 @@ or that end with the runtime (the driver's heartbeat, its probes, the late-claim
 loop) are started here, and the interpreter's exit waits for them first, at most
 :data:`EXIT_GRACE_S`. The dangerous ones are those that shutdown itself set free (a
 join or a store read that the agent's end fails): they return soon after it, and the
-wait keeps them out of the teardown. One still blocked after the grace is parked for good (a
-join waiting for an answer from a hung worker that ``rpc.shutdown`` never wakes): the
-process ends without it, as it did before. Nothing waits when every such thread ended,
-which is every exit where shutdown kept its bounds.
+wait keeps them out of the teardown. One still blocked after the grace is parked for
+good (a join waiting for an answer from a hung worker, which ``rpc.shutdown`` never
+wakes): the process ends without it, as it did before. Nothing waits when every such
+thread ended, which is every exit where shutdown kept its bounds.
 """
 
 from __future__ import annotations
