@@ -54,8 +54,9 @@ def test_the_exit_waits_for_a_bounded_torch_call_that_ran_past_its_bound(tmp_pat
         f"""
         import datetime
         import torch.distributed as dist
-        from actorrt.runtime import group
+        from actorrt.runtime import group, torch_threads
 
+        torch_threads.EXIT_GRACE_S = 30  # the wait, not its 2 s: no race with a slow CI
         store = dist.TCPStore("127.0.0.1", 0, None, True,
                               timeout=datetime.timedelta(seconds=30), wait_for_workers=False)
 
