@@ -731,7 +731,10 @@ class Driver:
         )  # fmt: skip
         rank = _rank_of(rt, name)
         if self.cluster is not None and rank is not None:
-            self.cluster.kill_rank(rank)  # hung: killing it fails the calls it holds
+            # Hung: killing it fails the calls it holds. Its stacks first, on this terminal:
+            # what it was stuck in (a deadlock, C code holding the GIL) is otherwise lost.
+            log.warning("%s: its threads' stacks follow (faulthandler), then it is killed", name)
+            self.cluster.kill_rank(rank, stacks_first=True)
 
     def stop(self) -> None:
         """Stops the workers and ends RPC within ``shutdown_timeout`` (the runtime's shutdown).

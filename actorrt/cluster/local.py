@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
-from actorrt.cluster import zygote
+from actorrt.cluster import stacks, zygote
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
@@ -203,11 +203,20 @@ class LocalCluster:
             return True
         return state in ("Z", "X")
 
-    def kill_rank(self, rank: int) -> None:
-        """SIGKILLs worker ``rank`` (a hung one: its calls then fail, and it is reaped)."""
+    def kill_rank(self, rank: int, *, stacks_first: bool = False) -> None:
+        """SIGKILLs worker ``rank`` (a hung one: its calls then fail, and it is reaped).
+
+        Args:
+            rank: The worker's rank.
+            stacks_first: First ask it for its threads' stacks (:func:`stacks.request`,
+                written to its stderr, this terminal) and give it
+                :data:`~actorrt.cluster.stacks.DUMP_GRACE_S` to write them.
+        """
         with self._cond:
             pid = self._pids.get(rank) if rank not in self._exits else None
         if pid is not None:
+            if stacks_first:
+                stacks.request(pid)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -75,10 +75,11 @@ def run_worker(cfg: WorkerConfig) -> int:
 
     configure(cfg.log_level, what="--log-level")
     log = get_logger("worker")
-    from actorrt.cluster import process_setup, rendezvous
+    from actorrt.cluster import process_setup, rendezvous, stacks
     from actorrt.cluster.join import join
     from actorrt.runtime import context, group, output, trace
 
+    stacks.install()  # SIGUSR1: every thread's stack on stderr (a hung one's, before its kill)
     who = "a new rank" if cfg.grow else f"rank {cfg.rank}"
     log.info("%s: joining the driver's rendezvous at %s:%d", who, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)

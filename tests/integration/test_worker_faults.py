@@ -6,12 +6,12 @@ with SIGSTOP: it keeps its connections open and answers nothing.
 """
 
 import pytest
-from scripts import run_script
+from scripts import run_script, run_script_with_stderr
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 HEADER = """
-import os, signal, time
+import ctypes, os, signal, time
 import actorrt
 
 @actorrt.actor
@@ -22,6 +22,11 @@ class Sleeper:
     def sleep(self, s):
         time.sleep(s)
         return s
+
+    def stuck_in_c_with_the_gil(self, s):
+        # libc's sleep through a PyDLL: C code that keeps the GIL, so no Python thread of
+        # the process runs (no ping answered, no store heartbeat): hung, not stopped.
+        ctypes.PyDLL(None).sleep(s)
 
     def fork_holder(self, s):
         # A child that inherits this process's sockets and outlives it (as an environment
@@ -132,6 +137,42 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
     assert rep["b"] != rep["a"] and rep["value"] == 0
     assert rep["kill_s"] < 1.0  # a process known dead is not waited for
     assert rep["shutdown_s"] < 4 + 1.5
+
+
+def test_a_worker_prints_its_stacks_on_sigusr1_and_before_its_kill_as_hung(tmp_path):
+    """Stacks on SIGUSR1 (faulthandler): a worker asked by hand writes them and runs on; one
+    stuck in C code that holds the GIL is asked by the driver before the kill, so the
+    terminal shows where it hung (it is otherwise only "answered no heartbeat")."""
+    (rep,), err = run_script_with_stderr(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids, a, victim = start_with_victim(shutdown_timeout=4, heartbeat_timeout=2)
+        running = a.sleep.remote(1.5)
+        time.sleep(0.5)
+        os.kill(victim, signal.SIGUSR1)  # by hand: it writes its stacks and runs on
+        slept = actorrt.get(running, timeout=30)
+        same = actorrt.get(a.pid.remote(), timeout=30) == victim
+        pending = a.stuck_in_c_with_the_gil.remote(120)
+        try:
+            actorrt.get(pending, timeout=60)
+            error = "none"
+        except actorrt.ActorDiedError:
+            error = "ActorDiedError"
+        report(pids=pids, slept=slept, same=same, error=error, a=a.worker,
+               dead=sorted(rt.dead_workers))
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["slept"] == 1.5 and rep["same"], rep  # the signal did not end it
+    assert rep["error"] == "ActorDiedError"
+    assert rep["dead"] == [rep["a"]]
+    # faulthandler's frames: '  File "<file>", line N in NAME' (the script's class travels
+    # by value, so its methods' file may read "<dynamic-code>").
+    frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith('File "')]
+    assert any(f.endswith(" in sleep") for f in frames), err[-4000:]  # asked by hand
+    assert any(f.endswith(" in stuck_in_c_with_the_gil") for f in frames), err[-4000:]
+    assert "its threads' stacks follow" in err
 
 
 def test_a_call_held_by_a_hung_worker_fails_even_while_its_connections_stay_open(tmp_path):
