@@ -31,8 +31,7 @@ from typing import (
     overload,
 )
 
-import cloudpickle
-
+from actorrt import shipping
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import ActorOptions, check_num_returns
 from actorrt.refs import ObjectRef, send_call
@@ -401,7 +400,7 @@ class ActorClass(Generic[T, P]):
     def shipment(self) -> tuple[str, bytes]:
         """The class as cloudpickle bytes (by value when defined in ``__main__``) and its key."""
         if self._blob is None:
-            self._blob = cloudpickle.dumps(self._cls)
+            self._blob = shipping.dumps(self._cls)
             self._key = hashlib.sha1(self._blob).hexdigest()[:20]
         return self._key, self._blob  # type: ignore[return-value]
 

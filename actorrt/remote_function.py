@@ -16,8 +16,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, overload
 
-import cloudpickle
-
+from actorrt import shipping
 from actorrt.actor_class import ActorClass, TypedActor, actor
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import FunctionOptions
@@ -128,7 +127,7 @@ class RemoteFunction(Generic[P, R]):
     def shipment(self) -> tuple[str, bytes]:
         """The function as cloudpickle bytes (by value when defined in ``__main__``) and its key."""
         if self._shipped is None:
-            blob = cloudpickle.dumps(self._fn)
+            blob = shipping.dumps(self._fn)
             self._shipped = (hashlib.sha1(blob).hexdigest()[:20], blob)
         return self._shipped
 

@@ -238,14 +238,38 @@ def test_class_defined_in_main_script(tmp_path):
                 self.total += t * self.scale
                 return self.total
 
+            def divide(self, by):
+                return float(self.total.sum()) / by  # the line a remote traceback must show
+
+        @actorrt.remote
+        def check_positive(x):
+            if x <= 0:
+                raise ValueError(f"{x} is not positive")  # and this one
+            return x
+
         with actorrt.start(num_workers=2) as rt:
             acc = Accumulator.remote(2.0)
             acc.add.remote(torch.ones(3))
             result = actorrt.get(acc.add.remote(torch.arange(3.0)), timeout=60).tolist()
-            report(pids=list(rt.local_worker_pids), result=result)
+            tracebacks = []
+            for ref in (acc.divide.remote(0), check_positive.remote(-1)):
+                try:
+                    actorrt.get(ref, timeout=60)
+                except actorrt.ActorError as err:
+                    tracebacks.append(err.remote_traceback)
+            report(pids=list(rt.local_worker_pids), result=result, tracebacks=tracebacks)
         """,
     )
     assert rep["result"] == [2.0, 4.0, 6.0]
+    # The script's file and source lines, not cloudpickle's "<dynamic-code>" (its code
+    # travelled by value; actorrt.shipping keeps the file name).
+    method, function = rep["tracebacks"]
+    script = str(tmp_path / "driver_script.py")
+    assert f'File "{script}"' in method and "in divide" in method, method
+    assert "return float(self.total.sum()) / by  # the line" in method, method
+    assert f'File "{script}"' in function and "in check_positive" in function, function
+    assert 'raise ValueError(f"{x} is not positive")  # and this one' in function, function
+    assert "<dynamic-code>" not in method + function
 
 
 DRIVER = """

@@ -167,8 +167,7 @@ def test_a_worker_prints_its_stacks_on_sigusr1_and_before_its_kill_as_hung(tmp_p
     assert rep["slept"] == 1.5 and rep["same"], rep  # the signal did not end it
     assert rep["error"] == "ActorDiedError"
     assert rep["dead"] == [rep["a"]]
-    # faulthandler's frames: '  File "<file>", line N in NAME' (the script's class travels
-    # by value, so its methods' file may read "<dynamic-code>").
+    # faulthandler's frames: '  File "<file>", line N in NAME'.
     frames = [ln.strip() for ln in err.splitlines() if ln.strip().startswith('File "')]
     assert any(f.endswith(" in sleep") for f in frames), err[-4000:]  # asked by hand
     assert any(f.endswith(" in stuck_in_c_with_the_gil") for f in frames), err[-4000:]
