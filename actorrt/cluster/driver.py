@@ -733,8 +733,14 @@ class Driver:
         if self.cluster is not None and rank is not None:
             # Hung: killing it fails the calls it holds. Its stacks first, on this terminal:
             # what it was stuck in (a deadlock, C code holding the GIL) is otherwise lost.
-            log.warning("%s: its threads' stacks follow (faulthandler), then it is killed", name)
-            self.cluster.kill_rank(rank, stacks_first=True)
+            if self.cluster.is_stopped(rank):
+                log.warning("%s is stopped (SIGSTOP or a debugger): killed", name)
+                self.cluster.kill_rank(rank)
+            else:
+                log.warning(
+                    "%s: its threads' stacks follow (faulthandler), then it is killed", name
+                )
+                self.cluster.kill_rank(rank, stacks_first=True)
 
     def stop(self) -> None:
         """Stops the workers and ends RPC within ``shutdown_timeout`` (the runtime's shutdown).

@@ -196,12 +196,13 @@ class LocalCluster:
             pid = self._pids.get(rank)
         if pid is None:
             return False
-        try:
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True
-        return state in ("Z", "X")
+        return _proc_state(pid) in (None, "Z", "X")
+
+    def is_stopped(self, rank: int) -> bool:
+        """Whether worker ``rank`` is stopped (SIGSTOP, a debugger): it runs no handler."""
+        with self._cond:
+            pid = self._pids.get(rank) if rank not in self._exits else None
+        return pid is not None and _proc_state(pid) in ("T", "t")
 
     def kill_rank(self, rank: int, *, stacks_first: bool = False) -> None:
         """SIGKILLs worker ``rank`` (a hung one: its calls then fail, and it is reaped).
@@ -322,6 +323,15 @@ class LocalCluster:
 
     def _all_exited(self) -> bool:
         return self._zygote_done or all(r in self._exits for r in self._pids)
+
+
+def _proc_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter from ``/proc`` (``R``, ``S``, ``T``, ``Z``...); None: gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def exit_text(code: int | None) -> str:

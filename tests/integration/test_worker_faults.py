@@ -102,8 +102,9 @@ def test_shutdown_right_after_a_worker_is_killed_keeps_its_bound(tmp_path):
 
 def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
     """SIGSTOP: the heartbeat finds it silent, the directory stops placing there, the
-    driver kills it (local), and the call it held fails instead of hanging."""
-    first, second = run_script(
+    driver kills it (local), and the call it held fails instead of hanging. A stopped
+    process writes no stacks, and the driver says so rather than promise them."""
+    (first, second), err = run_script_with_stderr(
         tmp_path,
         HEADER,
         """
@@ -137,6 +138,8 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
     assert rep["b"] != rep["a"] and rep["value"] == 0
     assert rep["kill_s"] < 1.0  # a process known dead is not waited for
     assert rep["shutdown_s"] < 4 + 1.5
+    assert f"{rep['a']} is stopped (SIGSTOP or a debugger): killed" in err, err[-4000:]
+    assert "stacks follow" not in err
 
 
 def test_a_worker_prints_its_stacks_on_sigusr1_and_before_its_kill_as_hung(tmp_path):
