@@ -38,6 +38,7 @@ __all__ = [
     "nodes",
     "plan",
     "shutdown",
+    "stacks",
     "start",
     "status",
     "timeline",
@@ -291,6 +292,39 @@ def status(max_actors: int = 50) -> str:
             print(actorrt.status())
     """
     return current("actorrt.status()").status(max_actors=max_actors)
+
+
+def stacks(timeout: float = 5.0, *, all_threads: bool = False) -> str:
+    """What every thread of every live process is doing, for ``print(actorrt.stacks())``.
+
+    Like ``ray stack``: for a program that seems stuck while every process still answers
+    (an actor waiting for a result that never comes, two actors waiting on each other, a
+    lock taken twice), where the heartbeat sees nothing wrong. Each process is asked at
+    once; its section lists each thread by name (an actor's threads are named
+    ``<Class>-<first 8 hex of its id>_<n>``) with its frames, innermost last, and the
+    source lines. A process that does not answer within ``timeout`` is named instead: it
+    may be hung, and ``kill -USR1 PID`` on its host prints its stacks on its terminal.
+
+    Args:
+        timeout: Seconds to wait for the answers.
+        all_threads: Also actorrt's own threads (``actorrt-*``: heartbeats, output,
+            releases), which only wait for their work; by default they are counted.
+
+    Returns:
+        One section per process, headed ``=== worker1 (rank 1, pid 1234, host h) ===``.
+
+    Raises:
+        ValueError: ``timeout`` is not positive.
+
+    Example::
+
+        ref = learner.train.remote(steps)
+        if not actorrt.wait([ref], timeout=600)[0]:
+            print(actorrt.stacks())  # where is it waiting?
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be > 0 seconds")
+    return current("actorrt.stacks()").stacks(timeout, all_threads)
 
 
 def plan() -> dict[str, Any]:

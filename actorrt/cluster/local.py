@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
-from actorrt.cluster import stacks, zygote
+from actorrt.cluster import zygote
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
+from actorrt.runtime import stacks
 
 __all__ = ["LocalCluster", "exit_text"]
 
@@ -211,7 +212,7 @@ class LocalCluster:
             rank: The worker's rank.
             stacks_first: First ask it for its threads' stacks (:func:`stacks.request`,
                 written to its stderr, this terminal) and give it
-                :data:`~actorrt.cluster.stacks.DUMP_GRACE_S` to write them.
+                :data:`~actorrt.runtime.stacks.DUMP_GRACE_S` to write them.
         """
         with self._cond:
             pid = self._pids.get(rank) if rank not in self._exits else None

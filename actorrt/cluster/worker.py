@@ -75,11 +75,14 @@ def run_worker(cfg: WorkerConfig) -> int:
 
     configure(cfg.log_level, what="--log-level")
     log = get_logger("worker")
-    from actorrt.cluster import process_setup, rendezvous, stacks
+    from actorrt.cluster import process_setup, rendezvous
     from actorrt.cluster.join import join
-    from actorrt.runtime import context, group, output, trace
+    from actorrt.runtime import context, group, output, stacks, trace
 
     stacks.install()  # SIGUSR1: every thread's stack on stderr (a hung one's, before its kill)
+    if threading.current_thread() is threading.main_thread():
+        # actorrt's own, as its other threads: actorrt.stacks() counts it with them.
+        threading.current_thread().name = "actorrt-worker-main"
     who = "a new rank" if cfg.grow else f"rank {cfg.rank}"
     log.info("%s: joining the driver's rendezvous at %s:%d", who, cfg.host, cfg.port)
     store = rendezvous.connect_store(cfg.host, cfg.port, cfg.timeout)

@@ -785,6 +785,20 @@ class Runtime:
             self.name, self.host, self.nodes(), self.actors(), dict(self.pids), max_actors
         )
 
+    def stacks(self, timeout: float = 5.0, all_threads: bool = False) -> str:
+        """Every live process's thread stacks (see :func:`actorrt.stacks`).
+
+        Args:
+            timeout: Seconds to wait for the processes' answers.
+            all_threads: Also actorrt's own threads.
+
+        Returns:
+            One section per process.
+        """
+        from actorrt.runtime.stacks import cluster_stacks
+
+        return cluster_stacks(self.name, self.nodes(), timeout, all_threads)
+
     def _actor_ended(self, actor_id: str) -> None:
         if self.stopped.is_set():
             return

@@ -5,6 +5,8 @@ pid it reports must be gone shortly after the script ends. A hung worker is one 
 with SIGSTOP: it keeps its connections open and answers nothing.
 """
 
+import re
+
 import pytest
 from scripts import run_script, run_script_with_stderr
 
@@ -175,6 +177,32 @@ def test_a_worker_prints_its_stacks_on_sigusr1_and_before_its_kill_as_hung(tmp_p
     assert any(f.endswith(" in sleep") for f in frames), err[-4000:]  # asked by hand
     assert any(f.endswith(" in stuck_in_c_with_the_gil") for f in frames), err[-4000:]
     assert "its threads' stacks follow" in err
+
+
+def test_stacks_names_a_process_that_does_not_answer_and_keeps_its_bound(tmp_path):
+    """actorrt.stacks() with a worker stopped (not yet marked dead): it answers for the
+    others within its timeout and names the silent one; once it runs again, it answers."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids, a, victim = start_with_victim(shutdown_timeout=4, heartbeat_timeout=60)
+        os.kill(victim, signal.SIGSTOP)
+        started = time.monotonic()
+        silent = actorrt.stacks(timeout=1.5)
+        took = time.monotonic() - started
+        os.kill(victim, signal.SIGCONT)
+        again = actorrt.stacks(timeout=10)
+        report(pids=pids, a=a.worker, took=took, silent=silent, again=again)
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["took"] < 1.5 + 2.0, rep["took"]
+    assert f"=== {rep['a']} (rank" in rep["silent"]
+    assert "): no answer within 1.5 s ===" in rep["silent"], rep["silent"][-2000:]
+    answered = re.compile(r"^=== \S+ \(rank \d+, pid \d+, host ", re.MULTILINE)
+    assert len(answered.findall(rep["silent"])) == 2  # the driver and the other worker
+    assert "no answer" not in rep["again"] and len(answered.findall(rep["again"])) == 3
 
 
 def test_a_call_held_by_a_hung_worker_fails_even_while_its_connections_stay_open(tmp_path):

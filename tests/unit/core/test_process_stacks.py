@@ -1,4 +1,4 @@
-"""actorrt.cluster.stacks: a process's thread stacks on SIGUSR1, and it runs on.
+"""actorrt.runtime.stacks: a process's thread stacks on SIGUSR1, and it runs on.
 
 Each case runs in a process of its own (a signal handler is process-wide), bounded by
 ``subprocess.run``'s timeout.
@@ -7,11 +7,12 @@ Each case runs in a process of its own (a signal handler is process-wide), bound
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
 
-from actorrt.cluster import stacks
+from actorrt.runtime import stacks
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,7 +30,7 @@ def test_installed_the_signal_writes_every_threads_stack_and_the_process_runs_on
     out = _run(
         """
         import os, threading
-        from actorrt.cluster import stacks
+        from actorrt.runtime import stacks
 
         assert stacks.install()
         gate = threading.Event()
@@ -55,7 +56,7 @@ def test_without_a_stderr_descriptor_nothing_is_installed():
     out = _run(
         """
         import io, sys
-        from actorrt.cluster import stacks
+        from actorrt.runtime import stacks
 
         sys.__stderr__ = io.StringIO()  # no file descriptor (a capture)
         print(stacks.install())
@@ -75,3 +76,30 @@ def test_a_request_to_a_process_that_is_gone_says_so_without_waiting():
     started = time.monotonic()
     assert stacks.request(no_such_pid, wait=5.0) is False
     assert time.monotonic() - started < 2.0
+
+
+def test_thread_stacks_names_threads_and_counts_actorrts_own_unless_asked():
+    stop = threading.Event()
+
+    def a_users_loop():
+        stop.wait(30)  # the line that must show
+
+    user = threading.Thread(target=a_users_loop, name="Learner-0123abcd_0")
+    own = threading.Thread(target=stop.wait, args=(30,), name="actorrt-test-helper")
+    user.start()
+    own.start()
+    try:
+        text = stacks.thread_stacks()
+        everything = stacks.thread_stacks(all_threads=True)
+    finally:
+        stop.set()
+        user.join(10)
+        own.join(10)
+    assert 'Thread "Learner-0123abcd_0"' in text
+    section = text.split('Thread "Learner-0123abcd_0"', 1)[1].split("Thread ", 1)[0]
+    assert "in a_users_loop" in section and "stop.wait(30)  # the line that must show" in section
+    assert 'Thread "actorrt-test-helper"' not in text
+    assert "actorrt-* threads not shown: all_threads=True shows them" in text
+    assert 'Thread "actorrt-test-helper"' in everything
+    # The thread asking is left out (its stack is this call).
+    assert "in test_thread_stacks_names_threads" not in everything
