@@ -48,8 +48,9 @@ __all__ = [
 #: The signal on which a worker writes its threads' stacks to stderr (and runs on).
 STACKS_SIGNAL = signal.SIGUSR1
 #: How long a sender of :data:`STACKS_SIGNAL` waits before it kills the process: the
-#: handler writes at once (a few kilobytes), once the kernel has scheduled the process.
-DUMP_GRACE_S = 0.5
+#: handler writes at once (a few kilobytes) once the kernel has run the process, which
+#: a loaded machine may put off by a fraction of a second.
+DUMP_GRACE_S = 1.0
 
 
 def install() -> bool:

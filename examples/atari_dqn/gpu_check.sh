@@ -85,6 +85,20 @@
 # whatever the pace, then the final evaluation): `--n-step 3` did not learn at lr 4e-4 (performance.md); to try it again,
 # PONG_EXTRA="--n-step 3 --lr 1e-4 --eval-max-frames 0".
 # Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
+#
+# A loan of 15 device minutes holds both questions only if nothing else runs (the
+# machine's start counts too, and each call is at most 10 minutes). Two commands, the
+# second only if the first's graph tests pass (else drop --cuda-graph from it):
+#
+#   OUT=/tmp/g1 STEPS="graph timeline" TL_FRAMES=300000 TL_EXTRA=--cuda-graph \
+#       PACK=$OUT_BACK/graph bash examples/atari_dqn/gpu_check.sh        # about 3 min
+#   OUT=/tmp/g2 STEPS=pong PONG_FRAMES=100000000 PONG_TRAIN_S=500 PONG_S=570 \
+#       PONG_EXTRA="--cuda-graph --eval-max-frames 0" PACK=$OUT_BACK/pong \
+#       bash examples/atari_dqn/gpu_check.sh                              # about 9.5 min
+#
+# Not --trace on the Pong run: 500 s of traced gradient steps (a span per part, and
+# its CUDA events) come near trace.MAX_EVENTS in the learner alone, and gathering and
+# writing them could outlast PONG_S, losing the final evaluation's line.
 set -u
 OUT=${OUT:?set OUT to the folder for the results}
 PYTHON=${PYTHON:-python}

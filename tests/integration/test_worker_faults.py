@@ -197,7 +197,7 @@ def test_stacks_names_a_process_that_does_not_answer_and_keeps_its_bound(tmp_pat
         actorrt.shutdown()
         """,
     )
-    assert rep["took"] < 1.5 + 2.0, rep["took"]
+    assert rep["took"] < 1.5 + 5.0, rep["took"]  # bounded (a loaded machine adds some)
     assert f"=== {rep['a']} (rank" in rep["silent"]
     assert "): no answer within 1.5 s ===" in rep["silent"], rep["silent"][-2000:]
     answered = re.compile(r"^=== \S+ \(rank \d+, pid \d+, host ", re.MULTILINE)
