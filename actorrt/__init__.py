@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from actorrt.runtime.directory import ActorInfo, NodeInfo
     from actorrt.runtime.exits import exit_actor
     from actorrt.runtime.trace import profile
+    from actorrt.runtime_context import RuntimeContext, get_runtime_context
 
 #: public name -> the module that defines it
 _EXPORTS = {
@@ -114,6 +115,8 @@ _EXPORTS = {
     "exit_actor": "actorrt.runtime.exits",
     "get_gpu_ids": "actorrt.runtime.devices",
     "profile": "actorrt.runtime.trace",
+    "RuntimeContext": "actorrt.runtime_context",
+    "get_runtime_context": "actorrt.runtime_context",
 }
 
 __all__ = [
@@ -134,6 +137,7 @@ __all__ = [
     "ObjectRef",
     "PlacementError",
     "RemoteFunction",
+    "RuntimeContext",
     "TypedActor",
     "actor",
     "actors",
@@ -142,6 +146,7 @@ __all__ = [
     "get",
     "get_actor",
     "get_gpu_ids",
+    "get_runtime_context",
     "is_initialized",
     "kill",
     "method",

@@ -23,7 +23,7 @@ import cloudpickle
 
 from actorrt.placement.functions import parse_executor_id
 from actorrt.runtime import devices
-from actorrt.runtime.exits import in_method
+from actorrt.runtime.exits import in_actor, in_method
 from actorrt.runtime.mailbox import Mailbox
 from actorrt.runtime.payload import pack
 from actorrt.runtime.protocol import FunctionNotLoaded
@@ -81,6 +81,7 @@ class FunctionExecutor:
             devices.assign(groups[next(self._actorrt_turn) % len(groups)])
             self._actorrt_local.gpu_set = True
         token = in_method.set(None)  # a function is no actor method: exit_actor() refuses
+        actor_token = in_actor.set(None)  # nor an actor (the executor's mailbox is not one)
         try:
             with may_lend():  # its get() of other calls lends this thread (nested functions)
                 result = fn(*args, **kwargs)
@@ -94,6 +95,7 @@ class FunctionExecutor:
             ) from None
         finally:
             in_method.reset(token)
+            in_actor.reset(actor_token)
 
 
 def open_executor(box: Mailbox, executor: str) -> None:

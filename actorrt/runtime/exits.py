@@ -17,12 +17,26 @@ from __future__ import annotations
 import contextvars
 from typing import NoReturn
 
-__all__ = ["ActorExit", "exit_actor", "exit_asked", "exit_reason", "in_method", "take_exit"]
+__all__ = [
+    "ActorExit",
+    "exit_actor",
+    "exit_asked",
+    "exit_reason",
+    "in_actor",
+    "in_method",
+    "take_exit",
+]
 
 in_method: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "actorrt_in_method", default=None
 )
 """``Class.method`` of the actor method running in this thread or task; None outside."""
+
+in_actor: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "actorrt_in_actor", default=None
+)
+"""The id of the actor whose method (or constructor) runs in this thread or task; None
+outside one, and in a remote function (``actorrt.get_runtime_context()``)."""
 
 exit_asked: contextvars.ContextVar[ActorExit | None] = contextvars.ContextVar(
     "actorrt_exit_asked", default=None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from actorrt.runtime import context, group, quick_rpc, rref_keeper, streams
 from actorrt.runtime.executor import open_executor
 from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
+from actorrt.runtime.protocol import ActorRecord
 
 __all__ = ["ActorHost", "ActorLease"]
 
@@ -60,6 +62,9 @@ class ActorHost:
         self._tombstones: dict[str, str] = {}  # actor id -> why it is gone
         self._classes: dict[str, type] = {}
         self._pinned: dict[str, ActorLease] = {}  # named actors live until killed
+        # actor id -> (its record, its lease while some RRef holds it; None: pinned), for
+        # a handle of the actor made inside it (actorrt.get_runtime_context().current_actor)
+        self._own: dict[str, tuple[ActorRecord, weakref.ref[ActorLease] | None]] = {}
         self._on_actor_end = on_actor_end
         self._pack_reply = pack_reply
         self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
@@ -99,6 +104,8 @@ class ActorHost:
         max_concurrency: int | None,
         gpu_ids: tuple[int, ...],
         pinned: bool,
+        methods: str = "",
+        retries: int = 0,
     ) -> ActorLease:
         """Creates an actor here (the ``rpc_create`` request); its RRef holds the lease.
 
@@ -116,6 +123,10 @@ class ActorHost:
                     cls = self._classes[class_key] = cloudpickle.loads(class_blob)
                 if pinned:
                     self._pinned[actor_id] = lease
+                record = ActorRecord(
+                    actor_id, rpc.get_worker_info().name, class_name, methods, retries
+                )
+                self._own[actor_id] = (record, None if pinned else weakref.ref(lease))
         except BaseException as exc:  # e.g. the class's module does not import here
             box.kill(
                 f"{class_name} actor {actor_id} could not be created on "
@@ -130,6 +141,32 @@ class ActorHost:
             gpu_ids=gpu_ids,
         )
         return lease
+
+    def own_handle_parts(self, actor_id: str) -> tuple[ActorRecord, ActorLease | None]:
+        """What a handle of actor ``actor_id``, made in its own process, is made of.
+
+        Returns:
+            Its record, and its lease for a new RRef to hold (None: a pinned actor, whose
+            handles hold nothing).
+
+        Raises:
+            RuntimeError: The actor does not live here, or no handle holds it any more
+                (its queued calls run, then it is freed).
+        """
+        with self._lock:
+            own = self._own.get(actor_id)
+        if own is None:
+            raise RuntimeError(f"actor {actor_id} does not live in this process")
+        record, lease_ref = own
+        if lease_ref is None:
+            return record, None
+        lease = lease_ref()
+        if lease is None:
+            raise RuntimeError(
+                f"actor {actor_id} is being freed (no handle refers to it any more): it "
+                "can make no handle of itself; keep a handle of it while it needs one"
+            )
+        return record, lease
 
     def deliver(self, actor_id: str, call: Call) -> None:
         """Hands ``call`` to the actor's mailbox (made on first use: calls may arrive first)."""
@@ -167,6 +204,7 @@ class ActorHost:
             gone = self._mailboxes.pop(actor_id, None)
             self._tombstones.setdefault(actor_id, reason)
             self._pinned.pop(actor_id, None)  # a named actor that exited itself
+            self._own.pop(actor_id, None)
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 

@@ -26,7 +26,7 @@ import torch
 from actorrt.errors import ObjectLostError
 from actorrt.runtime import devices, streams
 from actorrt.runtime import trace as _trace
-from actorrt.runtime.exits import exit_asked, exit_reason, in_method, take_exit
+from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
 from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
@@ -161,6 +161,7 @@ class Mailbox:
     def _construct_now(self, what: tuple[type, Wire]) -> None:
         cls, wire = what
         token = in_method.set(f"{self._class_name}.__init__")
+        actor_token = in_actor.set(self.actor_id)
         try:
             try:
                 args, kwargs = unpack(wire)
@@ -175,6 +176,7 @@ class Mailbox:
             self.kill(f"{self.what} failed in __init__: {summary}\n\nRemote traceback:\n{text}")
         finally:
             in_method.reset(token)
+            in_actor.reset(actor_token)
         asked = take_exit()  # cleared either way: an async actor's calls copy this context
         if asked is not None:  # __init__ caught its exit_actor(); after a failure, a no-op
             self.kill(exit_reason(self.what, "__init__", asked))
@@ -253,6 +255,7 @@ class Mailbox:
         if _trace.ON:
             _trace.started(call)
         token = in_method.set(f"{self._class_name}.{name}")
+        actor_token = in_actor.set(self.actor_id)
         try:
             method = getattr(self._instance, name)
             wire = call.wire
@@ -269,6 +272,7 @@ class Mailbox:
             reply = error_reply(self._prefix + name, exc)
         finally:
             in_method.reset(token)
+            in_actor.reset(actor_token)
         asked = exit_asked.get()  # not take_exit(): one read per call on this road
         if asked is not None:  # the method caught its exit_actor(): end anyway
             exit_asked.set(None)
@@ -295,6 +299,7 @@ class Mailbox:
                 _trace.started(call)
             # the task runs in its own copy of the context
             in_method.set(f"{self._class_name}.{name}")
+            in_actor.set(self.actor_id)
             try:
                 method = getattr(self._instance, name)
                 try:

@@ -265,6 +265,9 @@ class Runtime:
                 "gpu_ids": placement.gpu_ids,
                 # Named actors and actors with restarts live until killed.
                 "pinned": options.name is not None or restartable,
+                # For a handle the actor makes of itself (get_runtime_context()).
+                "methods": methods,
+                "retries": options.max_task_retries,
             }
             try:
                 wire = self.pack(placement.worker, (args, kwargs))

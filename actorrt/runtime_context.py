@@ -1,0 +1,80 @@
+"""``actorrt.get_runtime_context()``: what runs here, as Ray's ``get_runtime_context()``.
+
+An actor that registers itself with another (a collector with its learner, a worker with
+a coordinator) needs its own handle; code shared by actors and the driver needs to know
+which actor it runs in. Both come from the actor method running in the calling thread or
+task (:data:`~actorrt.runtime.exits.in_actor`, set by the mailbox around each call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actorrt.actor_class import ActorHandle, handle_of
+from actorrt.runtime import context
+from actorrt.runtime.exits import in_actor
+
+__all__ = ["RuntimeContext", "get_runtime_context"]
+
+
+class RuntimeContext:
+    """What runs in the calling thread: see :func:`get_runtime_context`."""
+
+    def get_actor_id(self) -> str | None:
+        """The id of the actor whose method (or constructor) runs in this thread or task.
+
+        Returns:
+            The 32 hex digits of ``handle.actor_id``; None outside an actor (the driver's
+            own code, a remote function, a thread the method started itself).
+        """
+        return in_actor.get()
+
+    @property
+    def current_actor(self) -> ActorHandle:
+        """A handle of the actor whose method runs here, to pass to other actors.
+
+        Like any handle it keeps an unnamed actor alive while it exists (handles of a
+        named actor, or one with ``max_restarts``, hold nothing: such an actor lives until
+        killed).
+
+        Raises:
+            RuntimeError: Called outside an actor method or constructor, or by an actor
+                that is being freed (no handle referred to it any more).
+        """
+        actor_id = in_actor.get()
+        if actor_id is None:
+            raise RuntimeError(
+                "get_runtime_context().current_actor works only inside an actor's method "
+                "or constructor; outside one, keep the handle that Cls.remote() returned"
+            )
+        from actorrt.runtime.host import ActorHost
+
+        record, lease = context.part(ActorHost).own_handle_parts(actor_id)
+        return handle_of(record, None if lease is None else _new_rref(lease))
+
+    def __repr__(self) -> str:
+        return f"RuntimeContext(actor_id={self.get_actor_id()!r})"
+
+
+def get_runtime_context() -> RuntimeContext:
+    """What runs in the calling thread (Ray's ``get_runtime_context()``).
+
+    Example::
+
+        @actorrt.actor
+        class Collector:
+            def __init__(self, learner):
+                me = actorrt.get_runtime_context().current_actor
+                learner.register.remote(me)  # the learner calls back on this handle
+
+    Returns:
+        A :class:`RuntimeContext`; read it in the thread (or task) that needs it.
+    """
+    return RuntimeContext()
+
+
+def _new_rref(lease: Any) -> Any:
+    """A new RRef of ``lease``, owned here: one more holder of the actor's lease."""
+    import torch.distributed.rpc as rpc
+
+    return rpc.RRef(lease)

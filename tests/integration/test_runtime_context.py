@@ -1,0 +1,96 @@
+"""actorrt.get_runtime_context(): an actor's own id and handle, as Ray's runtime context."""
+
+import asyncio
+import gc
+import time
+
+import pytest
+
+import actorrt
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@actorrt.actor
+class Collector:
+    def __init__(self):
+        self.id_at_init = actorrt.get_runtime_context().get_actor_id()
+
+    def ids(self):
+        return self.id_at_init, actorrt.get_runtime_context().get_actor_id()
+
+    def register_with(self, learner):
+        # The pattern the API is for: an actor hands its own handle to another.
+        return actorrt.get(learner.register.remote(actorrt.get_runtime_context().current_actor))
+
+    def ping(self, x):
+        return ("pong", x)
+
+
+@actorrt.actor
+class Learner:
+    def __init__(self):
+        self.collectors = []
+
+    def register(self, collector):
+        self.collectors.append(collector)
+        return len(self.collectors)
+
+    def call_back(self, x):
+        return [actorrt.get(c.ping.remote(x)) for c in self.collectors]
+
+    def own_id(self):
+        return actorrt.get_runtime_context().get_actor_id()
+
+
+@actorrt.actor
+class AsyncActor:
+    async def ids(self):
+        await asyncio.sleep(0)
+        return actorrt.get_runtime_context().get_actor_id()
+
+
+@actorrt.actor(name="runtime-context-named")
+class Named:
+    def me(self):
+        return actorrt.get_runtime_context().current_actor
+
+    def ping(self):
+        return "named"
+
+
+@actorrt.remote
+def id_in_a_function():
+    return actorrt.get_runtime_context().get_actor_id()
+
+
+def test_get_actor_id_is_the_actors_own_in_methods_and_constructor_and_none_elsewhere(cluster):
+    c = Collector.remote()
+    assert actorrt.get(c.ids.remote(), timeout=30) == (c.actor_id, c.actor_id)
+    a = AsyncActor.remote()
+    assert actorrt.get(a.ids.remote(), timeout=30) == a.actor_id
+    assert actorrt.get(id_in_a_function.remote(), timeout=30) is None  # a function: no actor
+    assert actorrt.get_runtime_context().get_actor_id() is None  # the driver
+    with pytest.raises(RuntimeError, match="only inside an actor's method"):
+        _ = actorrt.get_runtime_context().current_actor
+
+
+def test_current_actor_is_a_handle_that_others_call_back_and_that_keeps_the_actor(cluster):
+    learner = Learner.remote()
+    collector = Collector.remote()
+    assert actorrt.get(collector.register_with.remote(learner), timeout=30) == 1
+    assert actorrt.get(learner.call_back.remote(7), timeout=30) == [("pong", 7)]
+    # The driver lets go of its own handle: the learner's (made by the collector of
+    # itself) still keeps the collector alive, as any handle would.
+    del collector
+    gc.collect()
+    time.sleep(3)  # past the RRef keeper's holds and the release of a dropped handle
+    assert actorrt.get(learner.call_back.remote(8), timeout=30) == [("pong", 8)]
+
+
+def test_a_named_actors_own_handle_is_its_handle(cluster):
+    n = Named.remote()
+    me = actorrt.get(n.me.remote(), timeout=30)
+    assert me.actor_id == n.actor_id
+    assert actorrt.get(me.ping.remote(), timeout=30) == "named"
+    actorrt.kill(n)
