@@ -52,6 +52,27 @@ class RuntimeContext:
         record, lease = context.part(ActorHost).own_handle_parts(actor_id)
         return handle_of(record, None if lease is None else _new_rref(lease))
 
+    @property
+    def was_current_actor_reconstructed(self) -> bool:
+        """Whether the actor running here was made again after its process died.
+
+        True in an actor with ``max_restarts`` from its first restart on (its constructor
+        included): the moment to load what it saved, a checkpoint for instance. False in
+        its first instance.
+
+        Raises:
+            RuntimeError: Called outside an actor method or constructor.
+        """
+        actor_id = in_actor.get()
+        if actor_id is None:
+            raise RuntimeError(
+                "get_runtime_context().was_current_actor_reconstructed works only inside an "
+                "actor's method or constructor"
+            )
+        from actorrt.runtime.host import ActorHost
+
+        return context.part(ActorHost).was_reconstructed(actor_id)
+
     def __repr__(self) -> str:
         return f"RuntimeContext(actor_id={self.get_actor_id()!r})"
 

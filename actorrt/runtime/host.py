@@ -65,6 +65,7 @@ class ActorHost:
         # actor id -> (its record, its lease while some RRef holds it; None: pinned), for
         # a handle of the actor made inside it (actorrt.get_runtime_context().current_actor)
         self._own: dict[str, tuple[ActorRecord, weakref.ref[ActorLease] | None]] = {}
+        self._reconstructed: set[str] = set()  # actors made again after their process died
         self._on_actor_end = on_actor_end
         self._pack_reply = pack_reply
         self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
@@ -106,6 +107,7 @@ class ActorHost:
         pinned: bool,
         methods: str = "",
         retries: int = 0,
+        reconstructed: bool = False,
     ) -> ActorLease:
         """Creates an actor here (the ``rpc_create`` request); its RRef holds the lease.
 
@@ -127,6 +129,8 @@ class ActorHost:
                     actor_id, rpc.get_worker_info().name, class_name, methods, retries
                 )
                 self._own[actor_id] = (record, None if pinned else weakref.ref(lease))
+                if reconstructed:
+                    self._reconstructed.add(actor_id)
         except BaseException as exc:  # e.g. the class's module does not import here
             box.kill(
                 f"{class_name} actor {actor_id} could not be created on "
@@ -168,6 +172,11 @@ class ActorHost:
             )
         return record, lease
 
+    def was_reconstructed(self, actor_id: str) -> bool:
+        """Whether actor ``actor_id`` (living here) was made again after its process died."""
+        with self._lock:
+            return actor_id in self._reconstructed
+
     def deliver(self, actor_id: str, call: Call) -> None:
         """Hands ``call`` to the actor's mailbox (made on first use: calls may arrive first)."""
         box = self._mailboxes.get(actor_id)  # as _mailbox() does, without its call per call
@@ -205,6 +214,7 @@ class ActorHost:
             self._tombstones.setdefault(actor_id, reason)
             self._pinned.pop(actor_id, None)  # a named actor that exited itself
             self._own.pop(actor_id, None)
+            self._reconstructed.discard(actor_id)
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 

@@ -162,7 +162,7 @@ class Restarts:
                 )
                 counted = True
                 wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
-                meta = {**recipe.meta, "gpu_ids": placement.gpu_ids}
+                meta = {**recipe.meta, "gpu_ids": placement.gpu_ids, "reconstructed": True}
                 lease = create_remote(
                     placement.worker, actor_id, recipe.class_key, recipe.class_blob, wire, meta
                 )

@@ -18,6 +18,11 @@ import actorrt
 class Counter:
     def __init__(self, start):
         self.value = start
+        # What Ray's runtime context says: a restarted instance would load a checkpoint.
+        self.made_again = actorrt.get_runtime_context().was_current_actor_reconstructed
+
+    def made_again_at_init_and_now(self):
+        return self.made_again, actorrt.get_runtime_context().was_current_actor_reconstructed
 
     def add(self, k):
         self.value += k
@@ -65,6 +70,7 @@ def test_a_restarted_actor_runs_its_constructor_again_and_its_handles_keep_worki
         rt, pids = start()
         c = Counter.remote(100)
         first_pid = actorrt.get(c.pid.remote(), timeout=30)
+        first_made_again = actorrt.get(c.made_again_at_init_and_now.remote(), timeout=30)
         assert actorrt.get(c.add.remote(5), timeout=30) == 105
         caller = Caller.remote(c)  # another process's handle
         while caller.worker == c.worker:  # the caller must not die with the counter
@@ -76,6 +82,7 @@ def test_a_restarted_actor_runs_its_constructor_again_and_its_handles_keep_worki
         in_flight = died(pending)  # at most once: the call in flight is not retried
         after = actorrt.get(c.add.remote(1), timeout=60)  # the new instance: 100 + 1
         second_pid = actorrt.get(c.pid.remote(), timeout=30)
+        second_made_again = actorrt.get(c.made_again_at_init_and_now.remote(), timeout=30)
         from_caller = actorrt.get(caller.add.remote(10), timeout=60)
         (info,) = [a for a in actorrt.actors() if a.actor_id == c.actor_id]
         # Its one restart is used: the next death is final, and the error says so.
@@ -84,12 +91,15 @@ def test_a_restarted_actor_runs_its_constructor_again_and_its_handles_keep_worki
         again = died(c.add.remote(1))
         report(pids=pids, in_flight=in_flight, after=after, first_pid=first_pid,
                second_pid=second_pid, from_caller=from_caller, state=info.state,
-               restarts=info.restarts, final=final, again=again)
+               restarts=info.restarts, final=final, again=again,
+               first_made_again=first_made_again, second_made_again=second_made_again)
         actorrt.shutdown()
         """,
     )
     assert rep["in_flight"] is not None
     assert rep["after"] == 101
+    assert rep["first_made_again"] == [False, False]  # the first instance
+    assert rep["second_made_again"] == [True, True]  # the restarted one, __init__ included
     assert rep["second_pid"] != rep["first_pid"] and rep["second_pid"] in rep["pids"]
     assert rep["from_caller"] == 111, rep["from_caller"]
     assert rep["state"] == "ALIVE" and rep["restarts"] == 1
