@@ -33,9 +33,9 @@ class RuntimeContext:
     def current_actor(self) -> ActorHandle:
         """A handle of the actor whose method runs here, to pass to other actors.
 
-        Like any handle it keeps an unnamed actor alive while it exists (handles of a
-        named actor, or one with ``max_restarts``, hold nothing: such an actor lives until
-        killed).
+        Like any handle it keeps an unnamed actor alive while it exists, so an actor that
+        stores it in an attribute lives until killed (handles of a named actor, or one
+        with ``max_restarts``, hold nothing: such an actor lives until killed anyway).
 
         Raises:
             RuntimeError: Called outside an actor method or constructor, or by an actor
