@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         actor,
         method,
     )
+    from actorrt.actor_pool import ActorPool
     from actorrt.api import (
         actors,
         dump_cluster,
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
 
 #: public name -> the module that defines it
 _EXPORTS = {
+    "ActorPool": "actorrt.actor_pool",
     "ActorClass": "actorrt.actor_class",
     "ActorHandle": "actorrt.actor_class",
     "ActorMethod": "actorrt.actor_class",
@@ -127,6 +129,7 @@ __all__ = [
     "ActorHandle",
     "ActorMethod",
     "ActorOptions",
+    "ActorPool",
     "ActorRtError",
     "ClusterError",
     "FunctionOptions",

@@ -1,0 +1,117 @@
+"""actorrt.ActorPool on real actors: order, queueing, timeouts, errors, membership (Ray's)."""
+
+import time
+
+import pytest
+
+import actorrt
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@actorrt.actor
+class Worker:
+    def __init__(self):
+        self.doubled = 0
+
+    def double(self, x):
+        # The larger the value, the sooner it is done: completion order is not submit order.
+        self.doubled += 1
+        time.sleep(0.05 * (5 - x) if 0 <= x < 5 else 0)
+        return 2 * x
+
+    def times_doubled(self):
+        return self.doubled
+
+    def slow(self, s):
+        time.sleep(s)
+        return s
+
+    def fail(self, msg):
+        raise ValueError(msg)
+
+
+def double(actor, x):
+    return actor.double.remote(x)
+
+
+@pytest.fixture
+def workers(cluster):
+    return [Worker.remote(), Worker.remote()]
+
+
+def test_map_gives_results_in_order_and_map_unordered_as_they_come(workers):
+    pool = actorrt.ActorPool(workers)
+    assert list(pool.map(double, range(5))) == [0, 2, 4, 6, 8]
+    unordered = list(pool.map_unordered(lambda a, s: a.slow.remote(s), [1.5, 0.0]))
+    assert unordered == [0.0, 1.5]  # the short one first, though submitted second
+    assert not pool.has_next() and pool.has_free()
+
+
+def test_map_gives_up_the_tasks_submitted_before_it_and_never_starts_the_waiting_ones(
+    workers,
+):
+    pool = actorrt.ActorPool(workers[:1])
+    pool.submit(lambda a, s: a.slow.remote(s), 0.5)  # running
+    pool.submit(double, 1)  # waiting for the actor
+    assert list(pool.map(double, [2])) == [4]  # only its own
+    assert actorrt.get(workers[0].times_doubled.remote(), timeout=30) == 1  # not double(1)
+
+
+def test_tasks_wait_for_a_free_actor_and_results_come_in_submission_order(workers):
+    pool = actorrt.ActorPool(workers)
+    for x in range(5):
+        pool.submit(double, x)
+    assert not pool.has_free()  # two run, three wait
+    assert [pool.get_next() for _ in range(5)] == [0, 2, 4, 6, 8]
+    assert not pool.has_next()
+    with pytest.raises(StopIteration, match="no more results"):
+        pool.get_next()
+    with pytest.raises(StopIteration):
+        pool.get_next_unordered()
+
+
+def test_a_timeout_raises_and_ignore_if_timedout_gives_the_task_up(workers):
+    pool = actorrt.ActorPool(workers[:1])
+    pool.submit(lambda a, s: a.slow.remote(s), 1.0)
+    with pytest.raises(TimeoutError):  # GetTimeoutError is one
+        pool.get_next(timeout=0.05)
+    assert pool.has_next()  # still there to take
+    assert pool.get_next(timeout=30) == 1.0
+    pool.submit(lambda a, s: a.slow.remote(s), 1.0)
+    with pytest.raises(actorrt.GetTimeoutError, match="given up"):
+        pool.get_next_unordered(timeout=0.05, ignore_if_timedout=True)
+    assert not pool.has_next() and pool.has_free()  # the actor is free again
+    pool.submit(double, 3)  # queued on the actor behind the abandoned call
+    assert pool.get_next(timeout=30) == 6
+
+
+def test_a_failed_task_raises_at_its_turn_and_frees_its_actor(workers):
+    pool = actorrt.ActorPool(workers)
+    pool.submit(lambda a, m: a.fail.remote(m), "bad input")
+    pool.submit(double, 1)
+    with pytest.raises(actorrt.ActorError, match="bad input"):
+        pool.get_next()
+    assert pool.get_next() == 2
+    assert pool.has_free()
+
+
+def test_membership_push_pop_idle_and_a_task_function_that_returns_no_ref(workers):
+    a, b = workers
+    pool = actorrt.ActorPool([a])
+    with pytest.raises(ValueError, match="in the pool already"):
+        pool.push(a)
+    with pytest.raises(ValueError, match="in the pool already"):
+        actorrt.ActorPool([a, a])
+    with pytest.raises(TypeError, match="not an ObjectRef"):
+        pool.submit(lambda actor, x: x, 1)
+    assert pool.has_free()  # the actor was not lost
+    pool.submit(double, 2)
+    assert pool.pop_idle() is None  # busy
+    pool.submit(double, 3)  # waits for an actor
+    pool.push(b)  # takes the waiting task at once
+    assert sorted([pool.get_next_unordered(), pool.get_next_unordered()]) == [4, 6]
+    idle = pool.pop_idle()
+    assert idle in (a, b)
+    pool.push(idle)  # out, then in again
+    assert list(pool.map(double, [1])) == [2]
