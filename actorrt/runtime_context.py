@@ -8,11 +8,14 @@ task (:data:`~actorrt.runtime.exits.in_actor`, set by the mailbox around each ca
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actorrt.actor_class import ActorHandle, handle_of
 from actorrt.runtime import context
 from actorrt.runtime.exits import in_actor
+
+if TYPE_CHECKING:
+    from actorrt.runtime.host import ActorHost
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 
@@ -41,15 +44,10 @@ class RuntimeContext:
             RuntimeError: Called outside an actor method or constructor, or by an actor
                 that is being freed (no handle referred to it any more).
         """
-        actor_id = in_actor.get()
-        if actor_id is None:
-            raise RuntimeError(
-                "get_runtime_context().current_actor works only inside an actor's method "
-                "or constructor; outside one, keep the handle that Cls.remote() returned"
-            )
-        from actorrt.runtime.host import ActorHost
-
-        record, lease = context.part(ActorHost).own_handle_parts(actor_id)
+        actor_id = _running_actor(
+            "current_actor", "; outside one, keep the handle that Cls.remote() returned"
+        )
+        record, lease = _host().own_handle_parts(actor_id)
         return handle_of(record, None if lease is None else _new_rref(lease))
 
     @property
@@ -63,15 +61,7 @@ class RuntimeContext:
         Raises:
             RuntimeError: Called outside an actor method or constructor.
         """
-        actor_id = in_actor.get()
-        if actor_id is None:
-            raise RuntimeError(
-                "get_runtime_context().was_current_actor_reconstructed works only inside an "
-                "actor's method or constructor"
-            )
-        from actorrt.runtime.host import ActorHost
-
-        return context.part(ActorHost).was_reconstructed(actor_id)
+        return _host().was_reconstructed(_running_actor("was_current_actor_reconstructed"))
 
     def __repr__(self) -> str:
         return f"RuntimeContext(actor_id={self.get_actor_id()!r})"
@@ -92,6 +82,22 @@ def get_runtime_context() -> RuntimeContext:
         A :class:`RuntimeContext`; read it in the thread (or task) that needs it.
     """
     return RuntimeContext()
+
+
+def _running_actor(what: str, hint: str = "") -> str:
+    """The id of the actor running here; ``RuntimeError`` naming ``what`` outside one."""
+    actor_id = in_actor.get()
+    if actor_id is None:
+        raise RuntimeError(
+            f"get_runtime_context().{what} works only inside an actor's method or constructor{hint}"
+        )
+    return actor_id
+
+
+def _host() -> ActorHost:
+    from actorrt.runtime.host import ActorHost  # torch: only once an actor asks
+
+    return context.part(ActorHost)
 
 
 def _new_rref(lease: Any) -> Any:

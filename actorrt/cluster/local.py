@@ -201,8 +201,7 @@ class LocalCluster:
 
     def is_stopped(self, rank: int) -> bool:
         """Whether worker ``rank`` is stopped (SIGSTOP, a debugger): it runs no handler."""
-        with self._cond:
-            pid = self._pids.get(rank) if rank not in self._exits else None
+        pid = self._unreaped_pid(rank)
         return pid is not None and _proc_state(pid) in ("T", "t")
 
     def kill_rank(self, rank: int, *, stacks_first: bool = False) -> None:
@@ -214,8 +213,7 @@ class LocalCluster:
                 written to its stderr, this terminal) and give it
                 :data:`~actorrt.runtime.stacks.DUMP_GRACE_S` to write them.
         """
-        with self._cond:
-            pid = self._pids.get(rank) if rank not in self._exits else None
+        pid = self._unreaped_pid(rank)
         if pid is not None:
             if stacks_first:
                 stacks.request(pid)
@@ -223,6 +221,11 @@ class LocalCluster:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def _unreaped_pid(self, rank: int) -> int | None:
+        """Worker ``rank``'s pid while no exit of it was reported (a pid then may be reused)."""
+        with self._cond:
+            return self._pids.get(rank) if rank not in self._exits else None
 
     @property
     def pids(self) -> list[int]:

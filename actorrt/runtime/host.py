@@ -62,10 +62,10 @@ class ActorHost:
         self._tombstones: dict[str, str] = {}  # actor id -> why it is gone
         self._classes: dict[str, type] = {}
         self._pinned: dict[str, ActorLease] = {}  # named actors live until killed
-        # actor id -> (its record, its lease while some RRef holds it; None: pinned), for
-        # a handle of the actor made inside it (actorrt.get_runtime_context().current_actor)
-        self._own: dict[str, tuple[ActorRecord, weakref.ref[ActorLease] | None]] = {}
-        self._reconstructed: set[str] = set()  # actors made again after their process died
+        # actor id -> (its record, its lease while some RRef holds it (None: pinned),
+        # whether it was made again after its process died), for what an actor asks of
+        # itself (actorrt.get_runtime_context())
+        self._own: dict[str, tuple[ActorRecord, weakref.ref[ActorLease] | None, bool]] = {}
         self._on_actor_end = on_actor_end
         self._pack_reply = pack_reply
         self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
@@ -128,9 +128,8 @@ class ActorHost:
                 record = ActorRecord(
                     actor_id, rpc.get_worker_info().name, class_name, methods, retries
                 )
-                self._own[actor_id] = (record, None if pinned else weakref.ref(lease))
-                if reconstructed:
-                    self._reconstructed.add(actor_id)
+                lease_ref = None if pinned else weakref.ref(lease)
+                self._own[actor_id] = (record, lease_ref, reconstructed)
         except BaseException as exc:  # e.g. the class's module does not import here
             box.kill(
                 f"{class_name} actor {actor_id} could not be created on "
@@ -161,7 +160,7 @@ class ActorHost:
             own = self._own.get(actor_id)
         if own is None:
             raise RuntimeError(f"actor {actor_id} does not live in this process")
-        record, lease_ref = own
+        record, lease_ref, _ = own
         if lease_ref is None:
             return record, None
         lease = lease_ref()
@@ -175,7 +174,8 @@ class ActorHost:
     def was_reconstructed(self, actor_id: str) -> bool:
         """Whether actor ``actor_id`` (living here) was made again after its process died."""
         with self._lock:
-            return actor_id in self._reconstructed
+            own = self._own.get(actor_id)
+        return own is not None and own[2]
 
     def deliver(self, actor_id: str, call: Call) -> None:
         """Hands ``call`` to the actor's mailbox (made on first use: calls may arrive first)."""
@@ -214,7 +214,6 @@ class ActorHost:
             self._tombstones.setdefault(actor_id, reason)
             self._pinned.pop(actor_id, None)  # a named actor that exited itself
             self._own.pop(actor_id, None)
-            self._reconstructed.discard(actor_id)
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 

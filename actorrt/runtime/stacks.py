@@ -30,7 +30,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from actorrt.runtime.directory import NodeInfo
@@ -142,23 +142,9 @@ def cluster_stacks(
         One section per process, in rank order, headed ``=== NAME (rank R, pid P, host
         H) ===``; a process that did not answer in time, or is dead, says so instead.
     """
-    import torch.distributed.rpc as rpc
+    from actorrt.runtime.status import ask_live  # torch: only when asked (workers import this)
 
-    futures: dict[str, Any] = {}
-    for node in nodes:
-        if node.alive and node.process != own:
-            try:
-                futures[node.process] = rpc.rpc_async(
-                    node.process, rpc_thread_stacks, args=(all_threads,), timeout=timeout
-                )
-            except Exception:  # the agent cannot reach it at all
-                pass
-    answers: dict[str, tuple[int, str]] = {own: rpc_thread_stacks(all_threads)}
-    for name, fut in futures.items():
-        try:
-            answers[name] = fut.wait()  # sent at once, each bounded by its own timeout
-        except Exception:  # timed out, or the process is gone
-            pass
+    answers = ask_live(own, nodes, rpc_thread_stacks, (all_threads,), timeout=timeout)
     sections = []
     for node in sorted(nodes, key=lambda n: n.rank):
         where = f"{node.process} (rank {node.rank}"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from actorrt.errors import NotInitializedError
 from actorrt.runtime import context
@@ -20,9 +20,11 @@ from actorrt.runtime.directory import ActorInfo, NodeInfo
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.objects import ObjectStore
 
-__all__ = ["cluster_status", "format_status", "local_stats", "rpc_process_stats"]
+__all__ = ["ask_live", "cluster_status", "format_status", "local_stats", "rpc_process_stats"]
 
 QUERY_TIMEOUT_S = 2.0
+
+T = TypeVar("T")
 
 
 def local_stats(host: ActorHost) -> dict[str, Any]:
@@ -43,27 +45,46 @@ def rpc_process_stats() -> dict[str, Any]:
     return local_stats(context.part(ActorHost))
 
 
-def _query(own: str, host: ActorHost, nodes: Sequence[NodeInfo]) -> dict[str, dict[str, Any]]:
-    """Stats of every live process by name; a process that did not answer is left out."""
+def ask_live(
+    own: str,
+    nodes: Sequence[NodeInfo],
+    fn: Callable[..., T],
+    args: tuple[Any, ...] = (),
+    *,
+    timeout: float = QUERY_TIMEOUT_S,
+    here: Callable[[], T] | None = None,
+) -> dict[str, T]:
+    """``fn(*args)`` on every live process at once, each call bounded by ``timeout``.
+
+    Args:
+        own: This process's RPC name: its answer is ``here()`` (default: ``fn(*args)``),
+            read directly.
+        nodes: The directory's processes (dead ones are not asked).
+        fn: A module-level function every process can resolve.
+        args: Its arguments.
+        timeout: Seconds each process has to answer.
+        here: What this process answers, when not ``fn(*args)``.
+
+    Returns:
+        The answers by process name; a process that did not answer is left out.
+    """
     import torch.distributed.rpc as rpc
 
     futures = {}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, T] = {}
     for node in nodes:
         if not node.alive:
             continue
         if node.process == own:
-            out[node.process] = local_stats(host)
+            out[node.process] = here() if here is not None else fn(*args)
             continue
         try:
-            futures[node.process] = rpc.rpc_async(
-                node.process, rpc_process_stats, timeout=QUERY_TIMEOUT_S
-            )
+            futures[node.process] = rpc.rpc_async(node.process, fn, args=args, timeout=timeout)
         except Exception:  # the agent cannot reach it at all
             pass
     for name, fut in futures.items():
         try:
-            out[name] = fut.wait()
+            out[name] = fut.wait()  # sent at once: the waits overlap
         except Exception:  # timed out or the process is gone
             pass
     return out
@@ -87,7 +108,7 @@ def cluster_status(
         pids: Process ids by rank, as the driver knows them.
         max_actors: Actor rows shown at most.
     """
-    stats = _query(own, host, nodes)
+    stats = ask_live(own, nodes, rpc_process_stats, here=lambda: local_stats(host))
     return format_status(nodes, actors, stats, pids=pids, max_actors=max_actors)
 
 
