@@ -65,9 +65,10 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         NotInitializedError,
         ObjectLostError,
         PlacementError,
+        TaskCancelledError,
     )
     from actorrt.options import ActorOptions, FunctionOptions
-    from actorrt.refs import ObjectRef, get, put, wait
+    from actorrt.refs import ObjectRef, cancel, get, put, wait
     from actorrt.remote_function import RemoteFunction, remote
     from actorrt.runtime.devices import get_gpu_ids
     from actorrt.runtime.directory import ActorInfo, NodeInfo
@@ -104,9 +105,11 @@ _EXPORTS = {
     "NotInitializedError": "actorrt.errors",
     "ObjectLostError": "actorrt.errors",
     "PlacementError": "actorrt.errors",
+    "TaskCancelledError": "actorrt.errors",
     "ActorOptions": "actorrt.options",
     "FunctionOptions": "actorrt.options",
     "ObjectRef": "actorrt.refs",
+    "cancel": "actorrt.refs",
     "get": "actorrt.refs",
     "put": "actorrt.refs",
     "wait": "actorrt.refs",
@@ -141,9 +144,11 @@ __all__ = [
     "PlacementError",
     "RemoteFunction",
     "RuntimeContext",
+    "TaskCancelledError",
     "TypedActor",
     "actor",
     "actors",
+    "cancel",
     "dump_cluster",
     "exit_actor",
     "get",

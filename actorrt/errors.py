@@ -11,6 +11,7 @@ __all__ = [
     "NotInitializedError",
     "ObjectLostError",
     "PlacementError",
+    "TaskCancelledError",
 ]
 
 
@@ -84,6 +85,25 @@ class ObjectLostError(ActorRtError):
     past ``actorrt.shutdown()``. Make the value again (call the method again, or ``put``
     it again) to go on.
     """
+
+
+class TaskCancelledError(ActorRtError):
+    """A call was cancelled by ``actorrt.cancel(ref)``: ``get`` of its ref raises this.
+
+    As Ray's: the call was cancelled before it ran, or, in an async actor, while it
+    awaited. A call that had already begun in a plain (threaded) actor or a remote function is not
+    interrupted: it runs to its end and its ref gets its value.
+
+    Attributes:
+        actor_id: The id of the actor (32 hex digits, as ``ActorHandle.actor_id``), when known.
+    """
+
+    def __init__(self, message: str, actor_id: str | None = None) -> None:
+        super().__init__(message)
+        self.actor_id = actor_id
+
+    def __reduce__(self) -> tuple[type[TaskCancelledError], tuple[str, str | None]]:
+        return (type(self), (self.args[0], self.actor_id))
 
 
 class GetTimeoutError(ActorRtError, TimeoutError):

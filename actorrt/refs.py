@@ -36,6 +36,7 @@ from actorrt.runtime.protocol import (
     RAISE,
     LocalFailure,
     Returns,
+    cancelled,
     decode_reply,
     rpc_failure,
     unreadable,
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from actorrt.runtime.protocol import Target
     from actorrt.runtime.runtime import Runtime
 
-__all__ = ["ObjectRef", "get", "new_refs", "put", "send_call", "wait", "when_ready"]
+__all__ = ["ObjectRef", "cancel", "get", "new_refs", "put", "send_call", "wait", "when_ready"]
 
 T = TypeVar("T")
 
@@ -113,6 +114,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_counted",
         "_direct",
         "_part",
+        "_ticket",
+        "_cancel_asked",
         "__weakref__",
     )
 
@@ -130,6 +133,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
         self._direct = False  # it holds its object directly (no lease yet: see _leased)
         self._part = -1  # num_returns: which of the call's values this ref is
+        # What cancels its call once sent (see ReplySlot.attach); None: not sent (yet)
+        self._ticket: int | Callable[[], None] | None = None
+        self._cancel_asked = False  # cancel() before the call went out: it never goes
 
     def __del__(self) -> None:
         keep = self._keep
@@ -149,7 +155,11 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
 
     # -- the runtime's side (runtime.protocol.ReplySlot) ---------------------------
     def attach(
-        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+        self,
+        reply: torch.futures.Future[Wire],
+        worker: str,
+        keep: KeepAlive | None,
+        ticket: int | Callable[[], None],
     ) -> None:
         """The call went out to ``worker``; ``reply`` is the torch future of its raw reply.
 
@@ -157,13 +167,18 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             reply: The torch future of the call's packed reply.
             worker: The process it went to (named in errors).
             keep: Holds the actor's handle until the reply is in; let go when this ref goes.
+            ticket: What cancels the call (see ``ReplySlot.attach``).
         """
         with _hook_lock:
             self._worker = worker
             self._sent = reply
             self._keep = keep
+            self._ticket = ticket
             hook = self._cf is not None
             ready = self._rf
+            late = self._cancel_asked  # cancel() came as it went out: cancelled now
+        if late:
+            _cancel_sent(self, ticket)
         if hook:
             reply.add_done_callback(self._complete)
         if ready is not None:
@@ -440,8 +455,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         """A :class:`concurrent.futures.Future` of the result, for callbacks and ``cf.wait``.
 
         The same future every time. Its ``result()`` is the value, or raises what
-        :func:`get` would raise. ``cancel()`` does nothing and returns False: the call
-        runs on (to stop an actor, ``actorrt.kill`` it).
+        :func:`get` would raise. Its ``cancel()`` does nothing and returns False: the
+        call runs on (to cancel the call, :func:`cancel` the ref).
 
         Returns:
             The future of the call's result.
@@ -519,6 +534,81 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         rt = current("sending an ObjectRef")
         token, rref = rt.objects.lend(self)
         return _borrowed_ref, (*head, rt.name, token, rref)
+
+
+def cancel(ref: ObjectRef[Any], *, force: bool = False) -> None:
+    """Cancels the call behind ``ref``, as ``ray.cancel`` does.
+
+    ``get(ref)`` of a cancelled call raises :class:`~actorrt.errors.TaskCancelledError`.
+    What it stops:
+
+    - a call not yet begun (waiting for its ref arguments, queued behind other calls of
+      its actor or function threads, or still on its way): it never runs;
+    - a call of an async actor (one with an ``async def`` method) that has begun: its
+      asyncio task is cancelled, so ``CancelledError`` is raised where it awaits (a
+      method that catches it and returns gives its value);
+    - a call with retries (``max_task_retries``, ``max_retries``): it is not sent again.
+
+    A call already running in a plain (threaded) actor or a remote function runs to its
+    end and ``get`` returns its value: actorrt does not interrupt Python threads, and
+    actors keep their state (Ray does the same for actors). A call that has answered
+    is left as it is. Cancelling does not wait: the call's reply says what came of it.
+
+    Args:
+        ref: A ref of a call this process made (``handle.method.remote()``,
+            ``f.remote()``); with ``num_returns``, any one of the call's refs.
+        force: Not supported: Ray's ``force=True`` kills the worker process, and an
+            actorrt process runs many actors and calls.
+
+    Raises:
+        TypeError: ``ref`` is not an ``ObjectRef``.
+        ValueError: ``force=True``, or ``ref`` came from another process (cancel it in
+            the process that made the call).
+        NotInitializedError: actorrt is not started.
+
+    Example::
+
+        refs = [learner.train.remote(batch) for batch in batches]
+        actorrt.cancel(refs[-1])  # queued behind the others: it never runs
+        try:
+            actorrt.get(refs[-1])
+        except actorrt.TaskCancelledError:
+            pass
+    """
+    if force:
+        raise ValueError(
+            "actorrt.cancel(ref, force=True) is not supported: it would kill a worker "
+            "process, which runs other actors and calls too. Use actorrt.cancel(ref) (a "
+            "call not yet begun never runs), or actorrt.kill(handle) to end an actor now."
+        )
+    ref = _check_ref(ref)
+    rt = current("actorrt.cancel()")
+    if ref._loan is not None:
+        raise ValueError(
+            f"actorrt.cancel({ref!r}): this ref was passed to this process; only the "
+            "process that made the call can cancel it. Cancel it there."
+        )
+    with _hook_lock:
+        ticket = ref._ticket
+        if ticket is None:  # no call out: waiting for its arguments, or none at all
+            cf_done = ref._cf is not None and ref._cf.done()
+            if ref._sent is None and ref._loc is None and not cf_done:
+                ref._cancel_asked = True  # never sent (send_call), or cancelled by attach
+            return
+    if not ref.done():
+        _cancel_sent(ref, ticket, rt)
+
+
+def _cancel_sent(
+    ref: ObjectRef[Any], ticket: int | Callable[[], None], rt: Runtime | None = None
+) -> None:
+    """Cancels the call of ``ref``, which went out (``ticket``: see ``ReplySlot.attach``)."""
+    if not isinstance(ticket, int):
+        ticket()
+        return
+    rt = rt or current_or_none()
+    if rt is not None and ref._actor_id is not None:
+        rt.cancel_call(ref._worker, ref._actor_id, ticket)
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:
@@ -818,10 +908,14 @@ class _Parts:
         self.refs = refs
 
     def attach(
-        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+        self,
+        reply: torch.futures.Future[Wire],
+        worker: str,
+        keep: KeepAlive | None,
+        ticket: int | Callable[[], None],
     ) -> None:
         for ref in self.refs:
-            ref.attach(reply, worker, keep)
+            ref.attach(reply, worker, keep, ticket)
 
     def fail(self, error: BaseException) -> None:
         for ref in self.refs:
@@ -924,6 +1018,9 @@ def send_call(
     def send(
         a: tuple[Any, ...], kw: dict[str, Any], now: bool
     ) -> torch.futures.Future[Wire] | None:
+        if first._cancel_asked or (num_returns != 1 and any(r._cancel_asked for r in out)):
+            give_up(cancelled(what, "before it was sent (it waited for its ref arguments)"))
+            return None
         rt.send(target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker)
         return first._sent
 

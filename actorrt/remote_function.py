@@ -120,7 +120,7 @@ class RemoteFunction(Generic[P, R]):
             options.max_retries,
             options.retry_exceptions,
         )
-        slot.attach(call.reply, "", None)
+        slot.attach(call.reply, "", None, call.cancel)
         when_ready((key, blob, *args), kwargs, call.send, call.give_up)
         return cast("ObjectRef[R]", out)
 

@@ -39,10 +39,13 @@ from actorrt.runtime.protocol import (
     FunctionNotLoaded,
     Liveness,
     LocalFailure,
+    cancelled,
     rpc_failure,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from actorrt.placement.resources import Resources
     from actorrt.runtime.outbox import KeepAlive
     from actorrt.runtime.payload import Wire
@@ -261,6 +264,8 @@ class FunctionCall:
         "_keep",
         "_key",
         "_without",
+        "_sent_as",
+        "_cancelled",
         "reply",
     )
 
@@ -287,6 +292,8 @@ class FunctionCall:
         self._keep: KeepAlive | None = None
         self._key = ""  # the function's key (the first argument)
         self._without = ""  # the process the current attempt went to without the bytes
+        self._sent_as: tuple[str, str, int] | None = None  # (worker, executor, seq), as one
+        self._cancelled = False  # actorrt.cancel(): no attempt goes out any more
         self.reply: torch.futures.Future[Wire] = torch.futures.Future()
 
     def send(
@@ -298,6 +305,9 @@ class FunctionCall:
             PlacementError: No process can run it (``now`` only; else the refs fail).
             TypeError: An argument cannot be sent (``now`` only).
         """
+        if self._cancelled:
+            self.give_up(cancelled(self._what, "before it was sent"))
+            return self.reply
         if self._retries:  # kept for a resend; dropped once answered
             self._args, self._kwargs = args, kwargs
         try:
@@ -341,6 +351,13 @@ class FunctionCall:
             self._left -= 1
         self.send(self._args, self._kwargs, False, avoid=dead)
 
+    def cancel(self) -> None:
+        """``actorrt.cancel`` of the call: unsent, it never goes; sent, its process is asked."""
+        self._cancelled = True  # before _sent_as is read: an attempt then cancels itself
+        sent = self._sent_as
+        if sent is not None and not self.reply.done():
+            self._route.cancel_call(*sent)
+
     def give_up(self, error: BaseException) -> None:
         """Fails the call's refs with ``error``."""
         self._args, self._kwargs = (), {}
@@ -352,13 +369,20 @@ class FunctionCall:
 
     # -- runtime.protocol.ReplySlot, of the current attempt --------------------------
     def attach(
-        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+        self,
+        reply: torch.futures.Future[Wire],
+        worker: str,
+        keep: KeepAlive | None,
+        ticket: int | Callable[[], None],
     ) -> None:
-        """The attempt went out to ``worker``."""
+        """The attempt went out to ``worker`` (``ticket``: its sequence number there)."""
         self._keep = keep
         spot = self._spot
-        assert spot is not None
+        assert spot is not None and type(ticket) is int  # sent once by Runtime.send
+        self._sent_as = sent = (worker, spot.executor, ticket)
         reply.add_done_callback(lambda f: self._answered(spot, f))
+        if self._cancelled:  # a cancel that found no attempt out: this one is cancelled
+            self._route.cancel_call(*sent)
 
     def fail(self, error: BaseException) -> None:
         """The attempt could not go out (an argument cannot be sent)."""

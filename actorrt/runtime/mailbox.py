@@ -10,6 +10,11 @@ An actor with an ``async def`` method is an async actor, as in Ray: its construc
 every method, plain ones too, run on its own event loop, each call a task started in
 the order released; up to ``max_concurrency`` (by default 1000) run at once, and each
 is answered when its task ends, so a call waiting in ``await`` holds no thread.
+
+``actorrt.cancel`` reaches here as :meth:`Mailbox.cancel`: a call not yet begun is
+answered "cancelled" and never runs (one that has not even arrived is marked, and
+answered so when it comes, keeping its caller's order); an async actor's call that has
+begun is cancelled as its asyncio task; a sync actor's running call runs on, as in Ray.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -32,6 +38,7 @@ from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
     LOST,
     OK,
+    cancelled_reply,
     died_reply,
     error_reply,
     split_returns,
@@ -59,6 +66,12 @@ class Call:
     wire: Wire | None  # the packed ``(args, kwargs)``
     future: torch.futures.Future[Wire]  # completed with the packed reply
     done: bool = field(default=False)
+    # actorrt.cancel(): set (under the mailbox lock) before `started` is read there, and
+    # `started` is set on the actor's thread before it reads this, so a cancel and the
+    # start of the call cannot both miss each other (see Mailbox.cancel and _run).
+    cancel_asked: bool = field(default=False)
+    started: bool = field(default=False)
+    task: asyncio.Task[None] | None = field(default=None)  # an async actor's, once made
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""
@@ -98,6 +111,7 @@ class Mailbox:
         self._slots: asyncio.Semaphore | None = None  # an async actor's max_concurrency
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._accepted: set[Call] = set()  # handed to the actor's threads, not answered
+        self._cancel_first: set[tuple[str, int]] = set()  # (caller, seq) cancelled unarrived
         self._instance: Any = None
         self._dead: str | None = None
         self._on_ended = on_ended
@@ -205,12 +219,22 @@ class Mailbox:
                 call.done = True  # nobody else has seen this call yet
                 answers.append((call, died_reply(self._dead)))
             else:
+                if self._cancel_first:  # its cancel came first: answered when released
+                    key = (call.caller, call.seq)
+                    if key in self._cancel_first:
+                        self._cancel_first.discard(key)
+                        call.cancel_asked = True
                 expected = self._next_seq.get(call.caller, 0)
                 if call.seq != expected:
                     self._held.setdefault(call.caller, {})[call.seq] = call
                     return
                 held = self._held.get(call.caller)
-                if not held and self._threads is not None and call.method is not None:
+                if (
+                    not held
+                    and self._threads is not None
+                    and call.method is not None
+                    and not call.cancel_asked
+                ):
                     # The common call, next in order with none held behind it: _release's
                     # work for a sync actor, without its calls.
                     self._next_seq[call.caller] = expected + 1
@@ -231,6 +255,9 @@ class Mailbox:
         if call.method is None:  # a skipped seq only advances the order
             call.done = True
             answers.append((call, (OK, None)))
+        elif call.cancel_asked:  # cancelled before it was released: it only advances the order
+            call.done = True
+            answers.append((call, self._cancelled(call, "before it ran")))
         elif not self._opened:
             self._before_open.append(call)
         else:
@@ -251,6 +278,9 @@ class Mailbox:
         if not self._ready:  # a second thread, __init__ still running
             self._constructed.wait()
         if self._dead is not None and not self._begin(call):  # read first: no call per call
+            return
+        call.started = True  # before cancel_asked is read: see Call
+        if call.cancel_asked and self._dropped(call):
             return
         if _trace.ON:
             _trace.started(call)
@@ -286,7 +316,14 @@ class Mailbox:
         # On the loop, in release order: tasks take their first step in this order too.
         task = self._loop.create_task(self._run_async(call))  # type: ignore[union-attr]
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        call.task = task
+        task.add_done_callback(partial(self._task_done, call))
+
+    def _task_done(self, call: Call, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        call.task = None
+        if task.cancelled() and call.cancel_asked:  # actorrt.cancel() ended it
+            self._finish(call, self._cancelled(call, "while it awaited"))
 
     async def _run_async(self, call: Call) -> None:
         """Runs a call of an async actor as a task on its loop (plain methods too)."""
@@ -314,6 +351,10 @@ class Mailbox:
             except SystemExit as exc:  # caught here: out of a task it would stop the loop
                 self.kill(exit_reason(self.what, name, exc))
                 return
+            except asyncio.CancelledError as exc:
+                if call.cancel_asked:  # actorrt.cancel(): the task ends cancelled (_task_done)
+                    raise
+                reply = error_reply(self._prefix + name, exc)
             except BaseException as exc:
                 reply = error_reply(self._prefix + name, exc)
             asked = take_exit()  # the task's own context: set only by its own method
@@ -346,6 +387,56 @@ class Mailbox:
             call.done = True
         if claimed:  # else a kill answered it while it ran
             self._answer(call, reply)
+
+    # -- actorrt.cancel ------------------------------------------------------------
+    def cancel(self, caller: str, seq: int) -> None:
+        """Cancels ``caller``'s call ``seq`` unless it has begun (an async actor's: even then).
+
+        Called on an RPC thread; never waits for the actor. A call answered already is left
+        as it is; one that has not arrived yet (its cancel overtook it) is answered
+        "cancelled" when it comes, and still takes its place in the caller's order.
+        """
+        answer: Call | None = None
+        loop: asyncio.AbstractEventLoop | None = None
+        with self._lock:
+            if self._dead is not None:
+                return
+            if seq >= self._next_seq.get(caller, 0):  # not released yet
+                held = self._held.get(caller, {}).get(seq)
+                if held is not None:
+                    held.cancel_asked = True
+                else:
+                    self._cancel_first.add((caller, seq))
+                return
+            call = _find(self._before_open, caller, seq) or _find(self._accepted, caller, seq)
+            if call is None or call.done:
+                return  # answered already
+            call.cancel_asked = True  # before started is read: see Call
+            if call in self._before_open:
+                self._before_open.remove(call)
+                call.done = True
+                answer = call
+            elif self._loop is not None:
+                loop = self._loop  # its task is cancelled on the loop, begun or not
+            elif not call.started:
+                self._accepted.discard(call)
+                call.done = True  # its thread finds it answered (_dropped) and skips it
+                answer = call
+        if answer is not None:
+            self._answer(answer, self._cancelled(answer, "before it ran"))
+        elif loop is not None:
+            try:
+                loop.call_soon_threadsafe(_cancel_task, call)
+            except RuntimeError:  # the loop is closed: the actor ended, its calls answered
+                pass
+
+    def _dropped(self, call: Call) -> bool:
+        """On the actor's thread, for a call whose cancel was asked: whether it was answered."""
+        with self._lock:  # waits for a cancel deciding right now
+            return call.done
+
+    def _cancelled(self, call: Call, when: str) -> tuple[int, Any]:
+        return cancelled_reply(f"{self._prefix}{call.method}", when)
 
     def calls_in_flight(self) -> int:
         """Calls received and not yet answered: held for order, queued or running."""
@@ -445,6 +536,21 @@ def _with_arguments(method: Any, call: Call) -> tuple[int, Any]:
     except ObjectLostError as exc:
         return (LOST, str(exc))
     return (OK, method(*args, **kwargs))
+
+
+def _find(calls: Iterable[Call], caller: str, seq: int) -> Call | None:
+    """The call ``seq`` of ``caller`` among ``calls`` (a cancel is rare: a scan will do)."""
+    for call in calls:
+        if call.seq == seq and call.caller == caller:
+            return call
+    return None
+
+
+def _cancel_task(call: Call) -> None:
+    # On the async actor's loop: a task not yet begun never runs its method.
+    task = call.task
+    if task is not None and not task.done():
+        task.cancel()
 
 
 def _claim(call: Call) -> bool:

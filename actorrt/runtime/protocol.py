@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import cloudpickle
 
-from actorrt.errors import ActorDiedError, ActorError, ObjectLostError
+from actorrt.errors import ActorDiedError, ActorError, ObjectLostError, TaskCancelledError
 
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Callable
 
     import torch
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
 
 __all__ = [
+    "CANCELLED",
     "COPY",
     "DIED",
     "ERROR",
@@ -45,6 +47,8 @@ __all__ = [
     "ReplySlot",
     "Target",
     "actor_gone",
+    "cancelled",
+    "cancelled_reply",
     "decode_reply",
     "died_reply",
     "error_reply",
@@ -68,6 +72,7 @@ LOCATED = 7  # a lent ref's answer: payload is an ObjectLocation with its lease
 RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: its name)
 KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
 MULTI = 10  # a call with num_returns: payload is one packed reply per value returned
+CANCELLED = 11  # actorrt.cancel() stopped the call before it ran (or while it awaited): why
 
 
 class Returns(str):
@@ -179,17 +184,28 @@ class Liveness(Protocol):
         """A call could not reach ``worker``: let the driver judge it."""
         ...
 
+    def cancel_call(self, worker: str, actor_id: str, seq: int) -> None:
+        """Asks ``worker`` to drop this process's call ``seq`` to ``actor_id`` (no wait)."""
+        ...
+
 
 class ReplySlot(Protocol):
     """Where the runtime puts one call's outcome (an ``ObjectRef`` is one)."""
 
     def attach(
-        self, reply: torch.futures.Future[Wire], worker: str, keep: KeepAlive | None
+        self,
+        reply: torch.futures.Future[Wire],
+        worker: str,
+        keep: KeepAlive | None,
+        ticket: int | Callable[[], None],
     ) -> None:
         """The call went out to ``worker``; ``reply`` is the torch future of its raw reply.
 
         ``keep`` (a call sent alone) holds the actor's handle until the reply is in; the
-        slot lets go of it when it is itself collected.
+        slot lets go of it when it is itself collected. ``ticket`` is what cancels the
+        call (``actorrt.cancel``): its sequence number at ``worker`` for a call sent once,
+        or a function that cancels whichever attempt is current, for a call that may be
+        sent again elsewhere (retries).
         """
         ...
 
@@ -276,6 +292,20 @@ def error_reply(what: str, exc: BaseException) -> tuple[int, Any]:
     return ERROR, (what, f"{type(exc).__name__}: {exc}", text, cause)
 
 
+def cancelled_reply(what: str, when: str) -> tuple[int, Any]:
+    """A reply saying ``actorrt.cancel`` stopped the call ``what`` (Cls.method), and when."""
+    return CANCELLED, _cancelled_words(what, when)
+
+
+def cancelled(what: str, when: str, actor_id: str | None = None) -> TaskCancelledError:
+    """The error of a call ``actorrt.cancel`` stopped in the caller, before it was sent."""
+    return TaskCancelledError(_cancelled_words(what, when), actor_id)
+
+
+def _cancelled_words(what: str, when: str) -> str:
+    return f"{what} was cancelled (actorrt.cancel) {when}; call it again to run it."
+
+
 def died_reply(reason: str) -> tuple[int, Any]:
     """A reply saying the actor is gone, with why."""
     return DIED, reason
@@ -297,6 +327,8 @@ def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
         raise ObjectLostError(payload)
     if status == RAISE:
         raise payload
+    if status == CANCELLED:
+        raise TaskCancelledError(payload, actor_id)
     raise ActorDiedError(payload, actor_id)
 
 

@@ -31,7 +31,7 @@ import torch
 
 from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
-from actorrt.runtime.protocol import Liveness, LocalFailure, actor_gone, rpc_failure
+from actorrt.runtime.protocol import Liveness, LocalFailure, actor_gone, cancelled, rpc_failure
 
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
@@ -93,6 +93,8 @@ class _Call:
     attempt: torch.futures.Future[Wire] | None = None
     keep: KeepAlive | None = None
     failure: BaseException | None = None  # why the current attempt found no actor
+    sent_as: tuple[str, int] = ("", -1)  # (worker, seq) of the current attempt, set as one
+    cancelled: bool = False  # actorrt.cancel(): never sent again
 
     @property
     def what(self) -> str:
@@ -173,10 +175,12 @@ class CallRetries:
             with self._lock:
                 self._calls.setdefault(target.actor_id, {})[call.order] = call
             self._post(call, seq, wire, may_queue=True)
-        slot.attach(reply, worker, None)  # the call holds the handle until its reply
+        # The call holds the handle until its reply; a cancel goes to its current attempt.
+        slot.attach(reply, worker, None, partial(self._cancel, call))
 
     # -- each attempt's reply (on torch's RPC threads: no waiting here) ---------------
     def _post(self, call: _Call, seq: int, wire: Wire, *, may_queue: bool) -> None:
+        call.sent_as = (call.worker, seq)  # before cancelled is read: see _cancel
         try:
             attempt, keep = self._route.post(
                 call.target, call.worker, seq, call.method, wire, may_queue
@@ -186,6 +190,15 @@ class CallRetries:
             return
         call.attempt, call.keep = attempt, keep
         attempt.add_done_callback(partial(self._answered, call))
+        if call.cancelled:  # a cancel that read the attempt before: this one too
+            self._route.cancel_call(call.worker, call.target.actor_id, seq)
+
+    def _cancel(self, call: _Call) -> None:
+        """``actorrt.cancel`` of the call: its current attempt is cancelled, none follows."""
+        call.cancelled = True  # before sent_as is read: a resend then cancels itself
+        worker, seq = call.sent_as
+        if not call.reply.done():
+            self._route.cancel_call(worker, call.target.actor_id, seq)
 
     def _answered(self, call: _Call, attempt: torch.futures.Future[Wire]) -> None:
         if call.attempt is not attempt:
@@ -265,7 +278,10 @@ class CallRetries:
                 continue
             retries = call.target.max_task_retries
             lost = f"{call.what}: the actor's process {dead!r} died with the call in flight"
-            if new is None:
+            if call.cancelled:
+                when = "before it was sent again (its actor's process had died)"
+                self._give_up(call, cancelled(call.what, when, actor_id))
+            elif new is None:
                 self._give_up(
                     call,
                     ActorDiedError(

@@ -400,7 +400,7 @@ class Runtime:
         except Exception as exc:  # the agent could not even queue the call
             slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
-        slot.attach(fut, worker, keep)
+        slot.attach(fut, worker, keep, seq)
         if _trace.ON:
             _trace.sent(
                 target.class_name, method, worker, self.name, target.actor_id, seq, begin, wire, fut
@@ -731,6 +731,19 @@ class Runtime:
                 to_shm=to_shm,
             )
             return road
+
+    def cancel_call(self, worker: str, actor_id: str, seq: int) -> None:
+        """Asks ``worker`` to cancel this process's call ``seq`` to ``actor_id`` (no wait).
+
+        The call's own reply says what came of it ("cancelled", or its value when it had
+        begun). Nothing is sent to a process known down: its calls fail as they are.
+        """
+        if self.is_down(worker):
+            return
+        try:
+            host_mod.post_cancel(worker, actor_id, self.name, seq)
+        except Exception:  # the agent refused: the process is gone, and so is the call
+            pass
 
     def kill(self, handle: Target, timeout: float = 2.0) -> None:
         """Ends the actor now (``actorrt.kill``); its pending calls get ``ActorDiedError``.

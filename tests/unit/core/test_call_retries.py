@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from actorrt.errors import ActorDiedError
+from actorrt.errors import ActorDiedError, TaskCancelledError
 from actorrt.runtime.protocol import LocalFailure
 from actorrt.runtime.retries import CallRetries
 
@@ -24,9 +24,11 @@ class Slot:
     def __init__(self):
         self.reply = None
         self.error = None
+        self.cancel = None
 
-    def attach(self, reply, worker, keep):
+    def attach(self, reply, worker, keep, ticket):
         self.reply = reply
+        self.cancel = ticket
 
     def fail(self, error):
         self.error = error
@@ -41,6 +43,7 @@ class FakeRuntime:
         self.sent = []  # (worker, seq, method, args, future)
         self.dead = set()
         self._seqs = {}
+        self.cancels = []  # (worker, actor_id, seq)
 
     def is_down(self, worker):
         return worker in self.dead
@@ -58,6 +61,9 @@ class FakeRuntime:
 
     def worker_unreachable(self, worker):
         self.dead.add(worker)
+
+    def cancel_call(self, worker, actor_id, seq):
+        self.cancels.append((worker, actor_id, seq))
 
     def moved_from_replaced(self, target):
         return None  # no process is replaced here
@@ -151,3 +157,29 @@ def test_a_call_numbered_before_its_actor_moved_is_numbered_for_the_new_instance
     retries.send(handle, rt.seq_at(handle.actor_id, "w2"), "step", (1,), {}, again,
                  raise_now=True, seq_worker="w2")  # fmt: skip
     assert rt.sent[-1][:2] == ("w2", 1)
+
+
+def test_a_cancelled_call_is_cancelled_where_it_went_and_not_sent_again():
+    rt = FakeRuntime(["w2"])
+    retries = CallRetries(rt, settle=2.0)
+    handle = Handle(retries=3)
+    doomed, kept = call(retries, rt, handle, "step", 0), call(retries, rt, handle, "step", 1)
+    doomed.cancel()
+    assert rt.cancels == [("w1", "a1", 0)]
+    for *_, fut in rt.attempts("w1", 2):
+        fut.set_exception(lost())  # the process died with both in flight
+    again = rt.attempts("w2", 1)
+    assert [args for _, _, _, args, _ in again] == [(1,)], "the cancelled call went again"
+    _done_within(doomed.reply)
+    with pytest.raises(LocalFailure) as info:
+        doomed.reply.wait()
+    assert isinstance(info.value.error, TaskCancelledError)
+    assert "before it was sent again" in str(info.value.error)
+    again[0][-1].set_result(("reply", 1))
+    assert kept.reply.wait() == ("reply", 1)
+
+
+def _done_within(future, timeout=10):
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    assert done.wait(timeout), f"no answer in {timeout} s"

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from actorrt.errors import ActorDiedError, PlacementError
+from actorrt.errors import ActorDiedError, PlacementError, TaskCancelledError
 from actorrt.placement.functions import FunctionSpot
 from actorrt.placement.resources import Resources
 from actorrt.runtime.functions import FunctionCall, FunctionRoutes, Shape
@@ -30,6 +30,7 @@ class FakeRoute:
         self.stopped = threading.Event()
         self.seqs: dict[tuple[str, str], int] = {}
         self.sent_event = threading.Condition()
+        self.cancels: list[tuple[str, str, int]] = []
 
     def function_spots(self, shape):
         self.asked += 1
@@ -48,10 +49,13 @@ class FakeRoute:
         with self.sent_event:
             self.sent.append((target.worker, target.actor_id, args, fut))
             self.sent_event.notify_all()
-        slot.attach(fut, target.worker, None)
+        slot.attach(fut, target.worker, None, seq)
 
     def worker_unreachable(self, worker):
         self.unreachable.append(worker)
+
+    def cancel_call(self, worker, actor_id, seq):
+        self.cancels.append((worker, actor_id, seq))
 
     def wait_sent(self, n, timeout=10):
         with self.sent_event:
@@ -241,3 +245,37 @@ def test_a_process_that_died_is_sent_the_bytes_again():
     route.sent[1][3].set_result((None, [(0, 1)]))
     assert _reply(call) == (None, [(0, 1)])
     routes.close()
+
+
+def test_a_cancelled_call_is_cancelled_at_its_process_and_not_sent_again_when_it_dies():
+    route = FakeRoute(spots("a", "b"))
+    routes, call = make_call(route, retries=2)
+    call.send(("k", b"", 1), {}, True)
+    worker, executor, _, fut = route.sent[0]
+    call.cancel()
+    assert route.cancels == [(worker, executor, 0)]
+    fut.set_exception(RuntimeError("connection reset by peer"))  # its process died
+    _done_within(call.reply)
+    with pytest.raises(TaskCancelledError, match="remote function f was cancelled"):
+        _reply(call)
+    time.sleep(0.2)
+    assert len(route.sent) == 1, "a cancelled call was sent again"
+    routes.close()
+
+
+def test_a_call_cancelled_before_its_arguments_were_ready_is_never_sent():
+    route = FakeRoute(spots("a"))
+    routes, call = make_call(route, retries=0)
+    call.cancel()  # its ref arguments were still being made
+    call.send(("k", b"", 1), {}, False)
+    _done_within(call.reply)
+    with pytest.raises(TaskCancelledError, match="before it was sent"):
+        _reply(call)
+    assert route.sent == [] and route.cancels == []
+    routes.close()
+
+
+def _done_within(future, timeout=10):
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    assert done.wait(timeout), f"no answer in {timeout} s"

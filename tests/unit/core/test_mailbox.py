@@ -14,7 +14,7 @@ import torch
 import actorrt
 from actorrt.runtime import payload
 from actorrt.runtime.mailbox import Call, Mailbox
-from actorrt.runtime.protocol import DIED, OK
+from actorrt.runtime.protocol import CANCELLED, DIED, OK
 from actorrt.runtime.threads import ActorThreads
 
 
@@ -211,6 +211,14 @@ class AsyncLog:
 
     async def where_async(self):
         return threading.get_ident()
+
+    async def shrug_off_cancel(self, started):
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "caught"
+        return "slept"
 
     def open_gate(self):
         self.all_here.set()  # a plain method may touch the loop's objects: it runs there
@@ -513,3 +521,169 @@ def test_an_argument_whose_object_is_lost_answers_lost(monkeypatch, asynchronous
     box, _ = _async_box(cls=Loser) if asynchronous else _box_of(Loser)
     (call,) = _deliver(box, _call(0, "lose_async" if asynchronous else "lose", 1))
     assert _reply(call) == (LOST, "object 1 is lost: its owner process is unreachable")
+
+
+# -- actorrt.cancel ----------------------------------------------------------------------
+
+
+def _cancelled(call):
+    status, why = _reply(call)
+    assert status == CANCELLED, (status, why)
+    return why
+
+
+def test_a_cancelled_queued_call_never_runs_and_the_calls_after_it_do():
+    box, _ = _box()
+    gate = threading.Event()
+    running, doomed, later = _deliver(
+        box, _call(0, "block", gate), _call(1, "add", 1), _call(2, "add", 2)
+    )
+    box.cancel("c", 1)
+    assert "Log actor" in _cancelled(doomed) and "before it ran" in doomed.future.wait()[1]
+    gate.set()
+    assert _reply(running) == (OK, "unblocked")
+    assert _reply(later) == (OK, 2)
+    assert box._instance.seen == [2]
+    assert box.calls_in_flight() == 0
+
+
+def test_a_cancel_that_overtakes_its_call_answers_it_on_arrival_in_the_callers_order():
+    box, _ = _box()
+    box.cancel("c", 1)  # sent alone, while the call waited in a batch
+    (second,) = _deliver(box, _call(1, "add", 1))  # held: seq 0 has not come
+    assert not second.future.done()
+    first, third = _deliver(box, _call(0, "add", 0), _call(2, "add", 2))
+    assert _reply(first) == (OK, 0)
+    _cancelled(second)
+    assert _reply(third) == (OK, 2)
+    assert box._instance.seen == [0, 2]
+    assert not box._cancel_first, "the cancel was kept after its call came"
+
+
+def test_a_held_call_that_is_cancelled_keeps_its_place_in_the_order():
+    box, _ = _box()
+    (held,) = _deliver(box, _call(2, "add", 2))
+    box.cancel("c", 2)
+    calls = _deliver(box, _call(0, "add", 0), _call(1, "add", 1), _call(3, "add", 3))
+    assert [_reply(c) for c in calls] == [(OK, 0), (OK, 1), (OK, 3)]
+    _cancelled(held)
+    assert box._instance.seen == [0, 1, 3]
+
+
+def test_a_running_call_of_a_sync_actor_runs_to_its_end():
+    box, _ = _box()
+    gate = threading.Event()
+    (running,) = _deliver(box, _call(0, "block", gate))
+    _until(lambda: running.started)
+    box.cancel("c", 0)
+    time.sleep(0.1)
+    assert not running.future.done()
+    gate.set()
+    assert _reply(running) == (OK, "unblocked")
+
+
+def test_cancelling_an_answered_call_or_another_callers_changes_nothing():
+    box, _ = _box()
+    (done,) = _deliver(box, _call(0, "add", 0))
+    assert _reply(done) == (OK, 0)
+    box.cancel("c", 0)
+    box.cancel("c", -5)
+    gate = threading.Event()
+    (other,) = _deliver(box, _call(0, "block", gate, caller="d"))
+    box.cancel("c", 0)  # caller c's seq 0, not d's
+    gate.set()
+    assert _reply(other) == (OK, "unblocked")
+    assert _reply(_deliver(box, _call(1, "add", 1))[0]) == (OK, 1)
+    assert not box._cancel_first
+
+
+def test_a_call_cancelled_before_the_constructor_was_queued_never_runs():
+    box = Mailbox("e" * 32, lambda actor_id, why: None, _unpacked_reply)
+    doomed, kept = _deliver(box, _call(0, "add", 0), _call(1, "add", 1))
+    box.cancel("c", 0)
+    _cancelled(doomed)
+    box.open(Log, _wire(()), class_name="Log", max_concurrency=1, gpu_ids=())
+    assert _reply(kept) == (OK, 1)
+    assert box._instance.seen == [1]
+
+
+def test_each_call_racing_its_cancel_runs_or_is_cancelled_never_both_nor_neither():
+    # The cancel and the actor's thread each write their flag before reading the other's:
+    # a call the caller hears was cancelled must not have run, and each gets one answer.
+    box, _ = _box(max_concurrency=4)
+    calls = [_call(i, "add", i) for i in range(300)]
+    canceller = threading.Thread(target=lambda: [box.cancel("c", c.seq) for c in calls])
+    canceller.start()
+    _deliver(box, *calls)
+    canceller.join(30)
+    replies = [_reply(c) for c in calls]
+    ran = sorted(box._instance.seen)
+    assert ran == [c.seq for c, r in zip(calls, replies, strict=True) if r == (OK, c.seq)]
+    assert all(r[0] in (OK, CANCELLED) for r in replies)
+
+
+def test_an_async_call_is_cancelled_where_it_awaits_and_the_actor_goes_on():
+    box, _ = _async_box()
+    gate = threading.Event()
+    (waiting,) = _deliver(box, _call(0, "hold", gate))
+    _until(lambda: box._instance is not None and box._instance.inside == 1)
+    box.cancel("c", 0)
+    assert "while it awaited" in _cancelled(waiting)
+    assert _reply(_deliver(box, _call(1, "add_async", 7))[0]) == (OK, 7)
+
+
+def test_an_async_call_waiting_for_a_slot_is_cancelled_before_it_runs():
+    box, _ = _async_box(max_concurrency=1)
+    gate = threading.Event()
+    holding, doomed = _deliver(box, _call(0, "hold", gate), _call(1, "add_async", 5))
+    _until(lambda: box._instance is not None and box._instance.inside == 1)
+    box.cancel("c", 1)
+    _cancelled(doomed)
+    gate.set()
+    assert _reply(holding) == (OK, 1)
+    assert box._instance.seen == []
+
+
+def test_an_async_method_that_catches_the_cancel_returns_its_value():
+    box, _ = _async_box()
+    started = threading.Event()
+    (call,) = _deliver(box, _call(0, "shrug_off_cancel", started))
+    assert started.wait(10)
+    box.cancel("c", 0)
+    assert _reply(call) == (OK, "caught")
+
+
+def test_a_killed_async_actor_answers_died_not_cancelled():
+    box, _ = _async_box()
+    gate = threading.Event()
+    (waiting,) = _deliver(box, _call(0, "hold", gate))
+    _until(lambda: box._instance is not None and box._instance.inside == 1)
+    box.kill("killed by the test")
+    box.cancel("c", 0)
+    assert _reply(waiting) == (DIED, "killed by the test")
+
+
+def test_a_call_cancelled_while_its_answer_is_still_being_sent_does_not_run(monkeypatch):
+    # The cancel answers outside the lock; the actor's thread may reach the call first.
+    box, _ = _box()
+    gate, answering, go_on = threading.Event(), threading.Event(), threading.Event()
+    answer = box._answer
+
+    def slow_answer(call, reply):
+        if reply[0] == CANCELLED:
+            answering.set()
+            go_on.wait(10)
+        answer(call, reply)
+
+    monkeypatch.setattr(box, "_answer", slow_answer)
+    running, doomed = _deliver(box, _call(0, "block", gate), _call(1, "add", 1))
+    canceller = threading.Thread(target=box.cancel, args=("c", 1))
+    canceller.start()
+    assert answering.wait(10)
+    gate.set()
+    assert _reply(running) == (OK, "unblocked")
+    time.sleep(0.2)  # the actor's thread takes the cancelled call now
+    go_on.set()
+    canceller.join(10)
+    _cancelled(doomed)
+    assert box._instance.seen == []

@@ -103,7 +103,7 @@ def test_a_kept_result_is_owned_by_the_process_that_answered():
         ref = ObjectRef("C.m")
         sent = torch.futures.Future()
         sent.set_result((None, [(status, payload_)]))
-        ref.attach(sent, "w1", None)
+        ref.attach(sent, "w1", None, 0)
         loc, value = ref._reply_value(sent)
         assert ref._loc.owner == "w2" and ref._loc.nbytes == payload_[1]
         assert (loc, value) == ((ref._loc, None) if status == OBJECT else (None, 7))

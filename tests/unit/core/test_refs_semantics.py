@@ -18,7 +18,7 @@ def _sent_ref() -> tuple[ObjectRef, torch.futures.Future]:
     """A ref whose call went out; completing the returned future is its reply arriving."""
     ref = ObjectRef("Fake.method")
     reply: torch.futures.Future = torch.futures.Future()
-    ref.attach(reply, "worker1", None)
+    ref.attach(reply, "worker1", None, 0)
     return ref, reply
 
 

@@ -1,0 +1,196 @@
+"""actorrt.cancel on real processes, as ray.cancel: what it stops, what it leaves, the errors."""
+
+import asyncio
+import os
+import time
+
+import pytest
+
+import actorrt
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@actorrt.actor
+class Log:
+    def __init__(self):
+        self.ran = []
+
+    def add(self, x):
+        self.ran.append(x)
+        return x
+
+    def slow(self, s):
+        time.sleep(s)
+        self.ran.append(f"slow {s}")
+        return s
+
+    def pair(self, x):
+        self.ran.append(("pair", x))
+        return x, -x
+
+    def log(self):
+        return self.ran
+
+
+@actorrt.actor
+class Waiter:
+    async def wait(self, s):
+        await asyncio.sleep(s)
+        return "slept"
+
+    async def shrug_off_cancel(self):
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return "caught"
+        return "slept"
+
+    async def ping(self):
+        return "pong"
+
+
+@actorrt.remote
+def nap(s):
+    time.sleep(s)
+    return s
+
+
+def _outcome(ref):
+    try:
+        return actorrt.get(ref, timeout=30)
+    except actorrt.TaskCancelledError as exc:
+        return exc
+
+
+def test_a_queued_call_never_runs_and_the_calls_around_it_do(cluster):
+    log = Log.remote()
+    first = log.slow.remote(1.0)  # the others queue behind it
+    doomed, after = log.add.remote("doomed"), log.add.remote("after")
+    actorrt.cancel(doomed)
+    ready, _ = actorrt.wait([doomed], timeout=30)
+    assert ready == [doomed]  # answered at once, while `first` still runs
+    assert not first.done()
+    error = _outcome(doomed)
+    assert isinstance(error, actorrt.TaskCancelledError)
+    assert isinstance(error, actorrt.ActorRtError)
+    assert error.actor_id == log.actor_id
+    assert ".add was cancelled (actorrt.cancel) before it ran" in str(error)
+    assert actorrt.get([first, after], timeout=30) == [1.0, "after"]
+    assert actorrt.get(log.log.remote(), timeout=30) == ["slow 1.0", "after"]
+    actorrt.cancel(after)  # answered already: nothing changes
+    assert actorrt.get(after, timeout=30) == "after"
+
+
+def test_cancels_of_calls_queued_in_a_burst_keep_the_order_of_the_rest(burst):
+    # The calls wait in this process's outbox while each cancel goes out alone: a cancel
+    # may reach the actor before its call, which is then answered when it comes.
+    log = Log.remote()
+    actorrt.get(log.add.remote("warm"), timeout=30)
+    first = log.slow.remote(1.0)
+    refs = [log.add.remote(i) for i in range(20)]
+    for ref in refs[::2]:
+        actorrt.cancel(ref)
+    outcomes = [_outcome(r) for r in refs]
+    assert all(isinstance(o, actorrt.TaskCancelledError) for o in outcomes[::2]), outcomes
+    assert outcomes[1::2] == list(range(1, 20, 2))
+    assert actorrt.get(first, timeout=30) == 1.0
+    assert actorrt.get(log.log.remote(), timeout=30) == ["warm", "slow 1.0", *range(1, 20, 2)]
+
+
+def test_a_queued_call_to_an_actor_with_retries_is_cancelled_where_it_went(cluster):
+    log = Log.options(max_restarts=1, max_task_retries=2).remote()
+    first = log.slow.remote(1.0)
+    doomed = log.add.remote("doomed")
+    actorrt.cancel(doomed)
+    assert isinstance(_outcome(doomed), actorrt.TaskCancelledError)
+    assert actorrt.get(first, timeout=30) == 1.0
+    assert actorrt.get(log.log.remote(), timeout=30) == ["slow 1.0"]
+
+
+def test_a_call_waiting_for_its_ref_arguments_is_never_sent(cluster):
+    log = Log.remote()
+    dep = log.slow.remote(0.5)
+    doomed = log.add.remote(dep)
+    actorrt.cancel(doomed)
+    error = _outcome(doomed)
+    assert isinstance(error, actorrt.TaskCancelledError)
+    assert "before it was sent (it waited for its ref arguments)" in str(error)
+    # its sequence number was given up: later calls from here do not wait for it
+    assert actorrt.get(log.add.remote("later"), timeout=30) == "later"
+    assert actorrt.get(log.log.remote(), timeout=30) == ["slow 0.5", "later"]
+
+
+def test_a_running_call_of_a_plain_actor_runs_to_its_end(cluster):
+    log = Log.remote()
+    running = log.slow.remote(1.0)
+    time.sleep(0.3)
+    actorrt.cancel(running)
+    assert actorrt.get(running, timeout=30) == 1.0
+
+
+def test_an_async_actors_call_is_cancelled_where_it_awaits(cluster):
+    waiter = Waiter.remote()
+    waiting = waiter.wait.remote(60)
+    assert actorrt.get(waiter.ping.remote(), timeout=30) == "pong"  # `wait` awaits by now
+    began = time.monotonic()
+    actorrt.cancel(waiting)
+    error = _outcome(waiting)
+    assert isinstance(error, actorrt.TaskCancelledError) and "while it awaited" in str(error)
+    assert time.monotonic() - began < 20, "the cancel waited for the method's sleep"
+    caught = waiter.shrug_off_cancel.remote()
+    assert actorrt.get(waiter.ping.remote(), timeout=30) == "pong"
+    actorrt.cancel(caught)
+    assert actorrt.get(caught, timeout=30) == "caught"  # it caught CancelledError and returned
+
+
+def test_any_ref_of_a_call_with_num_returns_cancels_the_call(cluster):
+    log = Log.remote()
+    first = log.slow.remote(1.0)
+    plus, minus = log.pair.options(num_returns=2).remote(3)
+    actorrt.cancel(minus)
+    assert all(isinstance(_outcome(r), actorrt.TaskCancelledError) for r in (plus, minus))
+    actorrt.get(first, timeout=30)
+    assert actorrt.get(log.log.remote(), timeout=30) == ["slow 1.0"]
+
+
+def test_a_queued_remote_function_call_never_runs(cluster):
+    # All of a host's CPUs per call: one thread per process, so the fourth call queues.
+    one_each = nap.options(num_cpus=os.cpu_count())
+    refs = [one_each.remote(1.0) for _ in range(4)]
+    actorrt.cancel(refs[-1])
+    outcomes = [_outcome(r) for r in refs]
+    assert outcomes[:3] == [1.0, 1.0, 1.0]
+    assert isinstance(outcomes[3], actorrt.TaskCancelledError)
+    assert str(outcomes[3]).startswith("remote function nap was cancelled")
+
+
+def test_bad_cancels_fail_with_what_to_do(cluster):
+    log = Log.remote()
+    ref = log.slow.remote(0.5)
+    with pytest.raises(ValueError, match=r"force=True\) is not supported.*actorrt.kill\(handle\)"):
+        actorrt.cancel(ref, force=True)
+    with pytest.raises(TypeError, match="expected an ObjectRef"):
+        actorrt.cancel([ref])
+    assert actorrt.get(ref, timeout=30) == 0.5
+    put = actorrt.put(7)
+    actorrt.cancel(put)  # an object, not a call: nothing to stop
+    assert actorrt.get(put, timeout=30) == 7
+
+
+@actorrt.actor
+class Forwarder:
+    def cancel(self, refs):
+        try:
+            actorrt.cancel(refs[0])
+        except ValueError as exc:
+            return str(exc)
+        return "cancelled"
+
+
+def test_only_the_process_that_made_the_call_can_cancel_it(cluster):
+    log = Log.remote()
+    pending = log.slow.remote(1.0)
+    said = actorrt.get(Forwarder.remote().cancel.remote([pending]), timeout=30)
+    assert "only the process that made the call can cancel it" in said
+    assert actorrt.get(pending, timeout=30) == 1.0
