@@ -23,6 +23,7 @@ import itertools
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
@@ -176,7 +177,9 @@ class CallRetries:
                 self._calls.setdefault(target.actor_id, {})[call.order] = call
             self._post(call, seq, wire, may_queue=True)
         # The call holds the handle until its reply; a cancel goes to its current attempt.
-        slot.attach(reply, worker, None, partial(self._cancel, call))
+        # The ref holds the call weakly: kept, it would keep the handle, and so the actor,
+        # alive for as long as the ref.
+        slot.attach(reply, worker, None, partial(self._cancel, weakref.ref(call)))
 
     # -- each attempt's reply (on torch's RPC threads: no waiting here) ---------------
     def _post(self, call: _Call, seq: int, wire: Wire, *, may_queue: bool) -> None:
@@ -193,8 +196,11 @@ class CallRetries:
         if call.cancelled:  # a cancel that read the attempt before: this one too
             self._route.cancel_call(call.worker, call.target.actor_id, seq)
 
-    def _cancel(self, call: _Call) -> None:
+    def _cancel(self, ref: weakref.ref[_Call]) -> None:
         """``actorrt.cancel`` of the call: its current attempt is cancelled, none follows."""
+        call = ref()
+        if call is None:  # answered, and let go of
+            return
         call.cancelled = True  # before sent_as is read: a resend then cancels itself
         worker, seq = call.sent_as
         if not call.reply.done():

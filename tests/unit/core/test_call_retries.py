@@ -1,8 +1,10 @@
 """CallRetries against a fake runtime: what is resent, where, in which order, and the errors."""
 
+import gc
 import itertools
 import threading
 import time
+import weakref
 
 import pytest
 import torch
@@ -177,6 +179,21 @@ def test_a_cancelled_call_is_cancelled_where_it_went_and_not_sent_again():
     assert "before it was sent again" in str(info.value.error)
     again[0][-1].set_result(("reply", 1))
     assert kept.reply.wait() == ("reply", 1)
+
+
+def test_a_ref_does_not_keep_its_actors_handle_once_its_call_is_answered():
+    rt = FakeRuntime([])
+    retries = CallRetries(rt, settle=2.0)
+    handle = Handle(retries=1)
+    slot = call(retries, rt, handle, "step", 0)
+    rt.sent[0][-1].set_result(("reply", 0))
+    _done_within(slot.reply)
+    gone = weakref.ref(handle)
+    del handle
+    gc.collect()
+    assert gone() is None, "the ref's way to cancel its call kept the actor's handle"
+    slot.cancel()  # answered and let go of: nothing to cancel
+    assert rt.cancels == []
 
 
 def _done_within(future, timeout=10):
