@@ -44,6 +44,8 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     from actorrt.actor_pool import ActorPool
     from actorrt.api import (
         actors,
+        available_resources,
+        cluster_resources,
         dump_cluster,
         get_actor,
         is_initialized,
@@ -86,6 +88,8 @@ _EXPORTS = {
     "actor": "actorrt.actor_class",
     "method": "actorrt.actor_class",
     "actors": "actorrt.api",
+    "available_resources": "actorrt.api",
+    "cluster_resources": "actorrt.api",
     "dump_cluster": "actorrt.api",
     "get_actor": "actorrt.api",
     "is_initialized": "actorrt.api",
@@ -148,7 +152,9 @@ __all__ = [
     "TypedActor",
     "actor",
     "actors",
+    "available_resources",
     "cancel",
+    "cluster_resources",
     "dump_cluster",
     "exit_actor",
     "get",

@@ -31,6 +31,8 @@ from actorrt.runtime.runtime import Runtime, current, current_or_none
 
 __all__ = [
     "actors",
+    "available_resources",
+    "cluster_resources",
     "dump_cluster",
     "get_actor",
     "is_initialized",
@@ -269,6 +271,32 @@ def actors() -> list[ActorInfo]:
 def nodes() -> list[NodeInfo]:
     """One record per process of the cluster (the driver included): host, labels, GPUs, alive."""
     return current("actorrt.nodes()").nodes()
+
+
+def cluster_resources() -> dict[str, float]:
+    """The CPUs and GPUs of the cluster's live worker processes, as ``ray.cluster_resources()``.
+
+    ``{"CPU": 16.0, "GPU": 1.0}``: each host's (or container's) CPUs counted once, however
+    many worker processes it runs, and each physical GPU once; ``"GPU"`` is left out when
+    there are none, as in Ray. A process that dies no longer counts.
+
+    Example::
+
+        with actorrt.start():
+            n = int(actorrt.cluster_resources()["CPU"]) - 1
+            collectors = [Collector.remote() for _ in range(n)]
+    """
+    return current("actorrt.cluster_resources()").resources()[0]
+
+
+def available_resources() -> dict[str, float]:
+    """What :func:`cluster_resources` holds less what is reserved, as Ray's.
+
+    Reserved: the ``num_cpus`` and ``num_gpus`` of the live actors placed outside a
+    layout, and every slot of a layout (``actorrt.start(labels=...)``), taken whole when
+    the cluster starts. Unlike Ray, running remote functions reserve nothing here.
+    """
+    return current("actorrt.available_resources()").resources()[1]
 
 
 def status(max_actors: int = 50) -> str:

@@ -243,6 +243,33 @@ class Placer:
         self.cpu_free[pool] += res.cpu_units
         self.load[i] = max(0, self.load[i] - 1)
 
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        """What the live processes that host actors hold, and what no actor or slot reserves.
+
+        Each as ``{"CPU": n, "GPU": n}``, as Ray's ``cluster_resources()`` and
+        ``available_resources()`` (``"GPU"`` left out when there are none, as Ray does):
+        the CPUs of each host (or container) counted once, however many processes it runs,
+        and each physical GPU once.
+        """
+        pools: dict[tuple[str, ...], None] = {}
+        gpus: dict[tuple[str, str], None] = {}
+        cpus = 0
+        for i, p in enumerate(self.procs):
+            if not (self.alive[i] and p.node.hosts_actors):
+                continue
+            pool = container_key(p.node)
+            if pool not in pools:
+                pools[pool] = None
+                cpus += max(0, p.node.num_cpus) * GPU_UNIT
+            for g in p.node.gpus:
+                gpus[gpu_key(p.node, g)] = None
+        total = {"CPU": cpus / GPU_UNIT}
+        free = {"CPU": sum(max(0, self.cpu_free[pool]) for pool in pools) / GPU_UNIT}
+        if gpus:
+            total["GPU"] = float(len(gpus))
+            free["GPU"] = sum(max(0, self.gpu_free[g]) for g in gpus) / GPU_UNIT
+        return total, free
+
     def gpus_of(self, i: int, indices: Iterable[int]) -> tuple[GpuInfo, ...]:
         """The ``GpuInfo`` of process ``i``'s GPUs with these local indices."""
         by_index = {g.index: g for g in self.procs[i].node.gpus}

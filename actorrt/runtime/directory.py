@@ -32,6 +32,7 @@ __all__ = [
     "rpc_function_spots",
     "rpc_lookup",
     "rpc_nodes",
+    "rpc_resources",
     "rpc_place",
     "rpc_register_name",
     "rpc_released",
@@ -436,6 +437,11 @@ class ClusterDirectory:
                 )
             return out
 
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The cluster's CPUs and GPUs, and those left unreserved (:meth:`Placer.resources`)."""
+        with self._lock:
+            return self._placer.resources()
+
     # -- names -----------------------------------------------------------------
     def register_name(
         self,
@@ -539,6 +545,11 @@ def rpc_actors() -> list[ActorInfo]:
 def rpc_nodes() -> list[NodeInfo]:
     """Runs on rank 0: :meth:`ClusterDirectory.nodes`."""
     return _directory().nodes()
+
+
+def rpc_resources() -> tuple[dict[str, float], dict[str, float]]:
+    """Runs on rank 0: :meth:`ClusterDirectory.resources`."""
+    return _directory().resources()
 
 
 def rpc_where(actor_id: str) -> tuple[str | None, str]:

@@ -44,6 +44,7 @@ from actorrt.runtime.directory import (
     rpc_place,
     rpc_register_name,
     rpc_released,
+    rpc_resources,
     rpc_where,
 )
 from actorrt.runtime.functions import FunctionRoutes, Shape
@@ -785,6 +786,10 @@ class Runtime:
     def nodes(self) -> list[NodeInfo]:
         """One record per process of the cluster, the driver included."""
         return list(self._directory_call(rpc_nodes))
+
+    def resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        """The cluster's CPUs and GPUs, and those no actor or layout slot reserves."""
+        return self._directory_call(rpc_resources)
 
     def status(self, max_actors: int = 50) -> str:
         """The cluster as a readable table: processes, hosts, labels, GPUs, actors, calls.

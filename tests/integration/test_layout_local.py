@@ -148,3 +148,29 @@ def test_num_workers_with_a_layout_packs_slots_onto_fewer_processes(tmp_path):
     assert len(rep["pids"]) == 2
     assert [len(p["slots"]) for p in rep["plan"]["processes"]] == [0, 2, 2]
     assert sorted(rep["where"].count(p) for p in rep["pids"]) == [2, 2]
+
+
+def test_cluster_and_available_resources_follow_the_layout_and_the_actors(tmp_path):
+    # As Ray's: the host's CPUs once, whatever the worker count; reserved as placed.
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        from actorrt.placement.discovery import _allowed_cpus
+        rt = actorrt.start(labels={"collector": {"count": 2, "num_cpus": 0.25}}, timeout=90)
+        pids = list(rt.local_worker_pids)
+        total = actorrt.cluster_resources()
+        at_start = actorrt.available_resources()
+        free = Free.options(num_cpus=0.25).remote()
+        with_free = actorrt.available_resources()
+        actorrt.kill(free)
+        after_kill = actorrt.available_resources()
+        actorrt.shutdown()
+        report(pids=pids, cpus=_allowed_cpus(), total=total, at_start=at_start,
+               with_free=with_free, after_kill=after_kill)
+        """,
+    )
+    cpus = float(rep["cpus"])
+    assert rep["total"] == {"CPU": cpus}  # no GPU here: no "GPU" key, as in Ray
+    assert rep["at_start"] == {"CPU": cpus - 0.5}  # the two collector slots, taken at start
+    assert rep["with_free"] == {"CPU": cpus - 0.75}
+    assert rep["after_kill"] == {"CPU": cpus - 0.5}
