@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         TaskCancelledError,
     )
     from actorrt.options import ActorOptions, FunctionOptions
+    from actorrt.queues import Queue
     from actorrt.refs import ObjectRef, cancel, get, put, wait
     from actorrt.remote_function import RemoteFunction, remote
     from actorrt.runtime.devices import get_gpu_ids
@@ -112,6 +113,7 @@ _EXPORTS = {
     "TaskCancelledError": "actorrt.errors",
     "ActorOptions": "actorrt.options",
     "FunctionOptions": "actorrt.options",
+    "Queue": "actorrt.queues",
     "ObjectRef": "actorrt.refs",
     "cancel": "actorrt.refs",
     "get": "actorrt.refs",
@@ -146,6 +148,7 @@ __all__ = [
     "ObjectLostError",
     "ObjectRef",
     "PlacementError",
+    "Queue",
     "RemoteFunction",
     "RuntimeContext",
     "TaskCancelledError",
