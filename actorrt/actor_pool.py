@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, NoReturn, TypeVar
 
 from actorrt.errors import GetTimeoutError
-from actorrt.refs import ObjectRef, get, wait
+from actorrt.refs import ObjectRef, failed, get, wait
 
 __all__ = ["ActorPool"]
 
@@ -42,7 +42,8 @@ class ActorPool(Generic[A]):
     def __init__(self, actors: Iterable[A]) -> None:
         self._idle: list[A] = []
         self._members: list[A] = []  # every actor of the pool, busy or not
-        self._running: dict[ObjectRef[Any], tuple[int, A]] = {}  # ref -> (index, actor)
+        # ref -> (index, actor); None: a waiting task that failed to start (see _free)
+        self._running: dict[ObjectRef[Any], tuple[int, A | None]] = {}
         self._by_index: dict[int, ObjectRef[Any]] = {}  # index -> ref, not yet returned
         self._submitted = 0  # indices given so far (submission order)
         self._returned = 0  # the lowest index get_next may still return
@@ -59,7 +60,9 @@ class ActorPool(Generic[A]):
             value: Its argument.
 
         Raises:
-            TypeError: ``fn`` did not return an ``ObjectRef``.
+            TypeError: ``fn`` did not return an ``ObjectRef`` (a task that waited for an
+                actor and fails to start when one is free fails at its turn instead:
+                ``get_next`` raises its error, and no other result is lost).
         """
         if not self._idle:
             self._waiting.append((fn, value))
@@ -73,6 +76,9 @@ class ActorPool(Generic[A]):
                 "ObjectRef; it must start one call on the actor it is given and return its "
                 "ref, e.g. lambda actor, v: actor.step.remote(v)"
             )
+        self._record(ref, actor)
+
+    def _record(self, ref: ObjectRef[Any], actor: A | None) -> None:
         index = self._submitted
         self._submitted += 1
         self._running[ref] = (index, actor)
@@ -184,7 +190,8 @@ class ActorPool(Generic[A]):
         """Forgets ``ref``'s task and frees its actor."""
         index, actor = self._running.pop(ref)
         del self._by_index[index]
-        self._free(actor)
+        if actor is not None:
+            self._free(actor)
 
     def _something_left(self) -> None:
         """Raises ``StopIteration`` when no result is left to take (as Ray's pool)."""
@@ -203,9 +210,14 @@ class ActorPool(Generic[A]):
 
     def _free(self, actor: A) -> None:
         self._idle.append(actor)
-        if self._waiting:
+        while self._waiting and self._idle:
             fn, value = self._waiting.popleft()
-            self.submit(fn, value)
+            try:
+                self.submit(fn, value)
+            except Exception as exc:
+                # Raised here it would lose the result being taken (get_next frees the
+                # actor first): the task fails at its own turn instead, its actor free.
+                self._record(failed("ActorPool task", exc), None)
 
     def _drop_results(self) -> None:
         """Gives up every task not yet taken, done or not (before a ``map``, as in Ray)."""

@@ -51,7 +51,17 @@ if TYPE_CHECKING:
     from actorrt.runtime.protocol import Target
     from actorrt.runtime.runtime import Runtime
 
-__all__ = ["ObjectRef", "cancel", "get", "new_refs", "put", "send_call", "wait", "when_ready"]
+__all__ = [
+    "ObjectRef",
+    "cancel",
+    "failed",
+    "get",
+    "new_refs",
+    "put",
+    "send_call",
+    "wait",
+    "when_ready",
+]
 
 T = TypeVar("T")
 
@@ -667,6 +677,11 @@ def _failed_ref(call: str, actor_id: str | None, error: BaseException) -> Object
     fut = ref._cf = _RefFuture()
     fut.set_exception(error)
     return ref
+
+
+def failed(what: str, error: BaseException) -> ObjectRef[Any]:
+    """A ready ref of a call ``what`` that never started: ``get`` raises ``error``."""
+    return _failed_ref(what, None, error)
 
 
 def _borrowed_ref(

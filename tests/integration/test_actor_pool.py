@@ -115,3 +115,16 @@ def test_membership_push_pop_idle_and_a_task_function_that_returns_no_ref(worker
     assert idle in (a, b)
     pool.push(idle)  # out, then in again
     assert list(pool.map(double, [1])) == [2]
+
+
+def test_a_waiting_task_whose_function_fails_raises_at_its_turn_and_no_result_is_lost(workers):
+    a, _ = workers
+    pool = actorrt.ActorPool([a])
+    pool.submit(double, 1)
+    pool.submit(lambda actor, x: x, 5)  # waits; returns no ref once an actor is free
+    pool.submit(double, 3)
+    assert pool.get_next() == 2  # frees the actor, which tries the broken task first
+    with pytest.raises(TypeError, match="not an ObjectRef"):
+        pool.get_next()
+    assert pool.get_next() == 6
+    assert not pool.has_next() and pool.has_free()
