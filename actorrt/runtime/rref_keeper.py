@@ -60,6 +60,7 @@ _unconfirmed: dict[int, Any] = {}  # id -> a user RRef its owner has not confirm
 _sent: dict[int, tuple[Any, float]] = {}  # sent on (SENT_HOLD_S)
 _settling: dict[int, tuple[Any, float]] = {}  # seen confirmed (SETTLE_S)
 _thread: threading.Thread | None = None
+_work = threading.Event()  # set by every hold: the keeper sleeps on it while it holds none
 _arrivals = 0  # RRefs held on their arrival so far
 
 
@@ -145,8 +146,9 @@ def release_all() -> None:
 
 
 def _start() -> None:
-    """Under ``_lock``: starts the keeper's thread once per process."""
+    """Under ``_lock``: wakes the keeper's thread, started once per process."""
     global _thread
+    _work.set()
     if _thread is None:
         _thread = threading.Thread(target=_keep, name="actorrt-rref-keeper", daemon=True)
         _thread.start()
@@ -174,7 +176,13 @@ def _keep() -> None:
     while True:
         with _lock:
             gone = _due()
+            idle = not (_unconfirmed or _sent or _settling)
+            if idle:  # cleared under the lock: a hold that comes after sets it again
+                _work.clear()
         # Dropped here, outside the lock and under the GIL: a last reference runs torch's
         # delete, which must not find this thread holding `_lock`.
         del gone
-        time.sleep(_TICK_S)
+        if idle:
+            _work.wait()  # holding none, it does not wake every tick (idle processes)
+        else:
+            time.sleep(_TICK_S)

@@ -112,3 +112,28 @@ def test_release_all_lets_go_of_everything():
     rref_keeper.release_all()
     assert rref_keeper.held() == 0
     assert all(r() is None for r in refs)
+
+
+def test_the_keeper_sleeps_while_it_holds_nothing_and_wakes_for_a_new_hold(monkeypatch):
+    looks = []
+    due = rref_keeper._due
+
+    def counted():
+        looks.append(time.monotonic())
+        return due()
+
+    monkeypatch.setattr(rref_keeper, "_due", counted)
+    rref = FakeRRef(confirmed=True)
+    rref_keeper.hold_received(rref)
+    ref = weakref.ref(rref)
+    del rref
+    assert _gone_within(ref, 5.0) is not None
+    time.sleep(0.5)  # its last look found nothing held
+    before = len(looks)
+    time.sleep(1.0)
+    assert len(looks) - before <= 1, f"{len(looks) - before} looks in 1 s while holding nothing"
+    again = FakeRRef(confirmed=True)
+    rref_keeper.hold_received(again)
+    ref = weakref.ref(again)
+    del again
+    assert _gone_within(ref, 5.0) is not None, "a hold made while it slept was never let go"
