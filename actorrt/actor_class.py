@@ -31,11 +31,10 @@ from typing import (
     overload,
 )
 
-from actorrt import shipping
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import ActorOptions, check_num_returns
 from actorrt.refs import ObjectRef, send_call
-from actorrt.runtime import group
+from actorrt.runtime import group, shipping
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import ActorRecord
 from actorrt.runtime.runtime import current, current_or_none

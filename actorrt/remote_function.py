@@ -16,11 +16,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, overload
 
-from actorrt import shipping
 from actorrt.actor_class import ActorClass, TypedActor, actor
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import FunctionOptions
 from actorrt.refs import ObjectRef, new_refs, when_ready
+from actorrt.runtime import shipping
 from actorrt.runtime.functions import FunctionCall, Shape
 from actorrt.runtime.runtime import current
 

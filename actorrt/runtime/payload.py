@@ -34,11 +34,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import cloudpickle
 import torch
 from torch.distributed.rpc import PyRRef
 
 from actorrt.runtime import rref_keeper
+from actorrt.runtime.shipping import CodeKeepingPickler
 from actorrt.tensor_tree import map_tensors
 
 __all__ = [
@@ -104,8 +104,12 @@ def _from_side(index: int) -> Any:
     return item.rref if type(item) is rref_keeper.Carried else item
 
 
-class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped (Any)
-    """cloudpickle, with tensors and RRefs set aside for torch RPC's pickler."""
+class _Pickler(CodeKeepingPickler):
+    """cloudpickle, with tensors and RRefs set aside for torch RPC's pickler.
+
+    A code object pickled by value (a lambda passed as an argument) keeps its file name
+    (:class:`~actorrt.runtime.shipping.CodeKeepingPickler`).
+    """
 
     def __init__(self, file: io.BytesIO, road: Callable[[torch.Tensor], Any] | None) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)

@@ -241,6 +241,9 @@ def test_class_defined_in_main_script(tmp_path):
             def divide(self, by):
                 return float(self.total.sum()) / by  # the line a remote traceback must show
 
+            def apply(self, fn):
+                return fn(self.total)
+
         @actorrt.remote
         def check_positive(x):
             if x <= 0:
@@ -252,7 +255,8 @@ def test_class_defined_in_main_script(tmp_path):
             acc.add.remote(torch.ones(3))
             result = actorrt.get(acc.add.remote(torch.arange(3.0)), timeout=60).tolist()
             tracebacks = []
-            for ref in (acc.divide.remote(0), check_positive.remote(-1)):
+            bad = lambda t: int("not a number")  # a lambda's line, sent as an argument
+            for ref in (acc.divide.remote(0), check_positive.remote(-1), acc.apply.remote(bad)):
                 try:
                     actorrt.get(ref, timeout=60)
                 except actorrt.ActorError as err:
@@ -262,14 +266,16 @@ def test_class_defined_in_main_script(tmp_path):
     )
     assert rep["result"] == [2.0, 4.0, 6.0]
     # The script's file and source lines, not cloudpickle's "<dynamic-code>" (its code
-    # travelled by value; actorrt.shipping keeps the file name).
-    method, function = rep["tracebacks"]
+    # travelled by value; actorrt.runtime.shipping keeps the file name).
+    method, function, argument = rep["tracebacks"]
     script = str(tmp_path / "driver_script.py")
     assert f'File "{script}"' in method and "in divide" in method, method
     assert "return float(self.total.sum()) / by  # the line" in method, method
     assert f'File "{script}"' in function and "in check_positive" in function, function
     assert 'raise ValueError(f"{x} is not positive")  # and this one' in function, function
-    assert "<dynamic-code>" not in method + function
+    assert f'File "{script}"' in argument and "in <lambda>" in argument, argument
+    assert "# a lambda's line, sent as an argument" in argument, argument
+    assert "<dynamic-code>" not in method + function + argument
 
 
 DRIVER = """

@@ -1,4 +1,4 @@
-"""actorrt.shipping: code pickled by value keeps its file name (nested code too).
+"""actorrt.runtime.shipping: code pickled by value keeps its file name (nested code too).
 
 The class is defined in a script's ``__main__`` (so cloudpickle takes it by value) and
 loaded in another fresh interpreter; both bounded by ``subprocess.run``'s timeout.
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(60)
 
 DUMP = """
 import sys
-from actorrt import shipping
+from actorrt.runtime import shipping
 
 class Learner:
     def step(self, values):

@@ -19,7 +19,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["dumps"]
+__all__ = ["CodeKeepingPickler", "dumps"]
 
 
 def dumps(obj: Any) -> bytes:
@@ -32,12 +32,19 @@ def dumps(obj: Any) -> bytes:
         Bytes for ``cloudpickle.loads`` (or ``pickle.loads``) in a process with actorrt.
     """
     buffer = io.BytesIO()
-    _CodeKeepingPickler(buffer).dump(obj)
+    CodeKeepingPickler(buffer).dump(obj)
     return buffer.getvalue()
 
 
-class _CodeKeepingPickler(cloudpickle.Pickler):  # type: ignore[misc]
+class CodeKeepingPickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
+    """A cloudpickle pickler whose code objects pickled by value keep their file name.
+
+    Also the base of the payload pipeline's pickler, so that a function passed in a
+    call's arguments (a lambda of the script) names its file in tracebacks too.
+    """
+
     def reducer_override(self, obj: Any) -> Any:
+        """The reduction of ``obj``: cloudpickle's, with a code object's file name kept."""
         if type(obj) is types.CodeType:
             rebuild, args = self.dispatch_table[types.CodeType](obj)
             return _with_filename, (rebuild, args, obj.co_filename)
