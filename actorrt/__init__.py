@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
         GetTimeoutError,
         NotInitializedError,
         ObjectLostError,
+        PendingCallsLimitExceeded,
         PlacementError,
         TaskCancelledError,
     )
@@ -109,6 +110,7 @@ _EXPORTS = {
     "GetTimeoutError": "actorrt.errors",
     "NotInitializedError": "actorrt.errors",
     "ObjectLostError": "actorrt.errors",
+    "PendingCallsLimitExceeded": "actorrt.errors",
     "PlacementError": "actorrt.errors",
     "TaskCancelledError": "actorrt.errors",
     "ActorOptions": "actorrt.options",
@@ -147,6 +149,7 @@ __all__ = [
     "NotInitializedError",
     "ObjectLostError",
     "ObjectRef",
+    "PendingCallsLimitExceeded",
     "PlacementError",
     "Queue",
     "RemoteFunction",

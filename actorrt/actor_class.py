@@ -33,6 +33,7 @@ from typing import (
 
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import ActorOptions, check_num_returns
+from actorrt.pending_calls import PendingCalls
 from actorrt.refs import ObjectRef, send_call
 from actorrt.runtime import group, shipping
 from actorrt.runtime.payload import packing
@@ -482,6 +483,8 @@ class ActorHandle:
         max_task_retries: The actor's ``max_task_retries`` (every copy of the handle
             carries it: the caller keeps a call's arguments for a retry only when it is
             not 0).
+        max_pending_calls: The actor's ``max_pending_calls`` (-1: no limit); each copy
+            of the handle counts its own unanswered calls.
     """
 
     __slots__ = (
@@ -489,8 +492,10 @@ class ActorHandle:
         "worker",
         "class_name",
         "max_task_retries",
+        "max_pending_calls",
         "_table",
         "_rref",
+        "_pending",
         "__weakref__",
     )
 
@@ -502,13 +507,16 @@ class ActorHandle:
         methods: MethodTable,
         rref: Any,
         max_task_retries: int = 0,
+        max_pending_calls: int = -1,
     ) -> None:
         self.actor_id = actor_id
         self.worker = worker
         self.class_name = class_name
         self.max_task_retries = max_task_retries
+        self.max_pending_calls = max_pending_calls
         self._table = methods
         self._rref = rref
+        self._pending = PendingCalls(max_pending_calls) if max_pending_calls > 0 else None
 
     moves = True  # runtime.protocol.Target: an actor lives on one process at a time
 
@@ -536,7 +544,7 @@ class ActorHandle:
 
     def __reduce__(
         self,
-    ) -> tuple[Callable[..., ActorHandle], tuple[str, str, str, str, Any, int]]:
+    ) -> tuple[Callable[..., ActorHandle], tuple[str, str, str, str, Any, int, int]]:
         if self._rref is not None and not packing():
             raise TypeError(
                 f"{self!r} is the handle of an unnamed actor; it can travel only inside "
@@ -563,6 +571,7 @@ class ActorHandle:
                 self._table.specs,
                 rref,
                 self.max_task_retries,
+                self.max_pending_calls,
             ),
         )
 
@@ -580,15 +589,28 @@ def handle_of(record: ActorRecord, rref: Any = None) -> ActorHandle:
     """The handle of the actor ``record`` describes (``rref``: what keeps it alive, if any)."""
     table = _method_table(record.methods)
     return ActorHandle(
-        record.actor_id, record.worker, record.class_name, table, rref, record.retries
+        record.actor_id,
+        record.worker,
+        record.class_name,
+        table,
+        rref,
+        record.retries,
+        record.max_pending,
     )
 
 
 def _rebuild_handle(
-    actor_id: str, worker: str, class_name: str, specs: str, rref: Any, retries: int = 0
+    actor_id: str,
+    worker: str,
+    class_name: str,
+    specs: str,
+    rref: Any,
+    retries: int = 0,
+    max_pending: int = -1,
 ) -> ActorHandle:
     """Rebuilds a pickled :class:`ActorHandle`."""
-    return ActorHandle(actor_id, worker, class_name, _method_table(specs), rref, retries)
+    table = _method_table(specs)
+    return ActorHandle(actor_id, worker, class_name, table, rref, retries, max_pending)
 
 
 class ActorMethod:
@@ -610,6 +632,8 @@ class ActorMethod:
 
         Raises:
             TypeError: The arguments do not bind to the method's signature.
+            PendingCallsLimitExceeded: The actor's ``max_pending_calls`` calls through
+                this handle are unanswered (the call is not sent).
         """
         handle = self._handle
         table = handle._table
@@ -618,6 +642,15 @@ class ActorMethod:
         if rt is None:  # raises; its message is made only here, not on every call
             rt = current(f"{handle.class_name}.{self._name}.remote()")
         returns = self._returns or (table.returns.get(self._name, 1) if table.returns else 1)
+        pending = handle._pending
+        if pending is not None:  # max_pending_calls: counted here, per handle
+            return cast(
+                "ObjectRef[Any]",
+                pending.send(
+                    f"{handle.class_name}.{self._name}",
+                    lambda: send_call(rt, handle, self._name, args, kwargs, returns),
+                ),
+            )
         if returns == 1:
             ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs)
             return ref
@@ -697,6 +730,7 @@ def actor(
     get_if_exists: bool = False,
     max_restarts: int = 0,
     max_task_retries: int = 0,
+    max_pending_calls: int = -1,
 ) -> _Decorator: ...
 
 
@@ -706,8 +740,9 @@ def actor(cls: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     Args:
         cls: The class, when used bare.
         **options: ``label``, ``num_cpus``, ``num_gpus``, ``name``, ``max_concurrency``,
-            ``get_if_exists``, ``max_restarts``, ``max_task_retries`` (see
-            :class:`~actorrt.options.ActorOptions`). Bad options fail here.
+            ``get_if_exists``, ``max_restarts``, ``max_task_retries``,
+            ``max_pending_calls`` (see :class:`~actorrt.options.ActorOptions`). Bad
+            options fail here.
 
     Returns:
         An :class:`ActorClass` (or a decorator making one). For typed calls, see

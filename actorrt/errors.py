@@ -10,6 +10,7 @@ __all__ = [
     "GetTimeoutError",
     "NotInitializedError",
     "ObjectLostError",
+    "PendingCallsLimitExceeded",
     "PlacementError",
     "TaskCancelledError",
 ]
@@ -108,6 +109,14 @@ class TaskCancelledError(ActorRtError):
 
 class GetTimeoutError(ActorRtError, TimeoutError):
     """``actorrt.get`` or ``actorrt.wait`` ran past its ``timeout``."""
+
+
+class PendingCallsLimitExceeded(ActorRtError):
+    """A call would exceed its handle's ``max_pending_calls``, as Ray's: it was not sent.
+
+    Wait for some of the handle's calls to be answered (``actorrt.wait``, ``actorrt.get``)
+    and call again.
+    """
 
 
 class PlacementError(ActorRtError):

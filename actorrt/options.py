@@ -88,6 +88,11 @@ class ActorOptions:
             the restarts run out); 0 (the default): never, at most once. Needs
             ``max_restarts``. A retried call may run twice: its process may have died
             after running it and before its reply left.
+        max_pending_calls: How many calls through one handle may be unanswered at once;
+            one more raises :class:`~actorrt.errors.PendingCallsLimitExceeded` at
+            ``.remote()`` (backpressure for a caller that sends faster than the actor
+            runs); -1 (the default): no limit. Counted per handle object and process,
+            as in Ray: a copy of the handle sent to another actor counts its own calls.
     """
 
     label: str | None = None
@@ -98,10 +103,17 @@ class ActorOptions:
     get_if_exists: bool = False
     max_restarts: int = 0
     max_task_retries: int = 0
+    max_pending_calls: int = -1
 
     def __post_init__(self) -> None:
         _check_label(self.label)
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
+        mpc = self.max_pending_calls
+        if isinstance(mpc, bool) or not isinstance(mpc, int) or mpc == 0 or mpc < -1:
+            raise ValueError(
+                f"max_pending_calls={mpc!r} must be an int >= 1, or -1 for no limit, "
+                "e.g. max_pending_calls=16."
+            )
         if self.name is not None:
             check_actor_name(self.name)
         mc = self.max_concurrency

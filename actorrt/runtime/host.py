@@ -107,6 +107,7 @@ class ActorHost:
         pinned: bool,
         methods: str = "",
         retries: int = 0,
+        max_pending: int = -1,
         reconstructed: bool = False,
     ) -> ActorLease:
         """Creates an actor here (the ``rpc_create`` request); its RRef holds the lease.
@@ -125,9 +126,8 @@ class ActorHost:
                     cls = self._classes[class_key] = cloudpickle.loads(class_blob)
                 if pinned:
                     self._pinned[actor_id] = lease
-                record = ActorRecord(
-                    actor_id, rpc.get_worker_info().name, class_name, methods, retries
-                )
+                here = rpc.get_worker_info().name
+                record = ActorRecord(actor_id, here, class_name, methods, retries, max_pending)
                 lease_ref = None if pinned else weakref.ref(lease)
                 self._own[actor_id] = (record, lease_ref, reconstructed)
         except BaseException as exc:  # e.g. the class's module does not import here

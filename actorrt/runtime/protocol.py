@@ -130,6 +130,7 @@ class ActorRecord(NamedTuple):
     class_name: str
     methods: str  # the class's method table, as ``actor_class.MethodTable`` specs
     retries: int = 0  # its max_task_retries: calls sent again to a recreated instance
+    max_pending: int = -1  # its max_pending_calls: unanswered calls per handle (-1: any)
 
 
 class Target(Protocol):

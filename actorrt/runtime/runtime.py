@@ -246,7 +246,12 @@ class Runtime:
                 return found, None
         placement = self._place(actor_id, options, class_name)
         record = ActorRecord(
-            actor_id, placement.worker, class_name, methods, options.max_task_retries
+            actor_id,
+            placement.worker,
+            class_name,
+            methods,
+            options.max_task_retries,
+            options.max_pending_calls,
         )
         try:
             if options.name is not None:
@@ -269,6 +274,7 @@ class Runtime:
                 # For a handle the actor makes of itself (get_runtime_context()).
                 "methods": methods,
                 "retries": options.max_task_retries,
+                "max_pending": options.max_pending_calls,
             }
             try:
                 wire = self.pack(placement.worker, (args, kwargs))

@@ -50,6 +50,10 @@ def test_bare_and_parametrised_decorator():
         ({"max_restarts": 1, "max_task_retries": -2}, "max_task_retries=-2 must be an int >= 0"),
         ({"max_restarts": 1, "max_task_retries": "3"}, "max_task_retries='3' must be an int"),
         ({"max_task_retries": 3}, "max_task_retries=3 needs max_restarts.*max_restarts=1"),
+        ({"max_pending_calls": 0}, r"max_pending_calls=0 must be an int >= 1, or -1 for no"),
+        ({"max_pending_calls": -2}, "max_pending_calls=-2 must be an int >= 1"),
+        ({"max_pending_calls": 2.0}, "max_pending_calls=2.0 must be an int"),
+        ({"max_pending_calls": True}, "max_pending_calls=True must be an int"),
     ],
 )
 def test_bad_options_fail_at_decoration(kwargs, match):
