@@ -32,13 +32,15 @@ import io
 import pickle
 import threading
 from collections.abc import Callable
+from types import CodeType
 from typing import Any
 
+import cloudpickle
 import torch
 from torch.distributed.rpc import PyRRef
 
 from actorrt.runtime import rref_keeper
-from actorrt.runtime.shipping import CodeKeepingPickler
+from actorrt.runtime.shipping import keep_file_name
 from actorrt.tensor_tree import map_tensors
 
 __all__ = [
@@ -104,11 +106,11 @@ def _from_side(index: int) -> Any:
     return item.rref if type(item) is rref_keeper.Carried else item
 
 
-class _Pickler(CodeKeepingPickler):
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped (Any)
     """cloudpickle, with tensors and RRefs set aside for torch RPC's pickler.
 
     A code object pickled by value (a lambda passed as an argument) keeps its file name
-    (:class:`~actorrt.runtime.shipping.CodeKeepingPickler`).
+    (:func:`~actorrt.runtime.shipping.keep_file_name`).
     """
 
     def __init__(self, file: io.BytesIO, road: Callable[[torch.Tensor], Any] | None) -> None:
@@ -131,7 +133,14 @@ class _Pickler(CodeKeepingPickler):
                 rref_keeper.hold_sent(obj)
                 self.side.append(rref_keeper.Carried(obj))
             return _from_side, (len(self.side) - 1,)
-        return super().reducer_override(obj)
+        if type(obj) is CodeType:
+            return keep_file_name(self, obj)
+        return _cloudpickle_reduce(self, obj)
+
+
+# Called as a plain function: super() per object cost a measurable share of packing
+# values made of many small objects.
+_cloudpickle_reduce = cloudpickle.Pickler.reducer_override
 
 
 def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:

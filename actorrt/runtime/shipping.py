@@ -19,7 +19,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["CodeKeepingPickler", "dumps"]
+__all__ = ["dumps", "keep_file_name"]
 
 
 def dumps(obj: Any) -> bytes:
@@ -32,22 +32,25 @@ def dumps(obj: Any) -> bytes:
         Bytes for ``cloudpickle.loads`` (or ``pickle.loads``) in a process with actorrt.
     """
     buffer = io.BytesIO()
-    CodeKeepingPickler(buffer).dump(obj)
+    _CodeKeepingPickler(buffer).dump(obj)
     return buffer.getvalue()
 
 
-class CodeKeepingPickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
-    """A cloudpickle pickler whose code objects pickled by value keep their file name.
+def keep_file_name(pickler: cloudpickle.Pickler, code: types.CodeType) -> Any:
+    """The reduction of ``code`` by a cloudpickle ``pickler``, with its file name kept.
 
-    Also the base of the payload pipeline's pickler, so that a function passed in a
-    call's arguments (a lambda of the script) names its file in tracebacks too.
+    For a pickler's ``reducer_override`` to return for a code object; the payload
+    pipeline's pickler uses it too, so that a function passed in a call's arguments (a
+    lambda of the script) names its file in tracebacks as well.
     """
+    rebuild, args = pickler.dispatch_table[types.CodeType](code)
+    return _with_filename, (rebuild, args, code.co_filename)
 
+
+class _CodeKeepingPickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped
     def reducer_override(self, obj: Any) -> Any:
-        """The reduction of ``obj``: cloudpickle's, with a code object's file name kept."""
         if type(obj) is types.CodeType:
-            rebuild, args = self.dispatch_table[types.CodeType](obj)
-            return _with_filename, (rebuild, args, obj.co_filename)
+            return keep_file_name(self, obj)
         return super().reducer_override(obj)
 
 
