@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -37,7 +37,7 @@ from actorrt.pending_calls import PendingCalls
 from actorrt.refs import ObjectRef, send_call
 from actorrt.runtime import group, shipping
 from actorrt.runtime.payload import packing
-from actorrt.runtime.protocol import ActorRecord
+from actorrt.runtime.protocol import CONCURRENCY_GROUP, ActorRecord
 from actorrt.runtime.runtime import current, current_or_none
 
 __all__ = [
@@ -265,11 +265,11 @@ def method(
 @overload
 def method(fn: Callable[Concatenate[S, Q], R], /) -> RemoteMethod[S, Q, R, R]: ...
 @overload
-def method(*, num_returns: int) -> Callable[[_F], _F]: ...
+def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Callable[[_F], _F]: ...
 
 
-def method(fn: Any = None, /, *, num_returns: int = 1) -> Any:
-    """Marks a method: for typed remote calls (static only), or with ``num_returns``.
+def method(fn: Any = None, /, *, num_returns: int = 1, concurrency_group: str | None = None) -> Any:
+    """Marks a method: for typed remote calls (static only), with ``num_returns``, or a group.
 
     For a type checker, ``handle.m.remote(...)`` of a marked ``m`` of a
     :class:`TypedActor` is checked against ``m``'s parameters and is an
@@ -283,24 +283,39 @@ def method(fn: Any = None, /, *, num_returns: int = 1) -> Any:
     ``ActorError`` saying so. ``handle.m.options(num_returns=N).remote()`` does the same
     for one call.
 
+    ``@actorrt.method(concurrency_group="io")`` (as Ray's): ``m`` runs on the threads of
+    the actor's concurrency group ``"io"`` (``concurrency_groups={"io": 2}``, an option
+    of the actor), beside its other methods.
+
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
         num_returns: How many values the method returns (an int >= 1).
+        concurrency_group: The group of the actor's threads it runs on (None: the
+            actor's own threads, ``max_concurrency`` of them).
 
     Returns:
-        ``fn``, unchanged (marked with ``num_returns`` when given).
+        ``fn``, unchanged (marked with ``num_returns`` or the group when given).
 
     Raises:
-        TypeError: ``fn`` is not callable, or ``num_returns`` is not an int.
+        TypeError: ``fn`` is not callable, ``num_returns`` is not an int, or
+            ``concurrency_group`` is not a string.
         ValueError: ``num_returns`` is less than 1.
     """
     if fn is None:
         n = check_num_returns(num_returns)
+        if concurrency_group is not None and not isinstance(concurrency_group, str):
+            raise TypeError(
+                f"concurrency_group={concurrency_group!r} must be the name of one of the "
+                "actor's concurrency_groups, e.g. concurrency_group='io'."
+            )
 
         def mark(f: _F) -> _F:
             if not callable(f):
                 raise TypeError(f"@actorrt.method decorates methods, not {f!r}.")
-            setattr(f, _NUM_RETURNS, n)
+            if n != 1:
+                setattr(f, _NUM_RETURNS, n)
+            if concurrency_group is not None:
+                setattr(f, CONCURRENCY_GROUP, concurrency_group)
             return f
 
         return mark
@@ -323,6 +338,7 @@ class ActorClass(Generic[T, P]):
     def __init__(self, cls: Callable[P, T], options: ActorOptions) -> None:
         if not inspect.isclass(cls):
             raise TypeError(f"@actorrt.actor decorates classes, not {type(cls).__name__} {cls!r}.")
+        _check_groups(cls, options)
         self._cls = cast("type[T]", cls)  # a class (checked above) making T
         self._options = options
         self._blob: bytes | None = None
@@ -443,6 +459,7 @@ class _BoundActorClass(Generic[T, P]):
     """``Cls.options(...)``: the same class with other options, ready for ``.remote()``."""
 
     def __init__(self, actor_class: ActorClass[T, P], options: ActorOptions) -> None:
+        _check_groups(actor_class._cls, options)
         self._actor_class = actor_class
         self._options = options
 
@@ -458,6 +475,20 @@ class _BoundActorClass(Generic[T, P]):
 
     def options(self, **options: Any) -> _BoundActorClass[T, P]:
         return _BoundActorClass(self._actor_class, ActorOptions.from_kwargs(options, self._options))
+
+
+def _check_groups(cls: type, options: ActorOptions) -> None:
+    """Every ``concurrency_group`` a method of ``cls`` names must be one of ``options``'."""
+    groups = dict(options.concurrency_groups)
+    for name, member in inspect.getmembers(cls):
+        group = getattr(member, CONCURRENCY_GROUP, None) if callable(member) else None
+        if group is not None and group not in groups:
+            have = f"its groups are {sorted(groups)}" if groups else "it has none"
+            raise ValueError(
+                f"{cls.__name__}.{name} runs in concurrency group {group!r}, which the actor "
+                f"does not have ({have}); add it to the actor's options, e.g. "
+                f"concurrency_groups={{{group!r}: 1}}."
+            )
 
 
 def _init_remote(*args: Any, **kwargs: Any) -> NoReturn:
@@ -731,6 +762,7 @@ def actor(
     max_restarts: int = 0,
     max_task_retries: int = 0,
     max_pending_calls: int = -1,
+    concurrency_groups: Mapping[str, int] | None = None,
 ) -> _Decorator: ...
 
 
@@ -741,8 +773,8 @@ def actor(cls: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         cls: The class, when used bare.
         **options: ``label``, ``num_cpus``, ``num_gpus``, ``name``, ``max_concurrency``,
             ``get_if_exists``, ``max_restarts``, ``max_task_retries``,
-            ``max_pending_calls`` (see :class:`~actorrt.options.ActorOptions`). Bad
-            options fail here.
+            ``max_pending_calls``, ``concurrency_groups`` (see
+            :class:`~actorrt.options.ActorOptions`). Bad options fail here.
 
     Returns:
         An :class:`ActorClass` (or a decorator making one). For typed calls, see

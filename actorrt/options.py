@@ -93,6 +93,13 @@ class ActorOptions:
             ``.remote()`` (backpressure for a caller that sends faster than the actor
             runs); -1 (the default): no limit. Counted per handle object and process,
             as in Ray: a copy of the handle sent to another actor counts its own calls.
+        concurrency_groups: Named groups of threads beside the actor's own, as Ray's:
+            ``{"io": 2, "compute": 4}`` gives the methods marked
+            ``@actorrt.method(concurrency_group="io")`` two threads of their own (tasks
+            of their own, at most two at once, in an async actor), so they run while the
+            others are busy; unmarked methods keep ``max_concurrency``. Calls of
+            different groups run in no set order, as in Ray. Kept as ``(name, threads)``
+            pairs, sorted by name.
     """
 
     label: str | None = None
@@ -104,8 +111,10 @@ class ActorOptions:
     max_restarts: int = 0
     max_task_retries: int = 0
     max_pending_calls: int = -1
+    concurrency_groups: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "concurrency_groups", _groups(self.concurrency_groups))
         _check_label(self.label)
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         mpc = self.max_pending_calls
@@ -167,6 +176,34 @@ def _replaced(base: _O, kwargs: Mapping[str, Any], what: str) -> _O:
             f"valid options are: {', '.join(valid)}."
         )
     return dataclasses.replace(base, **dict(kwargs))
+
+
+def _groups(groups: object) -> tuple[tuple[str, int], ...]:
+    """``concurrency_groups`` as sorted ``(name, threads)`` pairs; raises ``ValueError``."""
+    example = "e.g. concurrency_groups={'io': 2, 'compute': 4}"
+    if groups is None:
+        return ()
+    if isinstance(groups, Mapping):
+        pairs = list(groups.items())
+    elif isinstance(groups, (tuple, list)) and all(
+        isinstance(p, (tuple, list)) and len(p) == 2 for p in groups
+    ):
+        pairs = [(p[0], p[1]) for p in groups]
+    else:
+        raise ValueError(
+            f"concurrency_groups={groups!r} must be a dict of names to threads, {example}."
+        )
+    for name, threads in pairs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(
+                f"concurrency group name {name!r} must be a Python identifier, {example}."
+            )
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(
+                f"concurrency group {name!r} has {threads!r} threads; each group needs an "
+                f"int >= 1, {example}."
+            )
+    return tuple(sorted(pairs))
 
 
 def _check_label(label: object) -> None:

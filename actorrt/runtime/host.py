@@ -105,6 +105,7 @@ class ActorHost:
         max_concurrency: int | None,
         gpu_ids: tuple[int, ...],
         pinned: bool,
+        concurrency_groups: tuple[tuple[str, int], ...] = (),
         methods: str = "",
         retries: int = 0,
         max_pending: int = -1,
@@ -142,6 +143,7 @@ class ActorHost:
             class_name=class_name,
             max_concurrency=max_concurrency,
             gpu_ids=gpu_ids,
+            concurrency_groups=concurrency_groups,
         )
         return lease
 

@@ -11,6 +11,12 @@ every method, plain ones too, run on its own event loop, each call a task starte
 the order released; up to ``max_concurrency`` (by default 1000) run at once, and each
 is answered when its task ends, so a call waiting in ``await`` holds no thread.
 
+Concurrency groups (``concurrency_groups={"io": 2}``, methods marked
+``@actorrt.method(concurrency_group="io")``): each group has threads of its own (an
+async actor: a limit of its own on the loop), so its methods run while the others are
+busy; calls are still released in each caller's order, but those of different groups
+may then run in any order, as in Ray.
+
 ``actorrt.cancel`` reaches here as :meth:`Mailbox.cancel`: a call not yet begun is
 answered "cancelled" and never runs (one that has not even arrived is marked, and
 answered so when it comes, keeping its caller's order); an async actor's call that has
@@ -36,6 +42,7 @@ from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, 
 from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
+    CONCURRENCY_GROUP,
     LOST,
     OK,
     cancelled_reply,
@@ -102,6 +109,10 @@ class Mailbox:
         self._before_open: list[Call] = []  # released before the constructor was queued
         self._opened = False  # the constructor is queued: calls may follow it
         self._threads: ActorThreads | None = None  # a sync actor's threads
+        # Concurrency groups: method name -> the threads (sync) or the limit (async) of
+        # its group; empty for an actor without groups (the common case: no lookup).
+        self._group_threads: dict[str, ActorThreads] = {}
+        self._group_slots: dict[str, asyncio.Semaphore] = {}
         # Set once __init__ has returned or failed: with max_concurrency > 1, a call can
         # reach another of the actor's threads while __init__ still runs on the first.
         # _ready mirrors it as a plain attribute: one read per call, no method call.
@@ -126,6 +137,7 @@ class Mailbox:
         max_concurrency: int | None,
         gpu_ids: tuple[int, ...],
         call_prefix: str | None = None,
+        concurrency_groups: tuple[tuple[str, int], ...] = (),
     ) -> None:
         """Queues the constructor first, then every call that arrived before it.
 
@@ -138,18 +150,26 @@ class Mailbox:
             gpu_ids: The actor's GPUs; the first is the current device of its threads.
             call_prefix: What a call's errors name before the method's name (default:
                 ``"<class_name> actor <id>."``).
+            concurrency_groups: ``(name, threads)`` of the actor's groups; a method
+                marked with one runs on that group's threads (or within its limit).
         """
         self.what = f"{class_name} actor {self.actor_id}"
         self._class_name = class_name
         self._prefix = call_prefix if call_prefix is not None else f"{self.what}."
         name = f"{class_name}-{self.actor_id[:8]}"
-        is_async = any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
+        members = inspect.getmembers(cls)
+        is_async = any(inspect.iscoroutinefunction(m) for _, m in members)
+        groups = dict(concurrency_groups)
+        marked = {n: getattr(m, CONCURRENCY_GROUP, None) for n, m in members if callable(m)}
+        in_group = {n: g for n, g in marked.items() if g in groups}
         with self._lock:
             if self._dead is not None:
                 return
             self._opened = True
             if is_async:
                 self._slots = asyncio.Semaphore(max_concurrency or ASYNC_MAX_CONCURRENCY)
+                limits = {g: asyncio.Semaphore(n) for g, n in groups.items()}
+                self._group_slots = {n: limits[g] for n, g in in_group.items()}
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(
                     target=self._serve, args=(gpu_ids,), name=f"{name}-loop", daemon=True
@@ -159,6 +179,11 @@ class Mailbox:
                 self._threads = ActorThreads(
                     max_concurrency or 1, name, initializer=lambda: _set_gpu(gpu_ids)
                 )
+                pools = {  # only groups with methods: a pool starts a thread at once
+                    g: ActorThreads(groups[g], f"{name}-{g}", initializer=lambda: _set_gpu(gpu_ids))
+                    for g in set(in_group.values())
+                }
+                self._group_threads = {n: pools[g] for n, g in in_group.items()}
                 self._threads.submit(self._construct, (cls, wire))
             waiting, self._before_open = self._before_open, []
             for call in waiting:
@@ -234,6 +259,7 @@ class Mailbox:
                     and self._threads is not None
                     and call.method is not None
                     and not call.cancel_asked
+                    and not self._group_threads
                 ):
                     # The common call, next in order with none held behind it: _release's
                     # work for a sync actor, without its calls.
@@ -267,7 +293,8 @@ class Mailbox:
     def _queue(self, call: Call) -> None:
         # Under the lock, so calls reach the threads or the loop in the order released.
         if self._loop is None:
-            self._threads.submit(self._run, call)  # type: ignore[union-attr]
+            threads = self._group_threads.get(call.method, self._threads)  # type: ignore[arg-type]
+            threads.submit(self._run, call)  # type: ignore[union-attr]
         else:
             self._loop.call_soon_threadsafe(self._start_task, call)
 
@@ -329,7 +356,8 @@ class Mailbox:
         """Runs a call of an async actor as a task on its loop (plain methods too)."""
         name = call.method
         assert name is not None  # a skipped seq is never queued (see _release)
-        async with self._slots:  # type: ignore[union-attr]
+        slots = self._group_slots.get(name, self._slots) if self._group_slots else self._slots
+        async with slots:  # type: ignore[union-attr]
             if not self._begin(call):
                 return
             if _trace.ON:
@@ -494,6 +522,8 @@ class Mailbox:
     def _close(self) -> None:
         if self._threads is not None:
             self._threads.close()
+        for threads in set(self._group_threads.values()):
+            threads.close()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop_loop)
         self._instance = None

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANCELLED",
+    "CONCURRENCY_GROUP",
     "COPY",
     "DIED",
     "ERROR",
@@ -73,6 +74,10 @@ RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: i
 KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
 MULTI = 10  # a call with num_returns: payload is one packed reply per value returned
 CANCELLED = 11  # actorrt.cancel() stopped the call before it ran (or while it awaited): why
+
+
+CONCURRENCY_GROUP = "__actorrt_concurrency_group__"
+"""The attribute ``@actorrt.method(concurrency_group=...)`` sets on a method: its group."""
 
 
 class Returns(str):

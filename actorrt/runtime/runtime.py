@@ -268,6 +268,7 @@ class Runtime:
             meta = {
                 "class_name": class_name,
                 "max_concurrency": options.max_concurrency,
+                "concurrency_groups": options.concurrency_groups,
                 "gpu_ids": placement.gpu_ids,
                 # Named actors and actors with restarts live until killed.
                 "pinned": options.name is not None or restartable,

@@ -687,3 +687,99 @@ def test_a_call_cancelled_while_its_answer_is_still_being_sent_does_not_run(monk
     canceller.join(10)
     _cancelled(doomed)
     assert box._instance.seen == []
+
+
+# -- concurrency groups --------------------------------------------------------------------
+
+
+class Grouped:
+    def __init__(self):
+        self.inside = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def block(self, event):
+        event.wait(10)
+        return "unblocked"
+
+    @actorrt.method(concurrency_group="io")
+    def ping(self):
+        return threading.current_thread().name
+
+    @actorrt.method(concurrency_group="compute")
+    def hold(self, event):
+        with self.lock:
+            self.inside += 1
+            self.peak = max(self.peak, self.inside)
+        event.wait(10)
+        with self.lock:
+            self.inside -= 1
+        return self.peak
+
+
+def _grouped_box(cls, groups, max_concurrency=None):
+    box = Mailbox("f" * 32, lambda actor_id, why: None, _unpacked_reply)
+    box.open(
+        cls,
+        _wire(()),
+        class_name=cls.__name__,
+        max_concurrency=max_concurrency,
+        gpu_ids=(),
+        concurrency_groups=tuple(groups.items()),
+    )
+    return box
+
+
+def test_a_groups_method_runs_on_its_own_threads_while_the_actors_are_busy():
+    box = _grouped_box(Grouped, {"io": 1, "compute": 2})
+    gate = threading.Event()
+    blocked, ping = _deliver(box, _call(0, "block", gate), _call(1, "ping"))
+    status, thread = _reply(ping)
+    assert status == OK and thread.startswith("Grouped-ffffffff-io_"), thread
+    assert not blocked.future.done()  # the actor's one thread is still in `block`
+    gate.set()
+    assert _reply(blocked) == (OK, "unblocked")
+    box.kill("done")
+
+
+def test_a_group_runs_at_most_its_threads_at_once():
+    box = _grouped_box(Grouped, {"io": 1, "compute": 2})
+    gate = threading.Event()
+    calls = _deliver(box, *[_call(i, "hold", gate) for i in range(4)])
+    _until(lambda: box._instance is not None and box._instance.inside == 2)
+    time.sleep(0.2)  # a third call, if let in, would be inside by now
+    assert box._instance.inside == 2
+    gate.set()
+    assert [_reply(c)[1] for c in calls] == [2] * 4
+    box.kill("done")
+
+
+class AsyncGrouped:
+    def __init__(self):
+        self.inside = 0
+        self.peak = 0
+
+    @actorrt.method(concurrency_group="io")
+    async def hold(self, event):
+        self.inside += 1
+        self.peak = max(self.peak, self.inside)
+        while not event.is_set():
+            await asyncio.sleep(0.01)
+        self.inside -= 1
+        return self.peak
+
+    async def ping(self):
+        return "pong"
+
+
+def test_an_async_actors_group_has_a_limit_of_its_own_on_the_loop():
+    box = _grouped_box(AsyncGrouped, {"io": 1})
+    gate = threading.Event()
+    calls = _deliver(box, *[_call(i, "hold", gate) for i in range(3)])
+    _until(lambda: box._instance is not None and box._instance.inside == 1)
+    (ping,) = _deliver(box, _call(3, "ping"))
+    assert _reply(ping) == (OK, "pong")  # the actor's own limit (1000) is not the group's
+    assert box._instance.inside == 1
+    gate.set()
+    assert [_reply(c)[1] for c in calls] == [1] * 3
+    box.kill("done")
