@@ -754,19 +754,10 @@ def test_a_group_runs_at_most_its_threads_at_once():
     box.kill("done")
 
 
-class AsyncGrouped:
-    def __init__(self):
-        self.inside = 0
-        self.peak = 0
-
+class AsyncGrouped(AsyncLog):
     @actorrt.method(concurrency_group="io")
     async def hold(self, event):
-        self.inside += 1
-        self.peak = max(self.peak, self.inside)
-        while not event.is_set():
-            await asyncio.sleep(0.01)
-        self.inside -= 1
-        return self.peak
+        return await super().hold(event)
 
     async def ping(self):
         return "pong"
