@@ -481,7 +481,7 @@ def _check_groups(cls: type, options: ActorOptions) -> None:
     """Every ``concurrency_group`` a method of ``cls`` names must be one of ``options``'."""
     groups = dict(options.concurrency_groups)
     for name, member in inspect.getmembers(cls):
-        group = getattr(member, CONCURRENCY_GROUP, None) if callable(member) else None
+        group = getattr(member, CONCURRENCY_GROUP, None) if inspect.isroutine(member) else None
         if group is not None and group not in groups:
             have = f"its groups are {sorted(groups)}" if groups else "it has none"
             raise ValueError(

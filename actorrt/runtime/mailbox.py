@@ -160,7 +160,10 @@ class Mailbox:
         members = inspect.getmembers(cls)
         is_async = any(inspect.iscoroutinefunction(m) for _, m in members)
         groups = dict(concurrency_groups)
-        marked = {n: getattr(m, CONCURRENCY_GROUP, None) for n, m in members if callable(m)}
+        # routines only: getattr on any other class attribute could run its code
+        marked = {
+            n: getattr(m, CONCURRENCY_GROUP, None) for n, m in members if inspect.isroutine(m)
+        }
         in_group = {n: g for n, g in marked.items() if g in groups}
         with self._lock:
             if self._dead is not None:
