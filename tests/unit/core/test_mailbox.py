@@ -289,13 +289,18 @@ def test_async_actor_runs_calls_concurrently_by_default():
 
 def test_async_actor_runs_at_most_max_concurrency_calls_at_once():
     box, _ = _async_box(max_concurrency=2)
+    _two_at_once(box, 5)
+
+
+def _two_at_once(box, n):
+    """``n`` calls of ``hold``: at most two are inside at once, and all end."""
     gate = threading.Event()
-    calls = _deliver(box, *[_call(i, "hold", gate) for i in range(5)])
+    calls = _deliver(box, *[_call(i, "hold", gate) for i in range(n)])
     _until(lambda: box._instance is not None and box._instance.inside == 2)
     time.sleep(0.2)  # a third call, if let in, would be inside by now
     assert box._instance.inside == 2
     gate.set()
-    assert [_reply(c)[1] for c in calls] == [2] * 5
+    assert [_reply(c)[1] for c in calls] == [2] * n
 
 
 def test_plain_methods_of_an_async_actor_run_on_its_loop_in_order():
@@ -744,13 +749,7 @@ def test_a_groups_method_runs_on_its_own_threads_while_the_actors_are_busy():
 
 def test_a_group_runs_at_most_its_threads_at_once():
     box = _grouped_box(Grouped, {"io": 1, "compute": 2})
-    gate = threading.Event()
-    calls = _deliver(box, *[_call(i, "hold", gate) for i in range(4)])
-    _until(lambda: box._instance is not None and box._instance.inside == 2)
-    time.sleep(0.2)  # a third call, if let in, would be inside by now
-    assert box._instance.inside == 2
-    gate.set()
-    assert [_reply(c)[1] for c in calls] == [2] * 4
+    _two_at_once(box, 4)
     box.kill("done")
 
 
