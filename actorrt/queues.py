@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from actorrt.actor_class import ActorHandle, actor
 from actorrt.errors import ActorError
-from actorrt.refs import ObjectRef, get
+from actorrt.refs import ObjectRef, check_timeout, get
 from actorrt.runtime.runtime import current
 
 __all__ = ["Empty", "Full", "Queue"]
@@ -143,7 +143,7 @@ class Queue(Generic[T]):
 
         Raises:
             Full: It is full and ``block`` is False, or stayed full for ``timeout``.
-            ValueError: ``timeout`` is negative.
+            ValueError: ``timeout`` is negative; TypeError: it is not a number.
         """
         _call(self.actor.put.remote(item, _wait_for(block, timeout)))
 
@@ -156,7 +156,7 @@ class Queue(Generic[T]):
 
         Raises:
             Empty: It is empty and ``block`` is False, or stayed empty for ``timeout``.
-            ValueError: ``timeout`` is negative.
+            ValueError: ``timeout`` is negative; TypeError: it is not a number.
         """
         item: T = _call(self.actor.get.remote(_wait_for(block, timeout)))
         return item
@@ -209,9 +209,7 @@ def _wait_for(block: bool, timeout: float | None) -> float | None:
     """How long the queue's actor waits: 0 for ``block=False``, else ``timeout``."""
     if not block:
         return 0
-    if timeout is not None and (isinstance(timeout, bool) or timeout < 0):
-        raise ValueError(f"timeout={timeout!r} must be a number >= 0 (or None: no bound).")
-    return timeout
+    return check_timeout(timeout)  # as get() and wait() take it
 
 
 def _call(ref: ObjectRef[Any]) -> Any:

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ObjectRef",
     "cancel",
+    "check_timeout",
     "failed",
     "get",
     "new_refs",
@@ -725,7 +726,7 @@ def put(value: Any) -> ObjectRef[Any]:
     return ref
 
 
-def _check_timeout(timeout: object) -> float | None:
+def check_timeout(timeout: object) -> float | None:
     """``timeout`` as seconds (None: no limit); rejects what is not a number >= 0."""
     if timeout is None:
         return None
@@ -800,7 +801,7 @@ def _get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], timeout: float | None)
         except Exception:  # _decode turns the RPC error into the one users see
             pass
         return refs._decode(sent)
-    timeout = _check_timeout(timeout)
+    timeout = check_timeout(timeout)
     if isinstance(refs, ObjectRef):
         return _result(refs, timeout)
     if not isinstance(refs, (list, tuple)):
@@ -869,7 +870,7 @@ def wait(
     """
     if not isinstance(refs, (list, tuple)):
         raise TypeError(f"actorrt.wait takes a list of ObjectRefs, got {type(refs)!r}.")
-    timeout = _check_timeout(timeout)
+    timeout = check_timeout(timeout)
     if not refs:
         return [], []
     refs = [_check_ref(r) for r in refs]

@@ -109,8 +109,10 @@ def test_bad_arguments_and_a_shut_down_queue_say_what_to_do(cluster):
         actorrt.Queue(maxsize=-1)
     q = actorrt.Queue(actor_options={"name": "test-queue"})
     assert actorrt.get_actor("test-queue").actor_id == q.actor.actor_id
-    with pytest.raises(ValueError, match="timeout=-1 must be a number >= 0"):
+    with pytest.raises(ValueError, match=r"timeout=-1 must be >= 0 seconds"):
         q.get(timeout=-1)
+    with pytest.raises(TypeError, match="timeout='1' must be a number of seconds"):
+        q.put(1, timeout="1")
     with pytest.raises(ValueError, match="num_items=-1 must be >= 0"):
         q.get_nowait_batch(-1)
     waiting = Consumer.remote().take.remote(q, 1, 30)
