@@ -163,6 +163,19 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     rt.objects.let_go(loc.owner, loc.object_id)
                 except Exception:  # interpreter teardown
                     pass
+        elif self._loc is None and self._cf is None and self._loan is None:
+            # Its reply was never read (a call whose result nobody got, or only waited
+            # for): a value it left at its producer would be kept there for good.
+            sent = self._sent
+            rt = current_or_none()
+            if sent is not None and rt is not None:
+                try:
+                    if sent.done():
+                        _let_go_unread(rt, self._part, sent)
+                    else:
+                        sent.add_done_callback(partial(_let_go_unread, rt, self._part))
+                except Exception:  # interpreter teardown
+                    pass
 
     # -- the runtime's side (runtime.protocol.ReplySlot) ---------------------------
     def attach(
@@ -620,6 +633,25 @@ def _cancel_sent(
     rt = rt or current_or_none()
     if rt is not None and ref._actor_id is not None:
         rt.cancel_call(ref._worker, ref._actor_id, ticket)
+
+
+def _let_go_unread(rt: Runtime, part: int, sent: torch.futures.Future[Wire]) -> None:
+    """Lets go of the object a reply nobody read left at its producer (if it left one).
+
+    Runs as the ref goes, or, on torch's RPC thread, when the reply of a ref dropped
+    before it came arrives: an inline value (most replies) costs one test.
+    """
+    try:
+        wire = sent.value()
+        if wire[0] is None and wire[1][0][0] == OK:
+            return
+        reply = unpack(wire)
+        if reply[0] == MULTI:  # num_returns: this ref's own value among the call's
+            reply = unpack(reply[1][max(part, 0)])
+        if reply[0] == OBJECT or reply[0] == COPY:
+            rt.objects.let_go(reply[1][2], reply[1][0])
+    except Exception:  # the call failed (nothing was kept), or the runtime is gone
+        pass
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:

@@ -75,6 +75,13 @@ class Producer:
                 break
         return peak - base, current_or_none().objects.stats()[0], ids
 
+    @actorrt.method(num_returns=2)
+    def make_two(self, nbytes):
+        return torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
+
+    def kept_ids(self):
+        return set(current_or_none().objects._values)
+
     def keeps_any(self, object_ids):
         values = current_or_none().objects._values
         return [oid for oid in object_ids if oid in values]
@@ -264,6 +271,28 @@ def test_a_result_object_is_freed_at_its_producer(cluster):
     assert actorrt.get(p.keeps.remote(oid), timeout=30)
     del ref
     assert _wait_for(lambda: not actorrt.get(p.keeps.remote(oid), timeout=30))
+
+
+def test_a_large_result_nobody_read_is_freed_at_its_producer(cluster):
+    # A ref dropped before its reply was read (only waited for, or dropped while the call
+    # ran, or one of num_returns' refs) still lets its producer free the value.
+    p = Producer.remote()
+    before = actorrt.get(p.kept_ids.remote(), timeout=30)
+    waited = p.make.remote(4 * MB)
+    assert actorrt.wait([waited], timeout=60)[0] == [waited]
+    del waited
+    p.make_slowly.remote(4 * MB, 1, 0.5)  # dropped at once, answered later
+    first, second = p.make_two.remote(2 * MB)
+    assert actorrt.get(first, timeout=60).numel() == 2 * MB
+    del second  # never read
+    assert actorrt.get(p.make.remote(4 * MB), timeout=60).numel() == 4 * MB  # read and dropped
+
+    def left():
+        return actorrt.get(p.kept_ids.remote(), timeout=30) - before
+
+    assert _wait_for(lambda: len(left()) <= 1), f"kept for good: {left()}"
+    del first
+    assert _wait_for(lambda: not left()), f"kept for good: {left()}"
 
 
 def test_two_hundred_puts_of_100_mb_keep_the_owner_bounded(cluster):
