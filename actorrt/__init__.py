@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers and IDEs
     )
     from actorrt.options import ActorOptions, FunctionOptions
     from actorrt.queues import Queue
+    from actorrt.ref_generator import ObjectRefGenerator
     from actorrt.refs import ObjectRef, cancel, get, put, wait
     from actorrt.remote_function import RemoteFunction, remote
     from actorrt.runtime.devices import get_gpu_ids
@@ -116,6 +117,7 @@ _EXPORTS = {
     "ActorOptions": "actorrt.options",
     "FunctionOptions": "actorrt.options",
     "Queue": "actorrt.queues",
+    "ObjectRefGenerator": "actorrt.ref_generator",
     "ObjectRef": "actorrt.refs",
     "cancel": "actorrt.refs",
     "get": "actorrt.refs",
@@ -149,6 +151,7 @@ __all__ = [
     "NotInitializedError",
     "ObjectLostError",
     "ObjectRef",
+    "ObjectRefGenerator",
     "PendingCallsLimitExceeded",
     "PlacementError",
     "Queue",

@@ -23,6 +23,7 @@ from typing import (
     Any,
     Concatenate,
     Generic,
+    Literal,
     NoReturn,
     ParamSpec,
     Protocol,
@@ -34,8 +35,10 @@ from typing import (
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import ActorOptions, check_num_returns
 from actorrt.pending_calls import PendingCalls
+from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
 from actorrt.refs import ObjectRef, send_call
 from actorrt.runtime import group, shipping
+from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import CONCURRENCY_GROUP, ActorRecord
 from actorrt.runtime.runtime import current, current_or_none
@@ -63,6 +66,8 @@ R_co = TypeVar("R_co", covariant=True)
 if TYPE_CHECKING:
     import typing_extensions
 
+    from actorrt.runtime.runtime import Runtime
+
     # The parameters of a class's constructor. The default (PEP 696) keeps a one-argument
     # `ActorClass[X]` meaning ActorClass[X, ...], as before the parameter existed.
     P = typing_extensions.ParamSpec("P", default=...)
@@ -83,7 +88,10 @@ def _method_specs(cls: type) -> str:
             inspect.isfunction(raw) or inspect.ismethoddescriptor(raw)
         )
         sig = signature_of(member, drop_self=bound)
-        returns = getattr(member, _NUM_RETURNS, 1)
+        returns = getattr(member, _NUM_RETURNS, None)
+        if returns is None:  # as Ray: a generator method streams its values by default
+            is_generator = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
+            returns = STREAMING if is_generator else 1
         if returns != 1:
             name = f"{name}#{returns}"
         if sig is None:
@@ -106,7 +114,7 @@ class MethodTable:
             has_default, as in :data:`~actorrt.binding.Params`); a bare ``name`` has an
             unknown signature and goes unchecked. E.g. ``"add:3k;value:"`` for
             ``add(self, k=1)`` and ``value(self)``. A name may end in ``#N``: the
-            method's ``num_returns``.
+            method's ``num_returns`` (``#streaming``: a generator's values, as they come).
     """
 
     __slots__ = ("specs", "names", "returns", "_binders")
@@ -114,12 +122,12 @@ class MethodTable:
     def __init__(self, specs: str) -> None:
         self.specs = specs
         self._binders: dict[str, Binder | None] = {}
-        self.returns: dict[str, int] = {}  # num_returns of the methods that set one
+        self.returns: dict[str, int | str] = {}  # num_returns of the methods that set one
         for entry in specs.split(";") if specs else ():
             name, has_params, params = entry.partition(":")
             name, has_returns, returns = name.partition("#")
             if has_returns:
-                self.returns[name] = int(returns)
+                self.returns[name] = returns if returns == STREAMING else int(returns)
             binder = None
             if has_params:
                 binder = Binder(tuple((p[1:], int(p[0])) for p in params.split(",") if p))
@@ -265,10 +273,18 @@ def method(
 @overload
 def method(fn: Callable[Concatenate[S, Q], R], /) -> RemoteMethod[S, Q, R, R]: ...
 @overload
-def method(*, num_returns: int = 1, concurrency_group: str | None = None) -> Callable[[_F], _F]: ...
+def method(
+    *, num_returns: int | Literal["streaming"] = 1, concurrency_group: str | None = None
+) -> Callable[[_F], _F]: ...
 
 
-def method(fn: Any = None, /, *, num_returns: int = 1, concurrency_group: str | None = None) -> Any:
+def method(
+    fn: Any = None,
+    /,
+    *,
+    num_returns: int | Literal["streaming"] = 1,
+    concurrency_group: str | None = None,
+) -> Any:
     """Marks a method: for typed remote calls (static only), with ``num_returns``, or a group.
 
     For a type checker, ``handle.m.remote(...)`` of a marked ``m`` of a
@@ -283,13 +299,20 @@ def method(fn: Any = None, /, *, num_returns: int = 1, concurrency_group: str | 
     ``ActorError`` saying so. ``handle.m.options(num_returns=N).remote()`` does the same
     for one call.
 
+    A generator method (``yield``, also ``async def`` with ``yield``) streams, as in Ray:
+    ``handle.m.remote()`` returns an :class:`~actorrt.ref_generator.ObjectRefGenerator`
+    giving each value's ref as soon as ``m`` has yielded it.
+    ``@actorrt.method(num_returns="streaming")`` asks the same of a method that returns
+    an iterator.
+
     ``@actorrt.method(concurrency_group="io")`` (as Ray's): ``m`` runs on the threads of
     the actor's concurrency group ``"io"`` (``concurrency_groups={"io": 2}``, an option
     of the actor), beside its other methods.
 
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
-        num_returns: How many values the method returns (an int >= 1).
+        num_returns: How many values the method returns (an int >= 1), or
+            ``"streaming"``.
         concurrency_group: The group of the actor's threads it runs on (None: the
             actor's own threads, ``max_concurrency`` of them).
 
@@ -297,7 +320,8 @@ def method(fn: Any = None, /, *, num_returns: int = 1, concurrency_group: str | 
         ``fn``, unchanged (marked with ``num_returns`` or the group when given).
 
     Raises:
-        TypeError: ``fn`` is not callable, ``num_returns`` is not an int, or
+        TypeError: ``fn`` is not callable, ``num_returns`` is not an int or
+            ``"streaming"``, or
             ``concurrency_group`` is not a string.
         ValueError: ``num_returns`` is less than 1.
     """
@@ -649,7 +673,7 @@ class ActorMethod:
 
     __slots__ = ("_handle", "_name", "_returns")
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int = 0) -> None:
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int | str = 0) -> None:
         self._handle = handle
         self._name = name
         self._returns = num_returns  # 0: the method's own (1 unless it set one)
@@ -659,7 +683,9 @@ class ActorMethod:
 
         A method marked ``@actorrt.method(num_returns=N)`` (N other than 1) returns a list
         of N refs instead, one per value it returns (for a type checker, call it through
-        ``.options(num_returns=N)``, whose ``remote`` is typed so).
+        ``.options(num_returns=N)``, whose ``remote`` is typed so). A generator method
+        (or one marked ``num_returns="streaming"``) returns an
+        :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values it yields.
 
         Raises:
             TypeError: The arguments do not bind to the method's signature.
@@ -679,27 +705,47 @@ class ActorMethod:
                 "ObjectRef[Any]",
                 pending.send(
                     f"{handle.class_name}.{self._name}",
-                    lambda: send_call(rt, handle, self._name, args, kwargs, returns),
+                    lambda: self._send(rt, returns, args, kwargs),
                 ),
             )
         if returns == 1:
             ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs)
             return ref
-        # a list of refs, typed as the class's own calls are (see the docstring)
-        return cast("ObjectRef[Any]", send_call(rt, handle, self._name, args, kwargs, returns))
+        # refs of several values, typed as the class's own calls are (see the docstring)
+        return cast("ObjectRef[Any]", self._send(rt, returns, args, kwargs))
 
-    def options(self, *, num_returns: int) -> ManyReturns:
+    def _send(
+        self, rt: Runtime, returns: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        handle = self._handle
+        if returns == STREAMING:
+            what = f"{handle.class_name}.{self._name}"
+            parts = streaming_refs(rt, what, handle.actor_id, self._name)
+            return send_call(rt, handle, self._name, args, kwargs, parts=parts)
+        return send_call(rt, handle, self._name, args, kwargs, cast("int", returns))
+
+    @overload
+    def options(self, *, num_returns: Literal["streaming"]) -> StreamingReturns: ...
+    @overload
+    def options(self, *, num_returns: int) -> ManyReturns: ...
+
+    def options(self, *, num_returns: int | str) -> ManyReturns | StreamingReturns:
         """The same method with options for its calls, as Ray's ``.options()``.
 
         Args:
             num_returns: How many values the method returns: ``.remote()`` then gives
-                that many refs (see :func:`method`).
+                that many refs (see :func:`method`); ``"streaming"``: it gives an
+                :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values a
+                generator method yields.
 
         Raises:
-            TypeError: ``num_returns`` is not an int.
+            TypeError: ``num_returns`` is not an int or ``"streaming"``.
             ValueError: ``num_returns`` is less than 1.
         """
-        return ManyReturns(ActorMethod(self._handle, self._name, check_num_returns(num_returns)))
+        n = check_num_returns(num_returns)
+        if n == STREAMING:
+            return StreamingReturns(ActorMethod(self._handle, self._name, n))
+        return ManyReturns(ActorMethod(self._handle, self._name, n))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Always raises: call the method with ``handle.method.remote(...)``.
@@ -731,6 +777,23 @@ class ManyReturns:
         """
         out = self._method.remote(*args, **kwargs)
         return cast("list[ObjectRef[Any]]", out) if isinstance(out, list) else [out]
+
+
+class StreamingReturns:
+    """``handle.method.options(num_returns="streaming")``: its ``remote`` gives a generator."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method: ActorMethod) -> None:
+        self._method = method
+
+    def remote(self, *args: Any, **kwargs: Any) -> ObjectRefGenerator[Any]:
+        """Sends the call; returns the generator of its values' refs at once.
+
+        Raises:
+            TypeError: The arguments do not bind to the method's signature.
+        """
+        return cast("ObjectRefGenerator[Any]", self._method.remote(*args, **kwargs))
 
 
 class _Decorator(Protocol):

@@ -11,18 +11,24 @@ from typing import Any, TypeVar
 
 from actorrt.placement.layout import LABEL_PATTERN
 from actorrt.placement.resources import Resources
+from actorrt.runtime.generators import STREAMING
 
 __all__ = ["ActorOptions", "FunctionOptions", "check_actor_name", "check_num_returns"]
 
 
-def check_num_returns(num_returns: object) -> int:
-    """``num_returns`` as an int >= 1; raises ``TypeError`` / ``ValueError`` otherwise."""
+def check_num_returns(num_returns: object) -> int | str:
+    """``num_returns`` as an int >= 1 or ``"streaming"``; ``TypeError`` / ``ValueError`` else."""
+    if isinstance(num_returns, str) and num_returns == STREAMING:
+        return STREAMING
     if isinstance(num_returns, bool) or not isinstance(num_returns, int):
-        raise TypeError(f"num_returns={num_returns!r} must be an int (e.g. num_returns=2).")
+        raise TypeError(
+            f"num_returns={num_returns!r} must be an int (e.g. num_returns=2) or "
+            "'streaming' (each value the method yields, as it comes)."
+        )
     if num_returns < 1:
         raise ValueError(
             f"num_returns={num_returns} must be >= 1: the number of values the method "
-            "(or function) returns as a tuple."
+            "(or function) returns as a tuple; or 'streaming' for a generator."
         )
     return num_returns
 
@@ -234,7 +240,9 @@ class FunctionOptions:
         num_gpus: GPUs each running call takes: a fraction below 1 (that many calls share
             a GPU) or whole GPUs. The call's thread has its GPU as the current device.
         num_returns: How many values the function returns as a tuple: ``.remote()`` then
-            gives that many refs.
+            gives that many refs; ``"streaming"``: ``.remote()`` gives an
+            ``ObjectRefGenerator`` of the values it yields, as they come. None (the
+            default): ``"streaming"`` for a generator function, else 1, as in Ray.
         max_retries: How many times a call is sent again, to another process, when the
             process running it dies (3, as in Ray); -1: without limit; 0: never. An
             exception the function raises is not retried (see ``retry_exceptions``). A
@@ -247,14 +255,15 @@ class FunctionOptions:
     label: str | None = None
     num_cpus: float = 1.0
     num_gpus: float = 0.0
-    num_returns: int = 1
+    num_returns: int | str | None = None
     max_retries: int = 3
     retry_exceptions: bool | tuple[type[BaseException], ...] = False
 
     def __post_init__(self) -> None:
         _check_label(self.label)
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
-        check_num_returns(self.num_returns)
+        if self.num_returns is not None:
+            check_num_returns(self.num_returns)
         _check_retries("max_retries", self.max_retries, "3")
         retry = self.retry_exceptions
         if not isinstance(retry, bool):

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 
 import torch
 
@@ -75,6 +75,15 @@ if TYPE_CHECKING:
     R_co = typing_extensions.TypeVar("R_co", covariant=True, default=Any)
 else:  # at run time the default is not needed (nor does typing.TypeVar take it before 3.13)
     R_co = TypeVar("R_co", covariant=True)
+
+
+class _Streaming(Protocol):
+    """What :func:`cancel` reads of an ``ObjectRefGenerator``: the ref of its call."""
+
+    def completed(self) -> ObjectRef[Any]:
+        """The ref of the streaming call."""
+        ...
+
 
 # Guards making a ref's concurrent.futures.Future against the call being sent at the
 # same moment (only refs passed as arguments are visible to others before their send).
@@ -167,15 +176,22 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             # Its reply was never read (a call whose result nobody got, or only waited
             # for): a value it left at its producer would be kept there for good.
             sent = self._sent
-            rt = current_or_none()
-            if sent is not None and rt is not None:
-                try:
-                    if sent.done():
-                        _let_go_unread(rt, self._part, sent)
-                    else:
-                        sent.add_done_callback(partial(_let_go_unread, rt, self._part))
-                except Exception:  # interpreter teardown
-                    pass
+            if sent is None:
+                return
+            try:
+                if sent.done():
+                    wire = sent.value()
+                    if wire[0] is None and wire[1][0][0] == OK:  # inline: most replies
+                        return
+                rt = current_or_none()
+                if rt is None:
+                    return
+                if sent.done():
+                    _let_go_unread(rt, self._part, sent)
+                else:
+                    sent.add_done_callback(partial(_let_go_unread, rt, self._part))
+            except Exception:  # the call failed (nothing was kept), or interpreter teardown
+                pass
 
     # -- the runtime's side (runtime.protocol.ReplySlot) ---------------------------
     def attach(
@@ -560,7 +576,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         return _borrowed_ref, (*head, rt.name, token, rref)
 
 
-def cancel(ref: ObjectRef[Any], *, force: bool = False) -> None:
+def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
     """Cancels the call behind ``ref``, as ``ray.cancel`` does.
 
     ``get(ref)`` of a cancelled call raises :class:`~actorrt.errors.TaskCancelledError`.
@@ -571,7 +587,10 @@ def cancel(ref: ObjectRef[Any], *, force: bool = False) -> None:
     - a call of an async actor (one with an ``async def`` method) that has begun: its
       asyncio task is cancelled, so ``CancelledError`` is raised where it awaits (a
       method that catches it and returns gives its value);
-    - a call with retries (``max_task_retries``, ``max_retries``): it is not sent again.
+    - a call with retries (``max_task_retries``, ``max_retries``): it is not sent again;
+    - a streaming call (an ``ObjectRefGenerator``) that has begun: its method stops
+      after the value it is making (an async one where it awaits); the refs it gave stay
+      good, and the next one raises ``TaskCancelledError``.
 
     A call already running in a plain (threaded) actor or a remote function runs to its
     end and ``get`` returns its value: actorrt does not interrupt Python threads, and
@@ -580,12 +599,13 @@ def cancel(ref: ObjectRef[Any], *, force: bool = False) -> None:
 
     Args:
         ref: A ref of a call this process made (``handle.method.remote()``,
-            ``f.remote()``); with ``num_returns``, any one of the call's refs.
+            ``f.remote()``); with ``num_returns``, any one of the call's refs; or the
+            ``ObjectRefGenerator`` of a streaming call.
         force: Not supported: Ray's ``force=True`` kills the worker process, and an
             actorrt process runs many actors and calls.
 
     Raises:
-        TypeError: ``ref`` is not an ``ObjectRef``.
+        TypeError: ``ref`` is not an ``ObjectRef`` (or ``ObjectRefGenerator``).
         ValueError: ``force=True``, or ``ref`` came from another process (cancel it in
             the process that made the call).
         NotInitializedError: actorrt is not started.
@@ -605,6 +625,8 @@ def cancel(ref: ObjectRef[Any], *, force: bool = False) -> None:
             "process, which runs other actors and calls too. Use actorrt.cancel(ref) (a "
             "call not yet begun never runs), or actorrt.kill(handle) to end an actor now."
         )
+    if not isinstance(ref, ObjectRef) and callable(getattr(ref, "completed", None)):
+        ref = ref.completed()  # an ObjectRefGenerator: the ref of its call
     ref = _check_ref(ref)
     rt = current("actorrt.cancel()")
     if ref._loan is not None:
@@ -639,19 +661,13 @@ def _let_go_unread(rt: Runtime, part: int, sent: torch.futures.Future[Wire]) -> 
     """Lets go of the object a reply nobody read left at its producer (if it left one).
 
     Runs as the ref goes, or, on torch's RPC thread, when the reply of a ref dropped
-    before it came arrives: an inline value (most replies) costs one test.
+    before it came arrives.
     """
     try:
         wire = sent.value()
-        if wire[0] is None and wire[1][0][0] == OK:
-            return
-        reply = unpack(wire)
-        if reply[0] == MULTI:  # num_returns: this ref's own value among the call's
-            reply = unpack(reply[1][max(part, 0)])
-        if reply[0] == OBJECT or reply[0] == COPY:
-            rt.objects.let_go(reply[1][2], reply[1][0])
-    except Exception:  # the call failed (nothing was kept), or the runtime is gone
-        pass
+    except Exception:  # the call failed: nothing was kept
+        return
+    rt.objects.let_go_unread(wire, part)
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:
@@ -1043,6 +1059,8 @@ def send_call(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     num_returns: int = 1,
+    *,
+    parts: tuple[Any, ObjectRef[Any], str] | None = None,
 ) -> Any:
     """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
 
@@ -1052,6 +1070,16 @@ def send_call(
     With ``num_returns`` other than 1, a list of that many refs, each of one value of the
     tuple the method returns (each its own object, when large).
 
+    Args:
+        rt: This process's runtime.
+        target: The actor.
+        method: The method's name.
+        args: The call's positional arguments.
+        kwargs: Its keyword arguments.
+        num_returns: How many values the method returns as a tuple.
+        parts: Instead of ``num_returns``: what to return, the ref the call's reply goes
+            to and the name to send (a streaming call's: see ``ref_generator``).
+
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
     """
@@ -1060,8 +1088,8 @@ def send_call(
     worker = target.worker
     seq = rt.seq_at(target.actor_id, worker)
     what = f"{target.class_name}.{method}"
-    out, slot, name = new_refs(what, target.actor_id, method, num_returns)
-    first: ObjectRef[Any] = out[0] if num_returns != 1 else out
+    out, slot, name = parts or new_refs(what, target.actor_id, method, num_returns)
+    first: ObjectRef[Any] = slot if type(slot) is ObjectRef else out[0]
 
     def send(
         a: tuple[Any, ...], kw: dict[str, Any], now: bool

@@ -19,9 +19,12 @@ from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, o
 from actorrt.actor_class import ActorClass, TypedActor, actor
 from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import FunctionOptions
+from actorrt.ref_generator import streaming_refs
 from actorrt.refs import ObjectRef, new_refs, when_ready
 from actorrt.runtime import shipping
 from actorrt.runtime.functions import FunctionCall, Shape
+from actorrt.runtime.generators import STREAMING
+from actorrt.runtime.protocol import ReplySlot
 from actorrt.runtime.runtime import current
 
 __all__ = ["RemoteFunction", "remote"]
@@ -63,6 +66,7 @@ class RemoteFunction(Generic[P, R]):
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
         self._name = name
         self._what = f"remote function {name}"
+        self._is_generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
         functools.update_wrapper(self, fn)  # __name__, __doc__, __wrapped__...
 
     @functools.cached_property
@@ -97,7 +101,9 @@ class RemoteFunction(Generic[P, R]):
         """Runs the function on a worker process; returns an :class:`ObjectRef` at once.
 
         With ``num_returns=N`` (N other than 1), a list of N refs instead, one per value
-        it returns.
+        it returns. A generator function (or ``num_returns="streaming"``) gives an
+        :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values it yields, each
+        as soon as it is made.
 
         Raises:
             TypeError: The arguments do not bind to the function's signature, or one
@@ -110,7 +116,16 @@ class RemoteFunction(Generic[P, R]):
         rt = current(f"{self._name}.remote()")
         options = self._options
         key, blob = self.shipment()
-        out, slot, method = new_refs(self._what, None, self._name, options.num_returns)
+        returns = options.num_returns
+        if returns is None:  # as Ray: a generator function streams its values
+            returns = STREAMING if self._is_generator else 1
+        out: Any
+        slot: ReplySlot
+        method: str
+        if returns == STREAMING:
+            out, slot, method = streaming_refs(rt, self._what, None, self._name)
+        else:
+            out, slot, method = new_refs(self._what, None, self._name, cast("int", returns))
         call = FunctionCall(
             rt.functions,
             rt,

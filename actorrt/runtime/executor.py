@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable, Generator, Iterator
 from functools import partial
 from typing import Any
 
@@ -87,15 +87,64 @@ class FunctionExecutor:
                 result = fn(*args, **kwargs)
                 if inspect.iscoroutine(result):  # an async def function runs to its end here
                     result = asyncio.run(result)
+                elif inspect.isgenerator(result) or inspect.isasyncgen(result):
+                    result = _function_values(result, name)  # streamed by the mailbox
             return result
         except SystemExit as exc:  # would end the executor, which other calls share
-            raise RuntimeError(
-                f"{name} called sys.exit({exc.code!r}); a remote function cannot end its "
-                "worker process: return, or raise an exception, instead"
-            ) from None
+            raise _no_exit(name, exc) from None
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)
+
+
+def _no_exit(name: str, exc: SystemExit) -> RuntimeError:
+    return RuntimeError(
+        f"{name} called sys.exit({exc.code!r}); a remote function cannot end its worker "
+        "process: return, or raise an exception, instead"
+    )
+
+
+def _function_values(values: Any, name: str) -> Iterator[Any]:
+    """A generator function's values, each made as its call's own code runs.
+
+    The mailbox iterates it after the function returned (see ``Mailbox._stream``), so
+    each step sets up again what :meth:`FunctionExecutor._actorrt_run` sets up around
+    the call: no actor method, no actor, waits that lend the thread; an async generator
+    runs on an event loop of its own.
+    """
+    steps = _on_a_loop(values) if isinstance(values, AsyncGenerator) else values
+    try:
+        while True:
+            token = in_method.set(None)
+            actor_token = in_actor.set(None)
+            try:
+                with may_lend():
+                    value = next(steps)
+            except StopIteration:
+                return
+            except SystemExit as exc:
+                raise _no_exit(name, exc) from None
+            finally:
+                in_method.reset(token)
+                in_actor.reset(actor_token)
+            yield value
+    finally:
+        steps.close()  # cancelled between values (actorrt.cancel): its cleanup runs
+
+
+def _on_a_loop(values: AsyncGenerator[Any]) -> Generator[Any]:
+    """An async generator's values, each awaited on an event loop of its own."""
+    loop = asyncio.new_event_loop()
+    try:
+        while True:
+            try:
+                value = loop.run_until_complete(anext(values))
+            except StopAsyncIteration:
+                return
+            yield value
+    finally:
+        loop.run_until_complete(values.aclose())
+        loop.close()
 
 
 def open_executor(box: Mailbox, executor: str) -> None:

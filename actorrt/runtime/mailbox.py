@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -39,6 +39,7 @@ from actorrt.errors import ObjectLostError
 from actorrt.runtime import devices, streams
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
+from actorrt.runtime.generators import Stream, post_item
 from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
@@ -158,7 +159,9 @@ class Mailbox:
         self._prefix = call_prefix if call_prefix is not None else f"{self.what}."
         name = f"{class_name}-{self.actor_id[:8]}"
         members = inspect.getmembers(cls)
-        is_async = any(inspect.iscoroutinefunction(m) for _, m in members)
+        is_async = any(
+            inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m) for _, m in members
+        )
         groups = dict(concurrency_groups)
         # routines only: getattr on any other class attribute could run its code
         marked = {
@@ -324,6 +327,8 @@ class Mailbox:
                 reply = (OK, method(*args, **kwargs))
             else:  # top-level refs: fetched here, from their owners, before the method runs
                 reply = _with_arguments(method, call)
+            if type(name) is not str:  # num_returns, or a streaming generator
+                reply = self._shape(call, name, reply)
         except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
             take_exit()  # this thread's context outlives the call
             self.kill(exit_reason(self.what, name, exc))
@@ -338,8 +343,6 @@ class Mailbox:
             exit_asked.set(None)
             self.kill(exit_reason(self.what, name, asked))
             return
-        if type(name) is not str:  # num_returns: one reply per value, for its refs
-            reply = split_returns(self._prefix + name, name.n, reply)  # type: ignore[attr-defined]
         self._finish(call, reply)
 
     def _start_task(self, call: Call) -> None:
@@ -378,7 +381,12 @@ class Mailbox:
                     result = method(*args, **kwargs)
                     if inspect.iscoroutine(result):  # not any awaitable: a ref is a value
                         result = await result
-                    reply = (OK, result)
+                    if type(name) is Stream:
+                        reply = await self._stream_async(call, name, result)
+                    elif type(name) is not str:  # num_returns
+                        reply = self._shape(call, name, (OK, result))
+                    else:
+                        reply = (OK, result)
             except SystemExit as exc:  # caught here: out of a task it would stop the loop
                 self.kill(exit_reason(self.what, name, exc))
                 return
@@ -392,9 +400,86 @@ class Mailbox:
             if asked is not None:  # the method caught its exit_actor(): end anyway
                 self.kill(exit_reason(self.what, name, asked))
                 return
-        if type(name) is not str:  # num_returns: one reply per value, for its refs
-            reply = split_returns(self._prefix + name, name.n, reply)  # type: ignore[attr-defined]
         self._finish(call, reply)
+
+    # -- num_returns and streaming generators ------------------------------------------
+    def _shape(self, call: Call, name: str, reply: tuple[int, Any]) -> tuple[int, Any]:
+        """A method's reply for ``num_returns``: one per value, or streamed (:class:`Stream`)."""
+        if type(name) is Stream:
+            return self._stream(call, name, reply[1]) if reply[0] == OK else reply
+        return split_returns(self._prefix + name, name.n, reply)  # type: ignore[attr-defined]
+
+    def _stream(self, call: Call, name: Stream, values: Any) -> tuple[int, Any]:
+        """Sends each value ``values`` yields to the caller as it comes; the call's reply.
+
+        The reply is how many values went (an exception the generator raised is one more,
+        whose ref raises it). ``actorrt.cancel`` stops it between two values.
+        """
+        if not isinstance(values, Iterator):
+            return self._not_a_generator(name, values)
+        index = 0
+        try:
+            for value in values:
+                self._send_value(call, name, index, (OK, value))
+                index += 1
+                # actorrt.cancel(), or the actor was killed (its call answered "died"):
+                # it stops here
+                if call.cancel_asked or self._dead is not None:
+                    close = getattr(values, "close", None)
+                    if close is not None:
+                        close()
+                    if self._dead is not None:
+                        return (OK, index)  # nobody reads it: the kill answered the call
+                    self._send_value(call, name, index, self._cancelled(call, "between values"))
+                    return (OK, index + 1)
+        except SystemExit:  # exit_actor() in the generator: the actor ends (see _run)
+            raise
+        except BaseException as exc:
+            self._send_value(call, name, index, error_reply(self._prefix + name, exc))
+            index += 1
+        return (OK, index)
+
+    async def _stream_async(self, call: Call, name: Stream, values: Any) -> tuple[int, Any]:
+        """:meth:`_stream` on an async actor's loop: an async generator is awaited."""
+        if not isinstance(values, AsyncIterator):
+            return self._stream(call, name, values)  # a plain generator runs on the loop
+        index = 0
+        try:
+            async for value in values:
+                self._send_value(call, name, index, (OK, value))
+                index += 1
+        except SystemExit:
+            raise
+        except asyncio.CancelledError as exc:
+            if not call.cancel_asked:  # not actorrt.cancel(): the method's own error
+                self._send_value(call, name, index, error_reply(self._prefix + name, exc))
+            else:  # stopped where it awaited: the cancel is its last value
+                self._send_value(call, name, index, self._cancelled(call, "while it awaited"))
+            index += 1
+        except BaseException as exc:
+            self._send_value(call, name, index, error_reply(self._prefix + name, exc))
+            index += 1
+        return (OK, index)
+
+    def _not_a_generator(self, name: Stream, values: Any) -> tuple[int, Any]:
+        return error_reply(
+            self._prefix + name,
+            TypeError(
+                f"it was called with num_returns='streaming' and returned "
+                f"{type(values).__name__}, not a generator; make it yield its values, or "
+                "call it with num_returns=1."
+            ),
+        )
+
+    def _send_value(self, call: Call, name: Stream, index: int, reply: tuple[int, Any]) -> None:
+        """Packs one streamed value for the caller (large: kept here) and sends it."""
+        try:
+            wire = self._pack_reply(call.caller, reply)
+        except Exception as exc:  # it cannot be pickled: its ref raises why
+            what = f"{self._prefix}{name}: the value it yielded"
+            wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
+        streams.leaving(wire)
+        post_item(call.caller, name.stream_id, index, wire)
 
     def _begin(self, call: Call) -> bool:
         """False (the call answered, if nobody did) when the actor died before it ran."""

@@ -40,7 +40,8 @@ import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
 from actorrt.runtime import context, rref_keeper, streams
-from actorrt.runtime.protocol import KEEP, LOST, OK, RELAY
+from actorrt.runtime.payload import unpack
+from actorrt.runtime.protocol import COPY, KEEP, LOST, MULTI, OBJECT, OK, RELAY
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
@@ -253,6 +254,25 @@ class ObjectStore:
             (self.end_loan if loan else self.free)(key)
         elif not self._closed:
             self._outbox.put((owner, key, loan))
+
+    def let_go_unread(self, wire: Wire, part: int = -1) -> None:
+        """Lets go of the object a reply (or streamed value) nobody read left at its owner.
+
+        Args:
+            wire: The packed reply, arrived and not read: an inline value (most replies)
+                costs one test.
+            part: For a reply of ``num_returns``, which of its values.
+        """
+        try:
+            if wire[0] is None and wire[1][0][0] == OK:
+                return
+            reply = unpack(wire)
+            if reply[0] == MULTI:
+                reply = unpack(reply[1][max(part, 0)])
+            if reply[0] == OBJECT or reply[0] == COPY:
+                self.let_go(reply[1][2], reply[1][0])
+        except Exception:  # the call failed (nothing was kept there), or RPC is ending
+            pass
 
     def _tell_owners(self) -> None:
         while True:

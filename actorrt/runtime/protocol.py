@@ -7,6 +7,7 @@ process is gone), which is how the caller tells ``ActorError`` from ``ActorDiedE
 
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import socket
@@ -111,6 +112,8 @@ def split_returns(what: str, n: int, reply: tuple[int, Any]) -> tuple[int, Any]:
     if reply[0] != OK:
         return reply
     result = reply[1]
+    if inspect.isgenerator(result):  # a generator yields its n values (Ray's too)
+        result = tuple(result)
     if isinstance(result, (tuple, list)) and len(result) == n:
         return MULTI, tuple(result)
     got = f"{len(result)} values" if isinstance(result, (tuple, list)) else type(result).__name__

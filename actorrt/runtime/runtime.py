@@ -48,6 +48,7 @@ from actorrt.runtime.directory import (
     rpc_where,
 )
 from actorrt.runtime.functions import FunctionRoutes, Shape
+from actorrt.runtime.generators import Inboxes
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.inflight import InFlight
 from actorrt.runtime.objects import (
@@ -137,6 +138,8 @@ class Runtime:
         # The objects this process owns (large results, puts) and the refs it lent.
         self.objects = ObjectStore(name, self.pack, driver_name, directory is not None)
         self.objects.node_of = self._node_of
+        # The streaming calls this process made, whose values come as they are yielded.
+        self.generators = Inboxes(self.objects.let_go_unread)
         self.inline_bytes = INLINE_BYTES
         self.pull_bytes = PULL_BYTES
         # Payload bytes of the replies and fetched objects this process received: shows
@@ -195,7 +198,7 @@ class Runtime:
         Raises:
             RuntimeError: Another runtime is installed in this process.
         """
-        parts: list[object] = [self.host, self.calls, self.replies, self.objects]
+        parts: list[object] = [self.host, self.calls, self.replies, self.objects, self.generators]
         if self.directory is not None:
             parts.append(self.directory)
         if self.restarts is not None:

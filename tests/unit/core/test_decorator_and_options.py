@@ -188,10 +188,31 @@ def test_num_returns_travels_in_the_method_table():
         def one(self):
             return 1
 
+        def values(self):  # a generator method streams its values by default (Ray's)
+            yield 1
+
+        async def async_values(self):
+            yield 1
+
+        @actorrt.method(num_returns=2)
+        def two_values(self):
+            yield from (1, 2)
+
+        @actorrt.method(num_returns="streaming")
+        def iterates(self):
+            return iter([1])
+
     specs = _method_specs(Two)
     assert "pair#2:" in specs and "one:" in specs
     table = MethodTable(specs)
-    assert table.returns == {"pair": 2} and set(table.names) == {"one", "pair"}
+    assert table.returns == {
+        "pair": 2,
+        "values": "streaming",
+        "async_values": "streaming",
+        "two_values": 2,
+        "iterates": "streaming",
+    }
+    assert set(table.names) == {"one", "pair", "values", "async_values", "two_values", "iterates"}
     table.check("Two", "pair", (1,), {})  # the signature is still checked
     with pytest.raises(TypeError):
         table.check("Two", "pair", (), {})
@@ -205,13 +226,18 @@ def test_num_returns_options_are_checked():
         method.options(num_returns=0)
     with pytest.raises(TypeError, match="must be an int"):
         method.options(num_returns=True)
+    with pytest.raises(TypeError, match="or 'streaming'"):
+        method.options(num_returns="dynamic")  # Ray's deprecated form is not there
+    assert type(method.options(num_returns="streaming")).__name__ == "StreamingReturns"
 
 
 def test_function_options_are_rays_and_fail_at_once():
     from actorrt.options import FunctionOptions
 
     default = FunctionOptions()
-    assert (default.num_cpus, default.num_gpus, default.num_returns) == (1.0, 0.0, 1)
+    # num_returns None: 1, or "streaming" for a generator function (RemoteFunction.remote)
+    assert (default.num_cpus, default.num_gpus, default.num_returns) == (1.0, 0.0, None)
+    assert FunctionOptions.from_kwargs({"num_returns": "streaming"}).num_returns == "streaming"
     assert (default.max_retries, default.retry_exceptions) == (3, False)
     listed = FunctionOptions.from_kwargs({"retry_exceptions": [KeyError, OSError]})
     assert listed.retry_exceptions == (KeyError, OSError)  # kept as a tuple: hashable

@@ -1,0 +1,174 @@
+"""``ObjectRefGenerator``: the refs of a streaming call's values, as its method yields them.
+
+As Ray's: calling a generator method or function (or any method with
+``num_returns="streaming"``) gives an ``ObjectRefGenerator`` at once; iterating it gives
+one :class:`~actorrt.refs.ObjectRef` per value, as soon as the method has yielded it,
+while the method goes on. How the values travel: :mod:`actorrt.runtime.generators`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+
+import torch
+
+from actorrt.refs import ObjectRef, get
+from actorrt.runtime.generators import FAILED, Inbox, Stream
+from actorrt.runtime.threads import lender
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actorrt.runtime.runtime import Runtime
+
+__all__ = ["ObjectRefGenerator", "streaming_refs"]
+
+R_co = TypeVar("R_co", covariant=True)
+
+
+class ObjectRefGenerator(Generic[R_co]):
+    """The refs of a streaming call's values, in the order its method yields them.
+
+    ``for ref in gen`` (or ``async for``) gives each value's :class:`~actorrt.ObjectRef`
+    as soon as the method has yielded it; ``actorrt.get(ref)`` is the value. A value of
+    1 MiB or more stays at the actor as an object, fetched in one hop, like a result.
+    An exception the method raises is one more ref, whose ``get`` raises it as
+    :class:`~actorrt.ActorError`; so does the error of a call that failed as a whole
+    (``ActorDiedError`` when the actor died, ``TaskCancelledError`` when cancelled). Then
+    the iteration ends.
+
+    It cannot be sent to other actors (as in Ray): send the refs it gives.
+    ``actorrt.cancel(gen)`` stops the method between two values (an async one where it
+    awaits); the values yielded before stay good.
+
+    Example::
+
+        @actorrt.actor
+        class Collector:
+            def rollouts(self, n):
+                for _ in range(n):
+                    yield self.run_episode()
+
+        for ref in collector.rollouts.remote(8):  # each as soon as it is made
+            learner.add.remote(ref)
+    """
+
+    __slots__ = ("_call", "_inbox", "_stream_id", "_inboxes", "_next", "_ended", "__weakref__")
+
+    def __init__(self, what: str, actor_id: str | None, rt: Runtime) -> None:
+        # The call's own ref: its reply is how many values there were (completed()).
+        self._call: ObjectRef[int] = ObjectRef(what, actor_id)
+        self._inboxes = rt.generators
+        self._stream_id, self._inbox = rt.generators.open()
+        self._next = 0  # the index of the next value to give
+        self._ended = False
+        # weakly: the call's ref would otherwise hold itself through its own callback
+        self._call._when_ready(partial(_answered, weakref.ref(self._call), self._inbox))
+
+    def __del__(self) -> None:
+        try:
+            self._inboxes.close(self._stream_id)  # values not taken are let go
+        except Exception:  # interpreter teardown
+            pass
+
+    def __iter__(self) -> ObjectRefGenerator[R_co]:
+        return self
+
+    def __next__(self) -> ObjectRef[R_co]:
+        """The ref of the next value, once the method has yielded it (this blocks).
+
+        Raises:
+            StopIteration: The method returned, or the last ref raised its error.
+        """
+        if self._ended:
+            raise StopIteration
+        slot = self._inbox.slot(self._next)
+        pool = lender()
+        if pool is not None and not slot.done():  # in a remote function: lend its thread
+            with pool.lending():
+                return self._ref(slot.result())
+        return self._ref(slot.result())
+
+    def __aiter__(self) -> ObjectRefGenerator[R_co]:
+        return self
+
+    async def __anext__(self) -> ObjectRef[R_co]:
+        """As :meth:`__next__`, in a coroutine; never blocks the event loop.
+
+        Cancelling the awaiting task cancels the wait only: the next ``__anext__`` gives
+        the same value's ref.
+        """
+        if self._ended:
+            raise StopAsyncIteration
+        slot = self._inbox.slot(self._next)
+        item = await asyncio.shield(asyncio.wrap_future(slot))
+        try:
+            return self._ref(item)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def completed(self) -> ObjectRef[int]:
+        """A ref ready once the method has ended: its value is how many values it yielded.
+
+        Its ``get`` raises the call's error when the call failed as a whole (the actor
+        died, the call was cancelled before it began), as Ray's ``completed()``.
+        """
+        return self._call
+
+    def _ref(self, item: Any) -> ObjectRef[R_co]:
+        """The ref of the value the inbox gave (``item``), or the end of the iteration."""
+        if item is None:  # the method yielded no more
+            self._ended = True
+            raise StopIteration
+        if type(item) is str and item == FAILED:  # the call failed: its own ref says why
+            self._ended = True
+            return self._call  # type: ignore[return-value]  # get() raises
+        self._inbox.take(self._next)
+        self._next += 1
+        ref: ObjectRef[R_co] = ObjectRef(self._call._call, self._call._actor_id)
+        arrived: torch.futures.Future[Any] = torch.futures.Future()
+        arrived.set_result(item)
+        ref.attach(arrived, self._call._worker, None, _answered_already)
+        return ref
+
+    def _when_ready(self, fn: Callable[[], None]) -> None:
+        # What PendingCalls reads of a call's refs: the call answered (all values sent).
+        self._call._when_ready(fn)
+
+    def __repr__(self) -> str:
+        state = "done" if self._ended else f"{self._next} taken"
+        return f"ObjectRefGenerator({self._call._call}, {state})"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            f"{self!r} cannot be sent to another process (as in Ray): iterate it here and "
+            "send the refs it gives, or send the actor's handle and call the method there."
+        )
+
+
+def streaming_refs(
+    rt: Runtime, what: str, actor_id: str | None, method: str
+) -> tuple[ObjectRefGenerator[Any], ObjectRef[Any], Stream]:
+    """What a streaming call's ``.remote()`` returns, where its reply goes, and its name."""
+    gen: ObjectRefGenerator[Any] = ObjectRefGenerator(what, actor_id, rt)
+    return gen, gen._call, Stream(method, gen._stream_id)
+
+
+def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:
+    # The call answered (on torch's RPC thread, or where it failed unsent): its count.
+    call = call_ref()
+    if call is None:  # the generator is gone, and its inbox closed
+        return
+    try:
+        count = get(call, timeout=0)
+    except BaseException:  # noqa: BLE001  # the call failed: the inbox ends with its error
+        inbox.finish(None)
+        return
+    inbox.finish(count if type(count) is int else None)
+
+
+def _answered_already() -> None:
+    """A streamed value's ref cancels nothing: its value is here."""

@@ -1,0 +1,190 @@
+"""Streaming generators: a call whose method yields sends each value to its caller as it comes.
+
+As Ray's ``num_returns="streaming"`` (the default for a generator method or function),
+``.remote()`` gives an ``ObjectRefGenerator`` at once, and each value the method yields
+reaches its caller while the method goes on.
+
+The road is a call's road. The call goes out as any call, its method name a
+:class:`Stream` that carries the caller's stream id. The actor's thread runs the
+generator (the mailbox) and packs each value for the caller with the payload pipeline, as
+it packs a reply: a large value stays at the actor as an object and the caller gets its
+location. :func:`post_item` sends it, with its index, to :func:`rpc_item` at the caller,
+where :class:`Inboxes` hands it to the stream's :class:`Inbox`. The call's own reply comes
+last and says how many values there were; an exception the generator raised is one more
+value, whose ref raises it. torch RPC handles requests on a pool of threads, so values
+may arrive in any order, and after that reply: each carries its index, and the inbox
+waits for every one the reply counted. A value that comes twice (a call sent again after
+its process died) is taken once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from actorrt.runtime import context, quick_rpc, streams
+from actorrt.runtime.payload import Wire
+
+__all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Stream", "post_item", "rpc_item"]
+
+STREAMING = "streaming"
+"""The ``num_returns`` of a streaming call (Ray's word)."""
+
+FAILED = "failed"
+"""What an inbox gives for the index where the call itself failed: its reply is the error."""
+
+
+class Stream(str):
+    """A method's name that asks for its yielded values to be streamed to the caller.
+
+    It is the name (a ``str``: looked up, logged and sent as one); ``stream_id`` says
+    which of the caller's streams the values go to.
+    """
+
+    stream_id: int
+
+    def __new__(cls, name: str, stream_id: int) -> Stream:
+        """The name ``name``, streaming to the caller's stream ``stream_id``."""
+        self = super().__new__(cls, name)
+        self.stream_id = stream_id
+        return self
+
+    def __reduce__(self) -> tuple[type[Stream], tuple[str, int]]:
+        return (Stream, (str(self), self.stream_id))
+
+
+class Inbox:
+    """One streaming call's values, as they arrive at its caller.
+
+    :meth:`slot` of an index is a future done with the value's packed form (a ``Wire``),
+    ``None`` when the call ended before yielding that many, or :data:`FAILED` at the index
+    where the call itself failed (its own reply is then the error).
+    """
+
+    __slots__ = ("_lock", "_slots", "_got", "_seen", "_end", "_failed")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[int, cf.Future[Any]] = {}
+        self._got: set[int] = set()  # indexes arrived (a value sent twice is taken once)
+        self._seen = 0  # every index below this has arrived
+        self._end: int | None = None  # how many values there are, once the call answered
+        self._failed = False
+
+    def slot(self, index: int) -> cf.Future[Any]:
+        """The future of value ``index`` (made now, or known already)."""
+        with self._lock:
+            fut = self._slots.get(index)
+            if fut is not None:
+                return fut
+            fut = self._slots[index] = cf.Future()
+            end = self._end
+            failed = self._failed
+        if end is not None and index >= end:
+            fut.set_result(FAILED if failed and index == end else None)
+        return fut
+
+    def take(self, index: int) -> None:
+        """Forgets value ``index``: its ref holds it now."""
+        with self._lock:
+            self._slots.pop(index, None)
+
+    def put(self, index: int, wire: Wire) -> bool:
+        """Value ``index`` arrived; False when it is not wanted (past the end, or twice)."""
+        with self._lock:
+            if index in self._got or (self._end is not None and index >= self._end):
+                return False
+            self._got.add(index)
+            while self._seen in self._got:
+                self._seen += 1
+            fut = self._slots.get(index)
+            if fut is None:
+                fut = self._slots[index] = cf.Future()
+        fut.set_result(wire)
+        return True
+
+    def finish(self, count: int | None) -> None:
+        """The call answered: it yielded ``count`` values (None: the call failed).
+
+        A failed call's error goes after the values that have arrived; any that arrive
+        later are not wanted.
+        """
+        with self._lock:
+            if self._end is not None:
+                return
+            self._failed = count is None
+            end = self._end = self._seen if count is None else count
+            after = [(i, f) for i, f in self._slots.items() if i >= end and not f.done()]
+        for index, fut in after:
+            fut.set_result(FAILED if count is None and index == end else None)
+
+    def close(self) -> list[Wire]:
+        """Ends the inbox (its generator is gone); the values arrived and not taken."""
+        with self._lock:
+            self._end = self._seen if self._end is None else self._end
+            slots, self._slots = self._slots, {}
+        return [f.result() for f in slots.values() if f.done() and type(f.result()) is tuple]
+
+
+class Inboxes:
+    """This process's open streams (a runtime part, found by :func:`rpc_item`).
+
+    Args:
+        let_go: Lets go of the object a packed value left at its producer, if any (for
+            a value nobody will take: its generator is gone).
+    """
+
+    def __init__(self, let_go: Callable[[Wire], None]) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[int, Inbox] = {}
+        self._ids = itertools.count()
+        self._let_go = let_go
+
+    def open(self) -> tuple[int, Inbox]:
+        """A new stream: its id (what the call's :class:`Stream` name carries) and inbox."""
+        inbox = Inbox()
+        with self._lock:
+            stream_id = next(self._ids)
+            self._open[stream_id] = inbox
+        return stream_id, inbox
+
+    def close(self, stream_id: int) -> None:
+        """Stream ``stream_id``'s generator is gone: its values not taken are let go."""
+        with self._lock:
+            inbox = self._open.pop(stream_id, None)
+        if inbox is not None:
+            for wire in inbox.close():
+                self._let_go(wire)
+
+    def put(self, stream_id: int, index: int, wire: Wire) -> None:
+        """Value ``index`` of stream ``stream_id`` arrived."""
+        inbox = self._open.get(stream_id)  # one dict read is atomic
+        if inbox is None or not inbox.put(index, wire):
+            self._let_go(wire)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+def rpc_item(stream_id: int, index: int, wire: Wire) -> None:
+    """At the caller: value ``index`` of its stream ``stream_id`` (packed)."""
+    streams.arrived(wire)
+    try:
+        inboxes = context.part(Inboxes)
+    except Exception:  # this process's runtime is gone: nobody waits for the value
+        return
+    inboxes.put(stream_id, index, wire)
+
+
+def post_item(caller: str, stream_id: int, index: int, wire: Wire) -> None:
+    """Sends value ``index`` of ``caller``'s stream ``stream_id``; does not wait.
+
+    A caller that is gone is not told: nobody waits for the value there.
+    """
+    try:
+        quick_rpc.rpc_async(caller, rpc_item, (stream_id, index, wire))
+    except Exception:  # the caller is gone
+        pass

@@ -1,0 +1,261 @@
+"""Streaming generators in one process (no RPC): the caller's inbox and the actor's side."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import torch
+
+from actorrt.runtime import generators
+from actorrt.runtime.generators import FAILED, Inbox, Inboxes, Stream
+from actorrt.runtime.mailbox import Call, Mailbox
+from actorrt.runtime.protocol import CANCELLED, ERROR, OK
+
+W = [((None, [(OK, i)])) for i in range(6)]  # six packed values
+
+
+def test_values_arriving_in_any_order_are_given_in_order():
+    inbox = Inbox()
+    for i in (2, 0, 1):
+        assert inbox.put(i, W[i])
+    assert [inbox.slot(i).result(timeout=1) for i in range(3)] == W[:3]
+
+
+def test_a_slot_asked_before_its_value_is_done_when_it_comes():
+    inbox = Inbox()
+    slot = inbox.slot(1)
+    assert not slot.done()
+    inbox.put(0, W[0])
+    assert not slot.done()
+    inbox.put(1, W[1])
+    assert slot.result(timeout=1) == W[1]
+
+
+def test_a_value_sent_twice_is_taken_once():
+    # A call sent again after its process died yields its values again, same indexes.
+    inbox = Inbox()
+    assert inbox.put(0, W[0])
+    assert not inbox.put(0, W[3])
+    assert inbox.slot(0).result(timeout=1) == W[0]
+
+
+def test_the_end_comes_after_every_counted_value_even_when_the_reply_is_first():
+    inbox = Inbox()
+    inbox.put(0, W[0])
+    inbox.finish(3)  # the call's reply overtook values 1 and 2
+    one, two, three = inbox.slot(1), inbox.slot(2), inbox.slot(3)
+    assert three.result(timeout=1) is None  # no fourth value
+    assert not one.done() and not two.done()
+    inbox.put(2, W[2])
+    inbox.put(1, W[1])
+    assert (one.result(timeout=1), two.result(timeout=1)) == (W[1], W[2])
+    assert not inbox.put(3, W[3])  # past the end: not wanted
+
+
+def test_a_failed_call_ends_after_the_values_that_arrived():
+    gone = []
+    inboxes = Inboxes(gone.append)
+    stream_id, inbox = inboxes.open()
+    inboxes.put(stream_id, 0, W[0])
+    inboxes.put(stream_id, 2, W[2])  # 1 never came: the call failed before it
+    pending = inbox.slot(1)
+    inbox.finish(None)
+    assert pending.result(timeout=1) == FAILED  # the call's error goes there
+    assert inbox.slot(3).result(timeout=1) is None
+    inboxes.put(stream_id, 1, W[1])  # too late: let go at once
+    assert gone == [W[1]]
+    inbox.slot(0).result(timeout=1)
+    inbox.take(0)
+    inboxes.close(stream_id)  # value 2 was never given: let go now
+    assert gone == [W[1], W[2]]
+
+
+def test_a_slot_cannot_be_cancelled_by_a_cancelled_wait():
+    inbox = Inbox()
+    slot = inbox.slot(0)
+
+    async def wait_briefly():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(slot)), 0.05)
+
+    asyncio.run(wait_briefly())
+    inbox.put(0, W[0])
+    assert slot.result(timeout=1) == W[0]
+
+
+def test_closing_lets_go_of_the_values_not_taken_and_of_later_ones():
+    gone = []
+    inboxes = Inboxes(gone.append)
+    stream_id, inbox = inboxes.open()
+    inboxes.put(stream_id, 0, W[0])
+    inboxes.put(stream_id, 1, W[1])
+    inbox.slot(0).result(timeout=1)
+    inbox.take(0)  # its ref holds value 0
+    inboxes.close(stream_id)
+    assert gone == [W[1]]
+    inboxes.put(stream_id, 2, W[2])  # still on its way when the generator went
+    assert gone == [W[1], W[2]]
+    assert len(inboxes) == 0
+
+
+def test_a_stream_name_survives_pickling():
+    import pickle
+
+    name = pickle.loads(pickle.dumps(Stream("rollouts", 7)))
+    assert (name, type(name), name.stream_id) == ("rollouts", Stream, 7)
+
+
+# -- the actor's side: the mailbox runs the generator and sends each value ------------
+
+
+class Source:
+    def __init__(self):
+        self.closed = False
+        self.gate = threading.Event()
+
+    def count(self, n):
+        yield from range(n)
+
+    def fail_after(self, n):
+        yield from range(n)
+        raise ValueError("boom")
+
+    def forever(self):
+        i = 0
+        try:
+            while True:
+                yield i
+                i += 1
+                self.gate.wait(0.01)
+        finally:
+            self.closed = True
+
+    def plain(self):
+        return 3
+
+
+class AsyncSource:
+    async def count(self, n):
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield i
+
+    async def slow(self):
+        yield 0
+        await asyncio.sleep(30)
+        yield 1
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The values the mailbox sends, as (caller, stream id, index, reply)."""
+    out = []
+    monkeypatch.setattr(
+        "actorrt.runtime.mailbox.post_item", lambda *item: out.append(item), raising=True
+    )
+    return out
+
+
+def _box(cls):
+    box = Mailbox("b" * 32, lambda actor_id, why: None, lambda _caller, reply: reply)
+    box.open(cls, (None, [((), {})]), class_name=cls.__name__, max_concurrency=None, gpu_ids=())
+    return box
+
+
+def _stream_call(seq, method, *args):
+    return Call("c", seq, Stream(method, 5), (None, [(args, {})]), torch.futures.Future())
+
+
+def test_each_value_goes_to_the_callers_stream_and_the_reply_counts_them(sent):
+    box = _box(Source)
+    call = _stream_call(0, "count", 3)
+    box.deliver(call)
+    assert call.future.wait() == (OK, 3)
+    assert sent == [("c", 5, i, (OK, i)) for i in range(3)]
+
+
+def test_an_exception_is_one_more_value_and_the_call_answers(sent):
+    box = _box(Source)
+    call = _stream_call(0, "fail_after", 2)
+    box.deliver(call)
+    assert call.future.wait() == (OK, 3)
+    status, (what, summary, _, cause) = sent[2][3]
+    assert (status, summary, type(cause)) == (ERROR, "ValueError: boom", ValueError)
+    assert what.endswith("fail_after")
+
+
+def test_a_method_that_returns_no_generator_fails_the_call(sent):
+    box = _box(Source)
+    call = _stream_call(0, "plain")
+    box.deliver(call)
+    status, (_, summary, _, _) = call.future.wait()
+    assert status == ERROR and "returned int, not a generator" in summary
+    assert sent == []
+
+
+def _running(cls, method, sent, values=1):
+    """A mailbox of ``cls`` running streaming call ``method``, once it sent ``values``."""
+    box = _box(cls)
+    call = _stream_call(0, method)
+    box.deliver(call)
+    _until(lambda: len(sent) >= values)
+    return box, call
+
+
+def _until(predicate, within=10.0):
+    deadline = time.monotonic() + within
+    while not predicate():
+        assert time.monotonic() < deadline, "not within 10 s"
+        time.sleep(0.01)
+
+
+def test_a_cancel_stops_a_running_generator_between_values(sent):
+    box, call = _running(Source, "forever", sent, values=3)
+    box.cancel("c", 0)
+    count = call.future.wait()[1]
+    assert sent[-1][2] == count - 1 and sent[-1][3][0] == CANCELLED
+    assert [s[3] for s in sent[:-1]] == [(OK, i) for i in range(count - 1)]
+    assert box._instance.closed  # its finally ran
+
+
+def test_a_kill_stops_a_running_generator(sent):
+    box, call = _running(Source, "forever", sent)
+    source = box._instance
+    box.kill("killed")
+    assert call.future.wait()[0] != OK
+    _until(lambda: source.closed)  # its thread leaves the generator after the value it makes
+
+
+def test_an_async_generator_streams_from_the_actors_loop(sent):
+    box = _box(AsyncSource)
+    call = _stream_call(0, "count", 4)
+    box.deliver(call)
+    assert call.future.wait() == (OK, 4)
+    assert [s[3] for s in sent] == [(OK, i) for i in range(4)]
+
+
+def test_a_cancel_stops_an_async_generator_where_it_awaits(sent):
+    box, call = _running(AsyncSource, "slow", sent)
+    box.cancel("c", 0)
+    assert call.future.wait() == (OK, 2)
+    assert sent[0][3] == (OK, 0) and sent[1][3][0] == CANCELLED
+
+
+def test_num_returns_takes_a_generators_values(sent):
+    from actorrt.runtime.protocol import MULTI, Returns
+
+    box = _box(Source)
+    call = Call("c", 0, Returns("count", 3), (None, [((3,), {})]), torch.futures.Future())
+    box.deliver(call)
+    assert call.future.wait() == (MULTI, (0, 1, 2))
+
+
+def test_post_item_to_a_caller_that_is_gone_does_not_raise(monkeypatch):
+    def refuse(*_):
+        raise RuntimeError("unknown destination")
+
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", refuse)
+    generators.post_item("gone", 1, 0, W[0])  # nothing raised
