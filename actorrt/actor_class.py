@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -261,11 +261,52 @@ class RemoteMethod(Protocol[S_contra, Q, L_co, R_co]):
     ) -> BoundRemoteMethod[Q, L_co, R_co]: ...
 
 
+class BoundStreamingMethod(Protocol[Q, L_co, R_co]):
+    """What a type checker sees for ``handle.method`` of a marked generator method.
+
+    ``Q`` is the method's parameters without ``self``, ``L_co`` what a local call returns
+    (the generator), ``R_co`` the type of each value it yields.
+    """
+
+    def __call__(self, *args: Q.args, **kwargs: Q.kwargs) -> L_co:
+        """A local call (inside the actor); on a handle it raises ``TypeError``."""
+        ...
+
+    def remote(self, *args: Q.args, **kwargs: Q.kwargs) -> ObjectRefGenerator[R_co]:
+        """Calls the method on the actor; the generator of its values' refs."""
+        ...
+
+
+class StreamingMethod(Protocol[S_contra, Q, L_co, R_co]):
+    """What a type checker sees for a generator method marked :func:`method`.
+
+    Read on an instance it is a :class:`BoundStreamingMethod`; on the class, the plain
+    function.
+    """
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[Any], /
+    ) -> Callable[Concatenate[S_contra, Q], L_co]: ...
+    @overload
+    def __get__(
+        self, instance: S_contra, owner: type[Any], /
+    ) -> BoundStreamingMethod[Q, L_co, R_co]: ...
+
+
 _NUM_RETURNS = "__actorrt_num_returns__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+@overload
+def method(  # type: ignore[overload-overlap]  # a generator is also a value (the last overload)
+    fn: Callable[Concatenate[S, Q], Iterator[R]], /
+) -> StreamingMethod[S, Q, Iterator[R], R]: ...
+@overload
+def method(  # type: ignore[overload-overlap]
+    fn: Callable[Concatenate[S, Q], AsyncIterator[R]], /
+) -> StreamingMethod[S, Q, AsyncIterator[R], R]: ...
 @overload
 def method(
     fn: Callable[Concatenate[S, Q], Coroutine[Any, Any, R]], /

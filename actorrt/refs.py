@@ -791,8 +791,19 @@ def check_timeout(timeout: object) -> float | None:
     return None if math.isinf(timeout) else float(timeout)
 
 
+def _refuse_generator(value: object) -> None:
+    """Raises ``TypeError`` naming the fix when ``value`` is an ``ObjectRefGenerator``."""
+    if callable(getattr(value, "completed", None)):
+        raise TypeError(
+            f"{value!r} is the generator of a streaming call, not an ObjectRef: iterate it "
+            "(for ref in gen: actorrt.get(ref)), or use gen.completed(), the ref that is "
+            "ready once the method has ended."
+        )
+
+
 def _check_ref(ref: object) -> ObjectRef[Any]:
     if not isinstance(ref, ObjectRef):
+        _refuse_generator(ref)
         raise TypeError(
             f"expected an ObjectRef (what handle.method.remote(...) returns), got {type(ref)!r}."
         )
@@ -853,6 +864,7 @@ def _get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], timeout: float | None)
     if isinstance(refs, ObjectRef):
         return _result(refs, timeout)
     if not isinstance(refs, (list, tuple)):
+        _refuse_generator(refs)
         raise TypeError(f"actorrt.get takes an ObjectRef or a list of them, got {type(refs)!r}.")
     deadline = None if timeout is None else time.monotonic() + timeout
     refs = [_check_ref(ref) for ref in refs]
@@ -917,6 +929,7 @@ def wait(
             appears twice.
     """
     if not isinstance(refs, (list, tuple)):
+        _refuse_generator(refs)
         raise TypeError(f"actorrt.wait takes a list of ObjectRefs, got {type(refs)!r}.")
     timeout = check_timeout(timeout)
     if not refs:

@@ -50,6 +50,7 @@ def config(quick: bool) -> dict[str, Any]:
             "objects_reps": 2,
             "tasks_calls": 100,
             "tasks_burst": 1000,
+            "tasks_stream": 500,
         }
     return {
         "quick": False,
@@ -77,6 +78,7 @@ def config(quick: bool) -> dict[str, Any]:
         "objects_reps": 3,
         "tasks_calls": 300,
         "tasks_burst": 2000,
+        "tasks_stream": 1000,
     }
 
 

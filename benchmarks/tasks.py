@@ -11,14 +11,17 @@ functions at their default ``num_cpus=1``:
 - ``pass``: a function makes a 64 MB tensor and another reads it from the first one's
   ref (the bytes go worker to worker), in seconds;
 - ``nested``: ``fib(10)`` by functions that call and wait for functions (177 calls),
-  in seconds.
+  in seconds;
+- ``stream``: a generator function yields ``tasks_stream`` small values, which the
+  driver takes one by one as they come (``for ref in gen: get(ref)``), in seconds for
+  the whole stream (a streaming generator: Ray's default for a generator function).
 
 The report prints actorrt/Ray ratios (below 1: actorrt is faster).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -42,15 +45,22 @@ def nbytes(t: torch.Tensor) -> int:
     return int(t.nbytes)
 
 
+def count(n: int) -> Iterator[int]:
+    for i in range(n):  # noqa: UP028  # not `yield from`: Ray 2.60 fails on it
+        yield i
+
+
 def _measure(get: Callable[[Any], Any], fns: dict[str, Any], cfg: dict) -> dict:
-    f, mk, nb, fib = fns["echo"], fns["make"], fns["nbytes"], fns["fib"]
+    f, mk, nb, fib, gen = fns["echo"], fns["make"], fns["nbytes"], fns["fib"], fns["count"]
     calls, burst, reps = cfg.get("tasks_calls", 300), cfg.get("tasks_burst", 2000), 3
+    values = cfg.get("tasks_stream", 1000)
     get([f.remote(i) for i in range(4 * WORKERS)])  # every process has run one
     return {
         "one": median_time(lambda: get(f.remote(1)), calls),
         "burst": median_time(lambda: get([f.remote(i) for i in range(burst)]), reps),
         "pass": median_time(lambda: get(nb.remote(mk.remote(PASS_BYTES))), reps),
         "nested": median_time(lambda: get(fib.remote(10)), reps),
+        "stream": median_time(lambda: [get(r) for r in gen.remote(values)], reps),
     }
 
 
@@ -69,7 +79,7 @@ def _actorrt(cfg: dict) -> dict:
         return sum(actorrt.get([fib.remote(n - 1), fib.remote(n - 2)], timeout=300))
 
     fns = {"echo": actorrt.remote(echo), "make": actorrt.remote(make)}
-    fns.update(nbytes=actorrt.remote(nbytes), fib=fib)
+    fns.update(nbytes=actorrt.remote(nbytes), fib=fib, count=actorrt.remote(count))
     with actorrt.start(num_workers=WORKERS):
         return _measure(lambda r: actorrt.get(r, timeout=300), fns, cfg)
 
@@ -84,7 +94,7 @@ def _ray(cfg: dict) -> dict:
         return sum(ray.get([fib.remote(n - 1), fib.remote(n - 2)]))
 
     fns = {"echo": ray.remote(echo), "make": ray.remote(make), "nbytes": ray.remote(nbytes)}
-    fns["fib"] = fib
+    fns.update(fib=fib, count=ray.remote(count))
     ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
     try:
         return _measure(ray.get, fns, cfg)
@@ -97,11 +107,13 @@ def table(doc: dict) -> str:
     res = {s: r["tasks"] for s, r in doc["results"].items() if "tasks" in r}
     ours, theirs = res.get("actorrt") or {}, res.get("ray") or {}
     burst = doc.get("config", {}).get("tasks_burst", 2000)
+    values = doc.get("config", {}).get("tasks_stream", 1000)
     names = {
         "one": "one call, get (s)",
         "burst": f"{burst} calls, get all (s)",
         "pass": "64 MB from one to another (s)",
         "nested": "fib(10), nested (s)",
+        "stream": f"{values} values streamed (s)",
     }
     lines = ["what                              actorrt      ray   actorrt/ray"]
     for key, what in names.items():

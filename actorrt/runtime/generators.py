@@ -9,7 +9,10 @@ The road is a call's road. The call goes out as any call, its method name a
 generator (the mailbox) and packs each value for the caller with the payload pipeline, as
 it packs a reply: a large value stays at the actor as an object and the caller gets its
 location. :func:`post_item` sends it, with its index, to :func:`rpc_item` at the caller,
-where :class:`Inboxes` hands it to the stream's :class:`Inbox`. The call's own reply comes
+where :class:`Inboxes` hands it to the stream's :class:`Inbox`. A value goes at once
+when none of its stream's is on its way; values yielded meanwhile go together, in one
+message, when that one has arrived (:class:`Sender`), so a fast generator pays one
+message per round trip, not per value, and a slow one no wait. The call's own reply comes
 last and says how many values there were; an exception the generator raised is one more
 value, whose ref raises it. torch RPC handles requests on a pool of threads, so values
 may arrive in any order, and after that reply: each carries its index, and the inbox
@@ -25,10 +28,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from actorrt.runtime import context, quick_rpc, streams
 from actorrt.runtime.payload import Wire
 
-__all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Stream", "post_item", "rpc_item"]
+__all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Sender", "Stream", "rpc_items"]
 
 STREAMING = "streaming"
 """The ``num_returns`` of a streaming call (Ray's word)."""
@@ -169,22 +174,71 @@ class Inboxes:
         return len(self._open)
 
 
-def rpc_item(stream_id: int, index: int, wire: Wire) -> None:
-    """At the caller: value ``index`` of its stream ``stream_id`` (packed)."""
-    streams.arrived(wire)
+def rpc_items(stream_id: int, items: list[tuple[int, Wire]]) -> None:
+    """At the caller: values of its stream ``stream_id``, as ``(index, packed value)``."""
+    for _, wire in items:
+        streams.arrived(wire)
     try:
         inboxes = context.part(Inboxes)
-    except Exception:  # this process's runtime is gone: nobody waits for the value
+    except Exception:  # this process's runtime is gone: nobody waits for the values
         return
-    inboxes.put(stream_id, index, wire)
+    for index, wire in items:
+        inboxes.put(stream_id, index, wire)
 
 
-def post_item(caller: str, stream_id: int, index: int, wire: Wire) -> None:
-    """Sends value ``index`` of ``caller``'s stream ``stream_id``; does not wait.
+class Sender:
+    """Sends one streaming call's values to its caller: at once, or gathered (see above).
 
-    A caller that is gone is not told: nobody waits for the value there.
+    Args:
+        caller: The caller's process.
+        stream_id: Its stream (what the call's :class:`Stream` name carries).
     """
-    try:
-        quick_rpc.rpc_async(caller, rpc_item, (stream_id, index, wire))
-    except Exception:  # the caller is gone
-        pass
+
+    __slots__ = ("_caller", "_stream_id", "_lock", "_waiting", "_busy", "gone")
+
+    def __init__(self, caller: str, stream_id: int) -> None:
+        self._caller = caller
+        self._stream_id = stream_id
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[int, Wire]] = []
+        self._busy = False  # a message of this stream is on its way
+        self.gone = False
+        """Whether the caller is gone (a message to it failed): the generator may stop."""
+
+    def send(self, index: int, wire: Wire) -> None:
+        """Sends value ``index``; never waits. Once the caller is gone, it is dropped."""
+        with self._lock:
+            if self.gone:
+                return
+            if self._busy:
+                self._waiting.append((index, wire))
+                return
+            self._busy = True
+        self._post([(index, wire)])
+
+    def _post(self, items: list[tuple[int, Wire]]) -> None:
+        try:
+            fut = quick_rpc.rpc_async(self._caller, rpc_items, (self._stream_id, items))
+        except Exception:  # the caller is gone: nobody waits for the values
+            self._lost()
+            return
+        fut.add_done_callback(self._arrived)
+
+    def _arrived(self, fut: torch.futures.Future[None]) -> None:
+        # On torch's RPC thread, as the message is acknowledged: what waited goes now.
+        try:
+            fut.value()
+        except Exception:  # the caller died
+            self._lost()
+            return
+        with self._lock:
+            items, self._waiting = self._waiting, []
+            if not items:
+                self._busy = False
+                return
+        self._post(items)
+
+    def _lost(self) -> None:
+        with self._lock:
+            self.gone = True
+            self._waiting = []

@@ -39,7 +39,7 @@ from actorrt.errors import ObjectLostError
 from actorrt.runtime import devices, streams
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
-from actorrt.runtime.generators import Stream, post_item
+from actorrt.runtime.generators import Sender, Stream
 from actorrt.runtime.objects import resolve_args, resolve_args_async
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
@@ -417,25 +417,27 @@ class Mailbox:
         """
         if not isinstance(values, Iterator):
             return self._not_a_generator(name, values)
+        sender = Sender(call.caller, name.stream_id)
         index = 0
         try:
             for value in values:
-                self._send_value(call, name, index, (OK, value))
+                self._send_value(sender, call, name, index, (OK, value))
                 index += 1
-                # actorrt.cancel(), or the actor was killed (its call answered "died"):
-                # it stops here
-                if call.cancel_asked or self._dead is not None:
+                # actorrt.cancel(), the actor was killed (its call answered "died"), or
+                # the caller is gone: it stops here
+                if call.cancel_asked or self._dead is not None or sender.gone:
                     close = getattr(values, "close", None)
                     if close is not None:
                         close()
-                    if self._dead is not None:
-                        return (OK, index)  # nobody reads it: the kill answered the call
-                    self._send_value(call, name, index, self._cancelled(call, "between values"))
+                    if self._dead is not None or sender.gone:
+                        return (OK, index)  # nobody reads it
+                    cancelled = self._cancelled(call, "between values")
+                    self._send_value(sender, call, name, index, cancelled)
                     return (OK, index + 1)
         except SystemExit:  # exit_actor() in the generator: the actor ends (see _run)
             raise
         except BaseException as exc:
-            self._send_value(call, name, index, error_reply(self._prefix + name, exc))
+            self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
             index += 1
         return (OK, index)
 
@@ -443,21 +445,28 @@ class Mailbox:
         """:meth:`_stream` on an async actor's loop: an async generator is awaited."""
         if not isinstance(values, AsyncIterator):
             return self._stream(call, name, values)  # a plain generator runs on the loop
+        sender = Sender(call.caller, name.stream_id)
         index = 0
         try:
             async for value in values:
-                self._send_value(call, name, index, (OK, value))
+                self._send_value(sender, call, name, index, (OK, value))
                 index += 1
+                if sender.gone:  # the caller is gone: it stops here
+                    close = getattr(values, "aclose", None)
+                    if close is not None:
+                        await close()
+                    break
         except SystemExit:
             raise
         except asyncio.CancelledError as exc:
             if not call.cancel_asked:  # not actorrt.cancel(): the method's own error
-                self._send_value(call, name, index, error_reply(self._prefix + name, exc))
+                self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
             else:  # stopped where it awaited: the cancel is its last value
-                self._send_value(call, name, index, self._cancelled(call, "while it awaited"))
+                cancelled = self._cancelled(call, "while it awaited")
+                self._send_value(sender, call, name, index, cancelled)
             index += 1
         except BaseException as exc:
-            self._send_value(call, name, index, error_reply(self._prefix + name, exc))
+            self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
             index += 1
         return (OK, index)
 
@@ -471,7 +480,9 @@ class Mailbox:
             ),
         )
 
-    def _send_value(self, call: Call, name: Stream, index: int, reply: tuple[int, Any]) -> None:
+    def _send_value(
+        self, sender: Sender, call: Call, name: Stream, index: int, reply: tuple[int, Any]
+    ) -> None:
         """Packs one streamed value for the caller (large: kept here) and sends it."""
         try:
             wire = self._pack_reply(call.caller, reply)
@@ -479,7 +490,7 @@ class Mailbox:
             what = f"{self._prefix}{name}: the value it yielded"
             wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
         streams.leaving(wire)
-        post_item(call.caller, name.stream_id, index, wire)
+        sender.send(index, wire)
 
     def _begin(self, call: Call) -> bool:
         """False (the call answered, if nobody did) when the actor died before it ran."""

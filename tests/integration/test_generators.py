@@ -244,6 +244,9 @@ def test_a_generator_cannot_travel_and_bad_num_returns_fail_at_the_call(cluster)
     gen = s.count.remote(2)
     with pytest.raises(TypeError, match="cannot be sent to another process"):
         sink.total.remote([gen])
+    for use in (actorrt.get, actorrt.wait, lambda g: actorrt.get([g]), lambda g: actorrt.wait([g])):
+        with pytest.raises(TypeError, match="iterate it"):
+            use(gen)
     assert _values(gen) == [0, 1]
     with pytest.raises(TypeError, match="'streaming'"):
         s.count.options(num_returns="stream")

@@ -95,6 +95,8 @@ def test_typed_calls_run(cluster):
         "echoed": b"abab",
         "plain": 7,
         "twice": 36,
+        "streamed": [18, 19],
+        "labels": ["#0", "#1"],
         "scaled": [4.5, 4.0],
     }
     assert asyncio.run(typed_sample.run_async()) == 3

@@ -20,6 +20,7 @@ def wrong_calls() -> None:
     c.describe.remote(2, factor="big")  # E: arg-type
     c.describe.remote(2, colour="red")  # E: call-arg
     c.later.remote()  # E: call-arg
+    c.upto.remote("two")  # E: arg-type
     c.unmarked.remote()  # E: attr-defined
     c.no_such_method.remote()  # E: attr-defined
     Echo.options(num_cpus=1).remote(b"x")  # E: call-overload
@@ -35,4 +36,5 @@ def wrong_results() -> tuple[object, ...]:
     texts: list[int] = actorrt.get([c.describe.remote(1)])  # E: list-item
     ref: actorrt.ObjectRef[str] = c.add.remote()  # E: assignment
     scaled: str = actorrt.get(scale.remote(1))  # E: assignment
-    return n, texts, ref, scaled
+    first: actorrt.ObjectRef[str] = next(c.upto.remote(1))  # E: arg-type
+    return n, texts, ref, scaled, first

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import actorrt
-from actorrt import ActorHandle, ObjectRef
+from actorrt import ActorHandle, ObjectRef, ObjectRefGenerator
 
 if sys.version_info >= (3, 11):
     from typing import assert_type
@@ -46,6 +47,16 @@ class Counter(actorrt.TypedActor):
 
     def unmarked(self) -> int:  # no .remote for a type checker; called remotely all the same
         return self.n
+
+    @actorrt.method
+    def upto(self, k: int) -> Iterator[int]:  # a generator method: streamed
+        yield from range(self.n, self.n + k)
+
+    @actorrt.method
+    async def labels(self, k: int) -> AsyncIterator[str]:
+        for i in range(k):
+            await asyncio.sleep(0)
+            yield f"#{i}"
 
 
 @actorrt.actor(num_cpus=0, max_concurrency=2)
@@ -115,6 +126,13 @@ def run() -> dict[str, Any]:
     plain = actorrt.get(p.value.remote())
 
     twice = actorrt.get(c.twice.remote())
+    gen = c.upto.remote(2)
+    assert_type(gen, ObjectRefGenerator[int])
+    streamed = [actorrt.get(r) for r in gen]
+    assert_type(streamed, list[int])
+    label_gen = c.labels.remote(2)
+    assert_type(label_gen, ObjectRefGenerator[str])
+    labels = [actorrt.get(r) for r in label_gen]
     scaled_ref = scale.remote(3, k=1.5)  # a remote function: checked against its signature
     assert_type(scaled_ref, ObjectRef[float])
     scaled = actorrt.get(scale.options(num_cpus=0).remote(2))
@@ -129,6 +147,8 @@ def run() -> dict[str, Any]:
         "echoed": echoed,
         "plain": plain,
         "twice": twice,
+        "streamed": streamed,
+        "labels": labels,
         "scaled": [actorrt.get(scaled_ref), scaled],
     }
 

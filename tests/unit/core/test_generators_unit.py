@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actorrt.runtime import generators
-from actorrt.runtime.generators import FAILED, Inbox, Inboxes, Stream
+from actorrt.runtime.generators import FAILED, Inbox, Inboxes, Sender, Stream
 from actorrt.runtime.mailbox import Call, Mailbox
 from actorrt.runtime.protocol import CANCELLED, ERROR, OK
 
@@ -149,12 +149,25 @@ class AsyncSource:
         yield 1
 
 
+class AsyncForever:
+    def __init__(self):
+        self.closed = False
+
+    async def forever(self):
+        try:
+            while True:
+                await asyncio.sleep(0)
+                yield 0
+        finally:
+            self.closed = True
+
+
 @pytest.fixture
 def sent(monkeypatch):
     """The values the mailbox sends, as (caller, stream id, index, reply)."""
     out = []
     monkeypatch.setattr(
-        "actorrt.runtime.mailbox.post_item", lambda *item: out.append(item), raising=True
+        Sender, "send", lambda self, i, wire: out.append((self._caller, self._stream_id, i, wire))
     )
     return out
 
@@ -253,9 +266,63 @@ def test_num_returns_takes_a_generators_values(sent):
     assert call.future.wait() == (MULTI, (0, 1, 2))
 
 
-def test_post_item_to_a_caller_that_is_gone_does_not_raise(monkeypatch):
-    def refuse(*_):
-        raise RuntimeError("unknown destination")
+def test_values_yielded_while_one_is_on_its_way_go_together(monkeypatch):
+    messages = []
 
-    monkeypatch.setattr(generators.quick_rpc, "rpc_async", refuse)
-    generators.post_item("gone", 1, 0, W[0])  # nothing raised
+    def rpc_async(caller, fn, args):
+        fut = torch.futures.Future()
+        messages.append((caller, fn, args, fut))
+        return fut
+
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", rpc_async)
+    sender = Sender("driver", 4)
+    sender.send(0, W[0])  # nothing on its way: at once
+    sender.send(1, W[1])
+    sender.send(2, W[2])
+    assert [m[2] for m in messages] == [(4, [(0, W[0])])]
+    messages[0][3].set_result(None)  # arrived: what waited goes, in one message
+    assert [m[2] for m in messages[1:]] == [(4, [(1, W[1]), (2, W[2])])]
+    assert all(m[:2] == ("driver", generators.rpc_items) for m in messages)
+    messages[1][3].set_result(None)
+    sender.send(3, W[3])  # idle again: at once
+    assert messages[2][2] == (4, [(3, W[3])])
+
+
+def _refuse(*_):
+    raise RuntimeError("unknown destination")
+
+
+def test_sending_to_a_caller_that_is_gone_does_not_raise(monkeypatch):
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", _refuse)
+    sender = Sender("gone", 1)
+    sender.send(0, W[0])
+    sender.send(1, W[1])  # nothing raised
+    assert sender.gone
+
+
+def test_a_caller_that_died_with_values_on_their_way_drops_the_rest(monkeypatch):
+    messages = []
+
+    def rpc_async(caller, fn, args):
+        messages.append(torch.futures.Future())
+        return messages[-1]
+
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", rpc_async)
+    sender = Sender("driver", 4)
+    sender.send(0, W[0])
+    sender.send(1, W[1])
+    messages[0].set_exception(RuntimeError("connection reset"))
+    assert sender.gone and len(messages) == 1  # value 1 was dropped, not sent
+    sender.send(2, W[2])
+    assert len(messages) == 1
+
+
+@pytest.mark.parametrize("cls", ["Source", "AsyncForever"])
+def test_a_generator_whose_caller_is_gone_stops(monkeypatch, cls):
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", _refuse)
+    box = _box(Source if cls == "Source" else AsyncForever)
+    call = _stream_call(0, "forever")
+    box.deliver(call)
+    _until(call.future.done)  # stopped after the value whose send failed
+    assert call.future.wait() == (OK, 1)
+    assert box._instance.closed
