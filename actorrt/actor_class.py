@@ -33,7 +33,7 @@ from typing import (
 )
 
 from actorrt.binding import Binder, params_of, signature_of
-from actorrt.options import ActorOptions, check_num_returns
+from actorrt.options import BACKPRESSURE, ActorOptions, check_backpressure, check_num_returns
 from actorrt.pending_calls import PendingCalls
 from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
 from actorrt.refs import ObjectRef, send_call
@@ -92,6 +92,9 @@ def _method_specs(cls: type) -> str:
         if returns is None:  # as Ray: a generator method streams its values by default
             is_generator = inspect.isgeneratorfunction(member) or inspect.isasyncgenfunction(member)
             returns = STREAMING if is_generator else 1
+        backpressure = getattr(member, _BACKPRESSURE, 0)
+        if returns == STREAMING and backpressure:
+            returns = f"{STREAMING}/{backpressure}"
         if returns != 1:
             name = f"{name}#{returns}"
         if sig is None:
@@ -114,20 +117,26 @@ class MethodTable:
             has_default, as in :data:`~actorrt.binding.Params`); a bare ``name`` has an
             unknown signature and goes unchecked. E.g. ``"add:3k;value:"`` for
             ``add(self, k=1)`` and ``value(self)``. A name may end in ``#N``: the
-            method's ``num_returns`` (``#streaming``: a generator's values, as they come).
+            method's ``num_returns`` (``#streaming``: a generator's values, as they come;
+            ``#streaming/N``: with backpressure N).
     """
 
-    __slots__ = ("specs", "names", "returns", "_binders")
+    __slots__ = ("specs", "names", "returns", "backpressure", "_binders")
 
     def __init__(self, specs: str) -> None:
         self.specs = specs
         self._binders: dict[str, Binder | None] = {}
         self.returns: dict[str, int | str] = {}  # num_returns of the methods that set one
+        self.backpressure: dict[str, int] = {}  # of the streaming methods that set one
         for entry in specs.split(";") if specs else ():
             name, has_params, params = entry.partition(":")
             name, has_returns, returns = name.partition("#")
-            if has_returns:
-                self.returns[name] = returns if returns == STREAMING else int(returns)
+            if has_returns and returns.startswith(STREAMING):
+                self.returns[name] = STREAMING
+                if "/" in returns:
+                    self.backpressure[name] = int(returns.partition("/")[2])
+            elif has_returns:
+                self.returns[name] = int(returns)
             binder = None
             if has_params:
                 binder = Binder(tuple((p[1:], int(p[0])) for p in params.split(",") if p))
@@ -295,6 +304,7 @@ class StreamingMethod(Protocol[S_contra, Q, L_co, R_co]):
 
 
 _NUM_RETURNS = "__actorrt_num_returns__"
+_BACKPRESSURE = "__actorrt_backpressure__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -315,7 +325,10 @@ def method(
 def method(fn: Callable[Concatenate[S, Q], R], /) -> RemoteMethod[S, Q, R, R]: ...
 @overload
 def method(
-    *, num_returns: int | Literal["streaming"] = 1, concurrency_group: str | None = None
+    *,
+    num_returns: int | Literal["streaming"] = 1,
+    concurrency_group: str | None = None,
+    _generator_backpressure_num_objects: int = -1,
 ) -> Callable[[_F], _F]: ...
 
 
@@ -325,6 +338,7 @@ def method(
     *,
     num_returns: int | Literal["streaming"] = 1,
     concurrency_group: str | None = None,
+    _generator_backpressure_num_objects: int = -1,
 ) -> Any:
     """Marks a method: for typed remote calls (static only), with ``num_returns``, or a group.
 
@@ -344,7 +358,8 @@ def method(
     ``handle.m.remote()`` returns an :class:`~actorrt.ref_generator.ObjectRefGenerator`
     giving each value's ref as soon as ``m`` has yielded it.
     ``@actorrt.method(num_returns="streaming")`` asks the same of a method that returns
-    an iterator.
+    an iterator. ``_generator_backpressure_num_objects=N`` (Ray's name) pauses it while N
+    of its values are not yet taken by the caller.
 
     ``@actorrt.method(concurrency_group="io")`` (as Ray's): ``m`` runs on the threads of
     the actor's concurrency group ``"io"`` (``concurrency_groups={"io": 2}``, an option
@@ -356,6 +371,8 @@ def method(
             ``"streaming"``.
         concurrency_group: The group of the actor's threads it runs on (None: the
             actor's own threads, ``max_concurrency`` of them).
+        _generator_backpressure_num_objects: For a streaming method: how many values
+            not yet taken by the caller it may run ahead by (-1: no limit).
 
     Returns:
         ``fn``, unchanged (marked with ``num_returns`` or the group when given).
@@ -363,11 +380,14 @@ def method(
     Raises:
         TypeError: ``fn`` is not callable, ``num_returns`` is not an int or
             ``"streaming"``, or
-            ``concurrency_group`` is not a string.
-        ValueError: ``num_returns`` is less than 1.
+            ``concurrency_group`` is not a string; or backpressure on a method that
+            does not stream.
+        ValueError: ``num_returns`` is less than 1, or the backpressure less than 1
+            (other than -1).
     """
     if fn is None:
         n = check_num_returns(num_returns)
+        backpressure = check_backpressure(_generator_backpressure_num_objects)
         if concurrency_group is not None and not isinstance(concurrency_group, str):
             raise TypeError(
                 f"concurrency_group={concurrency_group!r} must be the name of one of the "
@@ -379,6 +399,16 @@ def method(
                 raise TypeError(f"@actorrt.method decorates methods, not {f!r}.")
             if n != 1:
                 setattr(f, _NUM_RETURNS, n)
+            if backpressure:
+                streams = n == STREAMING or (
+                    n == 1 and (inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f))
+                )
+                if not streams:
+                    raise TypeError(
+                        f"@actorrt.method: {BACKPRESSURE} is for streaming methods (a "
+                        f"generator, or num_returns='streaming'), not {f!r}."
+                    )
+                setattr(f, _BACKPRESSURE, backpressure)
             if concurrency_group is not None:
                 setattr(f, CONCURRENCY_GROUP, concurrency_group)
             return f
@@ -712,12 +742,19 @@ def _rebuild_handle(
 class ActorMethod:
     """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
 
-    __slots__ = ("_handle", "_name", "_returns")
+    __slots__ = ("_handle", "_name", "_returns", "_backpressure")
 
-    def __init__(self, handle: ActorHandle, name: str, num_returns: int | str = 0) -> None:
+    def __init__(
+        self,
+        handle: ActorHandle,
+        name: str,
+        num_returns: int | str = 0,
+        backpressure: int | None = None,
+    ) -> None:
         self._handle = handle
         self._name = name
         self._returns = num_returns  # 0: the method's own (1 unless it set one)
+        self._backpressure = backpressure  # None: the method's own (none unless it set one)
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
         """Sends the call; returns an :class:`ObjectRef` for its result at once.
@@ -761,31 +798,66 @@ class ActorMethod:
         handle = self._handle
         if returns == STREAMING:
             what = f"{handle.class_name}.{self._name}"
-            parts = streaming_refs(rt, what, handle.actor_id, self._name)
+            limit = self._backpressure
+            if limit is None:
+                limit = handle._table.backpressure.get(self._name, 0)
+            parts = streaming_refs(rt, what, handle.actor_id, self._name, limit)
             return send_call(rt, handle, self._name, args, kwargs, parts=parts)
         return send_call(rt, handle, self._name, args, kwargs, cast("int", returns))
 
     @overload
-    def options(self, *, num_returns: Literal["streaming"]) -> StreamingReturns: ...
+    def options(
+        self,
+        *,
+        num_returns: Literal["streaming"] | None = None,
+        _generator_backpressure_num_objects: int | None = None,
+    ) -> StreamingReturns: ...
     @overload
     def options(self, *, num_returns: int) -> ManyReturns: ...
 
-    def options(self, *, num_returns: int | str) -> ManyReturns | StreamingReturns:
+    def options(
+        self,
+        *,
+        num_returns: int | str | None = None,
+        _generator_backpressure_num_objects: int | None = None,
+    ) -> ManyReturns | StreamingReturns:
         """The same method with options for its calls, as Ray's ``.options()``.
 
         Args:
             num_returns: How many values the method returns: ``.remote()`` then gives
                 that many refs (see :func:`method`); ``"streaming"``: it gives an
                 :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values a
-                generator method yields.
+                generator method yields. None: the method's own.
+            _generator_backpressure_num_objects: For a streaming call (Ray's name): the
+                method is not asked for its next value while this many of its values
+                are not yet taken by the caller (-1: no limit).
 
         Raises:
-            TypeError: ``num_returns`` is not an int or ``"streaming"``.
-            ValueError: ``num_returns`` is less than 1.
+            TypeError: ``num_returns`` is not an int or ``"streaming"``, neither option
+                is given, or backpressure is asked of a call that does not stream.
+            ValueError: ``num_returns`` is less than 1, or the backpressure less than 1
+                (other than -1).
         """
-        n = check_num_returns(num_returns)
+        if num_returns is None and _generator_backpressure_num_objects is None:
+            raise TypeError(
+                f"{self._name}.options() takes num_returns= or {BACKPRESSURE}=, e.g. "
+                f"handle.{self._name}.options(num_returns=2).remote()."
+            )
+        n = (
+            check_num_returns(num_returns)
+            if num_returns is not None
+            else self._handle._table.returns.get(self._name, 1)
+        )
+        limit = None
+        if _generator_backpressure_num_objects is not None:
+            limit = check_backpressure(_generator_backpressure_num_objects)
+            if n != STREAMING:
+                raise TypeError(
+                    f"{self._name}.options(): {BACKPRESSURE} is for streaming calls (a "
+                    "generator method, or num_returns='streaming')."
+                )
         if n == STREAMING:
-            return StreamingReturns(ActorMethod(self._handle, self._name, n))
+            return StreamingReturns(ActorMethod(self._handle, self._name, n, limit))
         return ManyReturns(ActorMethod(self._handle, self._name, n))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

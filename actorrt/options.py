@@ -13,7 +13,16 @@ from actorrt.placement.layout import LABEL_PATTERN
 from actorrt.placement.resources import Resources
 from actorrt.runtime.generators import STREAMING
 
-__all__ = ["ActorOptions", "FunctionOptions", "check_actor_name", "check_num_returns"]
+__all__ = [
+    "ActorOptions",
+    "FunctionOptions",
+    "check_actor_name",
+    "check_backpressure",
+    "check_num_returns",
+]
+
+BACKPRESSURE = "_generator_backpressure_num_objects"
+"""Ray's name for a streaming call's backpressure, which actorrt takes as it is."""
 
 
 def check_num_returns(num_returns: object) -> int | str:
@@ -31,6 +40,20 @@ def check_num_returns(num_returns: object) -> int | str:
             "(or function) returns as a tuple; or 'streaming' for a generator."
         )
     return num_returns
+
+
+def check_backpressure(value: object) -> int:
+    """``_generator_backpressure_num_objects`` as actorrt keeps it: N >= 1, or 0 for none.
+
+    Raises:
+        ValueError: Not an int, or an int below 1 other than -1 (Ray's "none").
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
+        raise ValueError(
+            f"{BACKPRESSURE}={value!r} must be an int >= 1 (how many values not yet taken "
+            "the generator may run ahead by), or -1 for no limit."
+        )
+    return max(value, 0)
 
 
 def check_actor_name(name: object, where: str = "name") -> None:
@@ -243,6 +266,9 @@ class FunctionOptions:
             gives that many refs; ``"streaming"``: ``.remote()`` gives an
             ``ObjectRefGenerator`` of the values it yields, as they come. None (the
             default): ``"streaming"`` for a generator function, else 1, as in Ray.
+        _generator_backpressure_num_objects: For a streaming call, as Ray's: the
+            generator is not asked for its next value while this many of its values are
+            not yet taken by the caller (-1, the default: no limit).
         max_retries: How many times a call is sent again, to another process, when the
             process running it dies (3, as in Ray); -1: without limit; 0: never. An
             exception the function raises is not retried (see ``retry_exceptions``). A
@@ -256,6 +282,7 @@ class FunctionOptions:
     num_cpus: float = 1.0
     num_gpus: float = 0.0
     num_returns: int | str | None = None
+    _generator_backpressure_num_objects: int = -1
     max_retries: int = 3
     retry_exceptions: bool | tuple[type[BaseException], ...] = False
 
@@ -264,6 +291,7 @@ class FunctionOptions:
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         if self.num_returns is not None:
             check_num_returns(self.num_returns)
+        check_backpressure(self._generator_backpressure_num_objects)
         _check_retries("max_retries", self.max_retries, "3")
         retry = self.retry_exceptions
         if not isinstance(retry, bool):

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 import torch
 
-from actorrt.refs import ObjectRef, get
+from actorrt.refs import ObjectRef
+from actorrt.runtime.backpressure import ALL, Reporter
 from actorrt.runtime.generators import FAILED, Inbox, Stream
 from actorrt.runtime.threads import lender
 
@@ -56,20 +57,36 @@ class ObjectRefGenerator(Generic[R_co]):
             learner.add.remote(ref)
     """
 
-    __slots__ = ("_call", "_inbox", "_stream_id", "_inboxes", "_next", "_ended", "__weakref__")
+    __slots__ = (
+        "_call",
+        "_inbox",
+        "_stream_id",
+        "_inboxes",
+        "_next",
+        "_ended",
+        "_reporter",
+        "__weakref__",
+    )
 
-    def __init__(self, what: str, actor_id: str | None, rt: Runtime) -> None:
+    def __init__(self, what: str, actor_id: str | None, rt: Runtime, backpressure: int = 0) -> None:
         # The call's own ref: its reply is how many values there were (completed()).
         self._call: ObjectRef[int] = ObjectRef(what, actor_id)
         self._inboxes = rt.generators
         self._stream_id, self._inbox = rt.generators.open()
         self._next = 0  # the index of the next value to give
         self._ended = False
+        # Backpressure: tells the process running the call how many values were taken.
+        self._reporter: Reporter | None = None
+        if backpressure:
+            self._reporter = Reporter(rt.name, self._stream_id)
+            self._inbox.on_run = self._reporter.run_began
         # weakly: the call's ref would otherwise hold itself through its own callback
         self._call._when_ready(partial(_answered, weakref.ref(self._call), self._inbox))
 
     def __del__(self) -> None:
         try:
+            if self._reporter is not None and not self._ended:
+                self._reporter.took(ALL)  # nobody takes more: the method need not wait
             self._inboxes.close(self._stream_id)  # values not taken are let go
         except Exception:  # interpreter teardown
             pass
@@ -128,6 +145,8 @@ class ObjectRefGenerator(Generic[R_co]):
             return self._call  # type: ignore[return-value]  # get() raises
         self._inbox.take(self._next)
         self._next += 1
+        if self._reporter is not None:
+            self._reporter.took(self._next)
         ref: ObjectRef[R_co] = ObjectRef(self._call._call, self._call._actor_id)
         arrived: torch.futures.Future[Any] = torch.futures.Future()
         arrived.set_result(item)
@@ -150,11 +169,14 @@ class ObjectRefGenerator(Generic[R_co]):
 
 
 def streaming_refs(
-    rt: Runtime, what: str, actor_id: str | None, method: str
+    rt: Runtime, what: str, actor_id: str | None, method: str, backpressure: int = 0
 ) -> tuple[ObjectRefGenerator[Any], ObjectRef[Any], Stream]:
-    """What a streaming call's ``.remote()`` returns, where its reply goes, and its name."""
-    gen: ObjectRefGenerator[Any] = ObjectRefGenerator(what, actor_id, rt)
-    return gen, gen._call, Stream(method, gen._stream_id)
+    """What a streaming call's ``.remote()`` returns, where its reply goes, and its name.
+
+    ``backpressure``: how many values not taken yet the method may run ahead by (0: any).
+    """
+    gen: ObjectRefGenerator[Any] = ObjectRefGenerator(what, actor_id, rt, backpressure)
+    return gen, gen._call, Stream(method, gen._stream_id, backpressure)
 
 
 def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:
@@ -162,8 +184,13 @@ def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:
     call = call_ref()
     if call is None:  # the generator is gone, and its inbox closed
         return
+    sent = call._sent
+    if sent is None:  # it failed before it was sent
+        inbox.finish(None)
+        return
     try:
-        count = get(call, timeout=0)
+        # the reply itself, not get(): get() may read a future completed after this runs
+        _, count = call._reply_value(sent)
     except BaseException:  # noqa: BLE001  # the call failed: the inbox ends with its error
         inbox.finish(None)
         return

@@ -18,7 +18,7 @@ from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, o
 
 from actorrt.actor_class import ActorClass, TypedActor, actor
 from actorrt.binding import Binder, params_of, signature_of
-from actorrt.options import FunctionOptions
+from actorrt.options import FunctionOptions, check_backpressure
 from actorrt.ref_generator import streaming_refs
 from actorrt.refs import ObjectRef, new_refs, when_ready
 from actorrt.runtime import shipping
@@ -67,6 +67,14 @@ class RemoteFunction(Generic[P, R]):
         self._name = name
         self._what = f"remote function {name}"
         self._is_generator = inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn)
+        returns = options.num_returns
+        self._returns = returns if returns is not None else STREAMING if self._is_generator else 1
+        self._backpressure = check_backpressure(options._generator_backpressure_num_objects)
+        if self._backpressure and self._returns != STREAMING:
+            raise TypeError(
+                f"{name}: _generator_backpressure_num_objects is for streaming calls: a "
+                "generator function, or num_returns='streaming'."
+            )
         functools.update_wrapper(self, fn)  # __name__, __doc__, __wrapped__...
 
     @functools.cached_property
@@ -116,14 +124,12 @@ class RemoteFunction(Generic[P, R]):
         rt = current(f"{self._name}.remote()")
         options = self._options
         key, blob = self.shipment()
-        returns = options.num_returns
-        if returns is None:  # as Ray: a generator function streams its values
-            returns = STREAMING if self._is_generator else 1
+        returns = self._returns  # as Ray: a generator function streams its values
         out: Any
         slot: ReplySlot
         method: str
         if returns == STREAMING:
-            out, slot, method = streaming_refs(rt, self._what, None, self._name)
+            out, slot, method = streaming_refs(rt, self._what, None, self._name, self._backpressure)
         else:
             out, slot, method = new_refs(self._what, None, self._name, cast("int", returns))
         call = FunctionCall(

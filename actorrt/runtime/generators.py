@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed.rpc as rpc
 
 from actorrt.runtime import context, quick_rpc, streams
 from actorrt.runtime.payload import Wire
@@ -46,19 +47,22 @@ class Stream(str):
     """A method's name that asks for its yielded values to be streamed to the caller.
 
     It is the name (a ``str``: looked up, logged and sent as one); ``stream_id`` says
-    which of the caller's streams the values go to.
+    which of the caller's streams the values go to, and ``backpressure`` how many values
+    the caller has not taken the method may run ahead by (0: any number).
     """
 
     stream_id: int
+    backpressure: int
 
-    def __new__(cls, name: str, stream_id: int) -> Stream:
+    def __new__(cls, name: str, stream_id: int, backpressure: int = 0) -> Stream:
         """The name ``name``, streaming to the caller's stream ``stream_id``."""
         self = super().__new__(cls, name)
         self.stream_id = stream_id
+        self.backpressure = backpressure
         return self
 
-    def __reduce__(self) -> tuple[type[Stream], tuple[str, int]]:
-        return (Stream, (str(self), self.stream_id))
+    def __reduce__(self) -> tuple[type[Stream], tuple[str, int, int]]:
+        return (Stream, (str(self), self.stream_id, self.backpressure))
 
 
 class Inbox:
@@ -69,9 +73,13 @@ class Inbox:
     where the call itself failed (its own reply is then the error).
     """
 
-    __slots__ = ("_lock", "_slots", "_got", "_seen", "_end", "_failed")
+    __slots__ = ("_lock", "_slots", "_got", "_seen", "_end", "_failed", "run", "on_run")
 
     def __init__(self) -> None:
+        # The run of the call its values come from, (process, run id), and what to tell
+        # when a new one begins (a call sent again): see :mod:`actorrt.runtime.backpressure`.
+        self.run: tuple[str, int] | None = None
+        self.on_run: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._slots: dict[int, cf.Future[Any]] = {}
         self._got: set[int] = set()  # indexes arrived (a value sent twice is taken once)
@@ -164,9 +172,15 @@ class Inboxes:
             for wire in inbox.close():
                 self._let_go(wire)
 
-    def put(self, stream_id: int, index: int, wire: Wire) -> None:
-        """Value ``index`` of stream ``stream_id`` arrived."""
+    def put(
+        self, stream_id: int, index: int, wire: Wire, run: tuple[str, int] | None = None
+    ) -> None:
+        """Value ``index`` of stream ``stream_id`` arrived, from ``run`` (process, run id)."""
         inbox = self._open.get(stream_id)  # one dict read is atomic
+        if inbox is not None and run is not None and inbox.run != run:
+            inbox.run = run  # values come from a new run of the call (or its first)
+            if inbox.on_run is not None:
+                inbox.on_run(run[0])
         if inbox is None or not inbox.put(index, wire):
             self._let_go(wire)
 
@@ -174,8 +188,14 @@ class Inboxes:
         return len(self._open)
 
 
-def rpc_items(stream_id: int, items: list[tuple[int, Wire]]) -> None:
-    """At the caller: values of its stream ``stream_id``, as ``(index, packed value)``."""
+def rpc_items(
+    stream_id: int, items: list[tuple[int, Wire]], producer: str = "", run: int = 0
+) -> None:
+    """At the caller: values of its stream ``stream_id``, as ``(index, packed value)``.
+
+    ``producer`` is the process running the call, ``run`` which run of it there (a call
+    sent again after its process died runs again, maybe under the same process name).
+    """
     for _, wire in items:
         streams.arrived(wire)
     try:
@@ -183,7 +203,18 @@ def rpc_items(stream_id: int, items: list[tuple[int, Wire]]) -> None:
     except Exception:  # this process's runtime is gone: nobody waits for the values
         return
     for index, wire in items:
-        inboxes.put(stream_id, index, wire)
+        inboxes.put(stream_id, index, wire, (producer, run))
+
+
+_runs = itertools.count(1)
+
+
+def _here() -> str:
+    try:
+        name: str = rpc.get_worker_info().name
+    except Exception:  # no RPC agent (a mailbox in a unit test)
+        return ""
+    return name
 
 
 class Sender:
@@ -192,18 +223,53 @@ class Sender:
     Args:
         caller: The caller's process.
         stream_id: Its stream (what the call's :class:`Stream` name carries).
+        limit: How many values the caller has not taken the method may run ahead by
+            (:meth:`wait_room`); 0: any number.
     """
 
-    __slots__ = ("_caller", "_stream_id", "_lock", "_waiting", "_busy", "gone")
+    __slots__ = (
+        "_caller",
+        "_stream_id",
+        "_lock",
+        "_waiting",
+        "_busy",
+        "_taken",
+        "_from",
+        "limit",
+        "gone",
+    )
 
-    def __init__(self, caller: str, stream_id: int) -> None:
+    def __init__(self, caller: str, stream_id: int, limit: int = 0) -> None:
         self._caller = caller
         self._stream_id = stream_id
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._waiting: list[tuple[int, Wire]] = []
         self._busy = False  # a message of this stream is on its way
+        self._taken = 0  # how many values the caller has taken (told when limit > 0)
+        self._from = (_here(), next(_runs))  # this process, and this run of the call
+        self.limit = limit
         self.gone = False
         """Whether the caller is gone (a message to it failed): the generator may stop."""
+
+    def taken(self, count: int) -> None:
+        """The caller has taken ``count`` values (backpressure): room for more."""
+        with self._lock:
+            if count > self._taken:
+                self._taken = count
+                self._lock.notify_all()
+
+    def has_room(self, index: int) -> bool:
+        """Whether value ``index`` may be made now (fewer than ``limit`` not taken)."""
+        return not self.limit or index - self._taken < self.limit or self.gone
+
+    def wait_room(self, index: int, stopped: Callable[[], bool]) -> bool:
+        """Waits until value ``index`` may be made; False once ``stopped()`` is true."""
+        with self._lock:
+            while not self.has_room(index):
+                if stopped():
+                    return False
+                self._lock.wait(0.05)  # a cancel or a kill is seen within this
+        return True
 
     def send(self, index: int, wire: Wire) -> None:
         """Sends value ``index``; never waits. Once the caller is gone, it is dropped."""
@@ -218,7 +284,9 @@ class Sender:
 
     def _post(self, items: list[tuple[int, Wire]]) -> None:
         try:
-            fut = quick_rpc.rpc_async(self._caller, rpc_items, (self._stream_id, items))
+            fut = quick_rpc.rpc_async(
+                self._caller, rpc_items, (self._stream_id, items, *self._from)
+            )
         except Exception:  # the caller is gone: nobody waits for the values
             self._lost()
             return
@@ -242,3 +310,4 @@ class Sender:
         with self._lock:
             self.gone = True
             self._waiting = []
+            self._lock.notify_all()

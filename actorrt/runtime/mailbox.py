@@ -38,6 +38,7 @@ import torch
 from actorrt.errors import ObjectLostError
 from actorrt.runtime import devices, streams
 from actorrt.runtime import trace as _trace
+from actorrt.runtime.backpressure import close_sender, open_sender
 from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
 from actorrt.runtime.generators import Sender, Stream
 from actorrt.runtime.objects import resolve_args, resolve_args_async
@@ -413,42 +414,65 @@ class Mailbox:
         """Sends each value ``values`` yields to the caller as it comes; the call's reply.
 
         The reply is how many values went (an exception the generator raised is one more,
-        whose ref raises it). ``actorrt.cancel`` stops it between two values.
+        whose ref raises it). ``actorrt.cancel`` stops it between two values, and so does
+        the end of the actor or of its caller. With backpressure, the next value is not
+        asked for while ``name.backpressure`` values are not taken by the caller.
         """
         if not isinstance(values, Iterator):
             return self._not_a_generator(name, values)
-        sender = Sender(call.caller, name.stream_id)
+        sender = open_sender(call.caller, name)
+
+        def stopped() -> bool:  # actorrt.cancel(), a kill, or the caller gone
+            return call.cancel_asked or self._dead is not None or sender.gone
+
         index = 0
         try:
-            for value in values:
+            while True:
+                if sender.limit and not sender.wait_room(index, stopped):
+                    return self._stop(call, name, values, sender, index)
+                try:
+                    value = next(values)
+                except StopIteration:
+                    break
                 self._send_value(sender, call, name, index, (OK, value))
                 index += 1
-                # actorrt.cancel(), the actor was killed (its call answered "died"), or
-                # the caller is gone: it stops here
-                if call.cancel_asked or self._dead is not None or sender.gone:
-                    close = getattr(values, "close", None)
-                    if close is not None:
-                        close()
-                    if self._dead is not None or sender.gone:
-                        return (OK, index)  # nobody reads it
-                    cancelled = self._cancelled(call, "between values")
-                    self._send_value(sender, call, name, index, cancelled)
-                    return (OK, index + 1)
+                if stopped():
+                    return self._stop(call, name, values, sender, index)
         except SystemExit:  # exit_actor() in the generator: the actor ends (see _run)
             raise
         except BaseException as exc:
             self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
             index += 1
+        finally:
+            close_sender(call.caller, name, sender)
         return (OK, index)
+
+    def _stop(
+        self, call: Call, name: Stream, values: Any, sender: Sender, index: int
+    ) -> tuple[int, Any]:
+        """Ends a plain generator stopped between values; the call's reply."""
+        close = getattr(values, "close", None)
+        if close is not None:
+            close()  # its finally blocks run
+        if self._dead is not None or sender.gone:
+            return (OK, index)  # nobody reads it: the kill answered, or the caller is gone
+        self._send_value(sender, call, name, index, self._cancelled(call, "between values"))
+        return (OK, index + 1)
 
     async def _stream_async(self, call: Call, name: Stream, values: Any) -> tuple[int, Any]:
         """:meth:`_stream` on an async actor's loop: an async generator is awaited."""
         if not isinstance(values, AsyncIterator):
             return self._stream(call, name, values)  # a plain generator runs on the loop
-        sender = Sender(call.caller, name.stream_id)
+        sender = open_sender(call.caller, name)
         index = 0
         try:
-            async for value in values:
+            while True:
+                while not sender.has_room(index):  # backpressure: the loop runs on
+                    await asyncio.sleep(0.005)
+                try:
+                    value = await anext(values)
+                except StopAsyncIteration:
+                    break
                 self._send_value(sender, call, name, index, (OK, value))
                 index += 1
                 if sender.gone:  # the caller is gone: it stops here
@@ -468,6 +492,8 @@ class Mailbox:
         except BaseException as exc:
             self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
             index += 1
+        finally:
+            close_sender(call.caller, name, sender)
         return (OK, index)
 
     def _not_a_generator(self, name: Stream, values: Any) -> tuple[int, Any]:

@@ -30,6 +30,7 @@ from actorrt.placement.plan import Plan
 from actorrt.runtime import context, group, quick_rpc, shm
 from actorrt.runtime import host as host_mod
 from actorrt.runtime import trace as _trace
+from actorrt.runtime.backpressure import Senders
 from actorrt.runtime.batches import CallBatches, ReplyBatches
 from actorrt.runtime.context import is_initialized
 from actorrt.runtime.directory import (
@@ -140,6 +141,8 @@ class Runtime:
         self.objects.node_of = self._node_of
         # The streaming calls this process made, whose values come as they are yielded.
         self.generators = Inboxes(self.objects.let_go_unread)
+        # The streaming calls with backpressure running here, told what their callers took.
+        self.senders = Senders()
         self.inline_bytes = INLINE_BYTES
         self.pull_bytes = PULL_BYTES
         # Payload bytes of the replies and fetched objects this process received: shows
@@ -198,7 +201,8 @@ class Runtime:
         Raises:
             RuntimeError: Another runtime is installed in this process.
         """
-        parts: list[object] = [self.host, self.calls, self.replies, self.objects, self.generators]
+        parts: list[object] = [self.host, self.calls, self.replies, self.objects]
+        parts += [self.generators, self.senders]
         if self.directory is not None:
             parts.append(self.directory)
         if self.restarts is not None:

@@ -27,7 +27,7 @@ class Ticker:
 
 
 def test_a_death_mid_stream_ends_it_or_with_retries_runs_it_again(tmp_path):
-    (rep,) = run_script(
+    paced, rep = run_script(
         tmp_path,
         HEADER,
         """
@@ -56,6 +56,16 @@ def test_a_death_mid_stream_ends_it_or_with_retries_runs_it_again(tmp_path):
         open(gate, "w").close()  # the call's second run goes at once
         rest = [actorrt.get(r, timeout=90) for r in gen]
         values = first + rest
+
+        # with backpressure: the second run is told how many values were taken, or it
+        # would wait for ever for takes of values given already
+        paced = Ticker.options(max_task_retries=1).remote()
+        pgen = paced.ticks.options(_generator_backpressure_num_objects=2).remote(30, gate + "2")
+        taken = [actorrt.get(next(pgen), timeout=30) for _ in range(5)]
+        os.kill(taken[0][1], signal.SIGKILL)
+        open(gate + "2", "w").close()
+        paced_values = taken + [actorrt.get(r, timeout=90) for r in pgen]
+        report(paced=[v[0] for v in paced_values], paced_makers=len({v[1] for v in paced_values}))
         report(pids=pids, plain=[v[0] for v in before + plain_values], plain_last=plain_last,
                plain_refs_after_error=len(refs) - len(plain_values) - 1,
                indexes=[v[0] for v in values], makers=len({v[1] for v in values}),
@@ -69,3 +79,4 @@ def test_a_death_mid_stream_ends_it_or_with_retries_runs_it_again(tmp_path):
     assert rep["indexes"] == list(range(40)), rep["indexes"]  # each value once, in order
     assert rep["makers"] == 2 and rep["victim_made"] >= 5, rep  # both runs gave values
     assert rep["count"] == 40
+    assert paced["paced"] == list(range(30)) and paced["paced_makers"] == 2, paced

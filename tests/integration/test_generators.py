@@ -295,3 +295,100 @@ def test_a_generator_function_cannot_end_its_worker(cluster):
             actorrt.get(refs[1], timeout=30)
         assert isinstance(info.value.cause, error), info.value
     assert _values(numbers.remote(2)) == [100, 101]  # its worker still runs functions
+
+
+@actorrt.actor(max_concurrency=2)
+class Producer:
+    def __init__(self):
+        self.made = 0
+
+    def produce(self, n):
+        for i in range(n):
+            self.made = i + 1
+            yield i
+
+    @actorrt.method(_generator_backpressure_num_objects=1)
+    def one_ahead(self, n):
+        yield from self.produce(n)
+
+    def count(self):
+        return self.made
+
+
+@actorrt.actor
+class AsyncProducer:
+    def __init__(self):
+        self.made = 0
+
+    async def produce(self, n):
+        for i in range(n):
+            self.made = i + 1
+            yield i
+
+    async def count(self):
+        return self.made
+
+
+def _made_settles_at(producer, expected):
+    deadline = time.monotonic() + 20
+    while actorrt.get(producer.count.remote(), timeout=30) < expected:
+        assert time.monotonic() < deadline, f"never made {expected} values"
+        time.sleep(0.02)
+    time.sleep(0.3)  # and no more: it waits for the caller
+    return actorrt.get(producer.count.remote(), timeout=30)
+
+
+@pytest.mark.parametrize("cls", [Producer, AsyncProducer], ids=["plain", "async"])
+def test_backpressure_keeps_a_generator_at_most_n_values_ahead(cluster, cls):
+    p = cls.remote()
+    gen = p.produce.options(_generator_backpressure_num_objects=2).remote(100)
+    assert _made_settles_at(p, 2) == 2  # nothing taken: two values made, then it waits
+    assert actorrt.get(next(gen), timeout=30) == 0
+    assert _made_settles_at(p, 3) == 3  # one taken: room for one more
+    rest = [actorrt.get(r, timeout=30) for r in gen]
+    assert rest == list(range(1, 100))
+
+
+def test_without_backpressure_a_generator_runs_ahead(cluster):
+    p = Producer.remote()
+    gen = p.produce.remote(50)
+    assert _made_settles_at(p, 50) == 50
+    assert len(list(gen)) == 50
+
+
+def test_a_dropped_generator_lets_its_method_run_to_its_end(cluster):
+    p = Producer.remote()
+    gen = p.one_ahead.remote(20)  # the decorator's limit: one value ahead
+    assert _made_settles_at(p, 1) == 1
+    del gen
+    assert _made_settles_at(p, 20) == 20
+
+
+def test_cancel_stops_a_generator_waiting_for_its_caller(cluster):
+    p = Producer.remote()
+    gen = p.produce.options(_generator_backpressure_num_objects=1).remote(100)
+    assert _made_settles_at(p, 1) == 1
+    actorrt.cancel(gen)
+    assert actorrt.get(gen.completed(), timeout=30) == 2  # one value, then the cancel
+    refs = list(gen)
+    assert actorrt.get(refs[0], timeout=30) == 0
+    with pytest.raises(actorrt.TaskCancelledError):
+        actorrt.get(refs[-1], timeout=30)
+    assert len(refs) == 2 and actorrt.get(p.count.remote(), timeout=30) == 1
+
+
+def test_backpressure_on_a_generator_function(cluster):
+    limited = numbers.options(_generator_backpressure_num_objects=1)
+    assert _values(limited.remote(30)) == list(range(100, 130))
+
+
+def test_bad_backpressure_fails_at_once(cluster):
+    p = Producer.remote()
+    with pytest.raises(ValueError, match="-1 for no limit"):
+        p.produce.options(_generator_backpressure_num_objects=0)
+    with pytest.raises(TypeError, match="for streaming calls"):
+        p.count.options(_generator_backpressure_num_objects=2)
+    with pytest.raises(TypeError, match="for streaming calls"):
+        actorrt.remote(_generator_backpressure_num_objects=2)(lambda: 1)
+    with pytest.raises(TypeError, match="for streaming methods"):
+        actorrt.method(_generator_backpressure_num_objects=2)(lambda self: 1)

@@ -202,6 +202,10 @@ def test_num_returns_travels_in_the_method_table():
         def iterates(self):
             return iter([1])
 
+        @actorrt.method(_generator_backpressure_num_objects=3)
+        def paced(self):
+            yield 1
+
     specs = _method_specs(Two)
     assert "pair#2:" in specs and "one:" in specs
     table = MethodTable(specs)
@@ -211,8 +215,18 @@ def test_num_returns_travels_in_the_method_table():
         "async_values": "streaming",
         "two_values": 2,
         "iterates": "streaming",
+        "paced": "streaming",
     }
-    assert set(table.names) == {"one", "pair", "values", "async_values", "two_values", "iterates"}
+    assert table.backpressure == {"paced": 3} and "paced#streaming/3" in specs
+    assert set(table.names) == {
+        "one",
+        "pair",
+        "values",
+        "async_values",
+        "two_values",
+        "iterates",
+        "paced",
+    }
     table.check("Two", "pair", (1,), {})  # the signature is still checked
     with pytest.raises(TypeError):
         table.check("Two", "pair", (), {})

@@ -279,13 +279,14 @@ def test_values_yielded_while_one_is_on_its_way_go_together(monkeypatch):
     sender.send(0, W[0])  # nothing on its way: at once
     sender.send(1, W[1])
     sender.send(2, W[2])
-    assert [m[2] for m in messages] == [(4, [(0, W[0])])]
+    assert [m[2][:2] for m in messages] == [(4, [(0, W[0])])]
     messages[0][3].set_result(None)  # arrived: what waited goes, in one message
-    assert [m[2] for m in messages[1:]] == [(4, [(1, W[1]), (2, W[2])])]
+    assert [m[2][:2] for m in messages[1:]] == [(4, [(1, W[1]), (2, W[2])])]
     assert all(m[:2] == ("driver", generators.rpc_items) for m in messages)
+    assert len({m[2][2:] for m in messages}) == 1  # each says which run of the call it is
     messages[1][3].set_result(None)
     sender.send(3, W[3])  # idle again: at once
-    assert messages[2][2] == (4, [(3, W[3])])
+    assert messages[2][2][:2] == (4, [(3, W[3])])
 
 
 def _refuse(*_):
@@ -326,3 +327,85 @@ def test_a_generator_whose_caller_is_gone_stops(monkeypatch, cls):
     _until(call.future.done)  # stopped after the value whose send failed
     assert call.future.wait() == (OK, 1)
     assert box._instance.closed
+
+
+# -- backpressure ------------------------------------------------------------------------
+
+
+def test_a_sender_with_a_limit_waits_for_values_to_be_taken():
+    sender = Sender("driver", 1, limit=2)
+    stop = threading.Event()
+    assert sender.wait_room(0, stop.is_set) and sender.wait_room(1, stop.is_set)
+    assert not sender.has_room(2)
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(sender.wait_room(2, stop.is_set)))
+    waiter.start()
+    time.sleep(0.1)
+    assert not done  # two values not taken: value 2 waits
+    sender.taken(1)
+    waiter.join(5)
+    assert done == [True]
+    assert not sender.has_room(3)
+    stop.set()  # a cancel, a kill or a caller gone: the wait ends
+    assert sender.wait_room(3, stop.is_set) is False
+
+
+def test_a_reporter_tells_the_latest_count_one_message_at_a_time(monkeypatch):
+    from actorrt.runtime import backpressure
+
+    messages = []
+
+    def rpc_async(to, fn, args):
+        messages.append((to, fn, args, torch.futures.Future()))
+        return messages[-1][3]
+
+    monkeypatch.setattr(backpressure.quick_rpc, "rpc_async", rpc_async)
+    reporter = backpressure.Reporter("driver", 9)
+    reporter.took(1)  # nothing known of the producer yet: nobody to tell
+    assert messages == []
+    reporter.run_began("worker1")
+    assert [m[:3] for m in messages] == [("worker1", backpressure.rpc_taken, ("driver", 9, 1))]
+    reporter.took(2)
+    reporter.took(3)  # one on its way: these wait, and only the latest goes
+    messages[0][3].set_result(None)
+    assert messages[1][2] == ("driver", 9, 3) and len(messages) == 2
+    messages[1][3].set_result(None)
+    reporter.run_began("worker2")  # the call runs again elsewhere: told afresh
+    assert messages[2][:3] == ("worker2", backpressure.rpc_taken, ("driver", 9, 3))
+
+
+def test_senders_find_the_sender_the_caller_tells():
+    from actorrt.runtime.backpressure import Senders
+
+    senders = Senders()
+    sender = Sender("driver", 3, limit=1)
+    senders.open("driver", 3, sender)
+    senders.taken("driver", 3, 5)
+    assert sender.has_room(5) and not sender.has_room(6)
+    senders.close("driver", 3, sender)
+    senders.taken("driver", 3, 50)  # ended: nothing to tell
+    assert not sender.has_room(6) and len(senders) == 0
+
+
+def test_a_mailbox_waits_for_room_before_asking_for_the_next_value(sent):
+    box = _box(Source)
+    call = Call("c", 0, Stream("count", 5, 2), (None, [((10,), {})]), torch.futures.Future())
+    box.deliver(call)
+    _until(lambda: len(sent) == 2)
+    time.sleep(0.2)
+    assert len(sent) == 2 and not call.future.done()  # waits: nobody told it of takes
+    box.cancel("c", 0)
+    _until(call.future.done)
+    assert call.future.wait() == (OK, 3) and sent[2][3][0] == CANCELLED
+
+
+def test_an_inbox_says_when_values_come_from_a_new_run_of_the_call():
+    inboxes = Inboxes(lambda wire: None)
+    stream_id, inbox = inboxes.open()
+    runs = []
+    inbox.on_run = runs.append
+    inboxes.put(stream_id, 0, W[0], ("worker1", 7))
+    inboxes.put(stream_id, 1, W[1], ("worker1", 7))
+    inboxes.put(stream_id, 0, W[0], ("worker1", 8))  # sent again: the same name, a new run
+    inboxes.put(stream_id, 2, W[2], ("worker2", 1))
+    assert runs == ["worker1", "worker1", "worker2"]

@@ -1,0 +1,150 @@
+"""Backpressure of streaming calls: a generator runs at most N values ahead of its caller.
+
+As Ray's ``_generator_backpressure_num_objects=N``: a streaming call's method is not
+asked for its next value while N of the values it yielded are not yet taken by the
+caller (``next(gen)``), so a collector that yields faster than its learner consumes
+holds at most N values, not its whole output.
+
+The caller's :class:`Reporter` tells the process running the call how many values it
+has taken (:func:`rpc_taken`, one message on its way at a time: what is taken meanwhile
+goes in the next); there :class:`Senders` finds the call's
+:class:`~actorrt.runtime.generators.Sender`, on whose ``wait_room`` the actor's thread
+(or loop) waits. When the call runs again elsewhere (retries) the reporter tells the new
+run, whose values it hears from first; when the caller's generator goes, it tells the
+run that everything is taken, so the method runs to its end as it would without a limit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from actorrt.runtime import context, quick_rpc
+from actorrt.runtime.generators import Sender, Stream
+
+__all__ = ["ALL", "Reporter", "Senders", "close_sender", "open_sender", "rpc_taken"]
+
+ALL = 1 << 62
+"""What a caller whose generator went reports as taken: no value is waited for."""
+
+
+class Senders:
+    """The streaming calls with backpressure running in this process (a runtime part)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, int], Sender] = {}
+
+    def open(self, caller: str, stream_id: int, sender: Sender) -> None:
+        """Registers the sender of ``caller``'s stream ``stream_id``."""
+        with self._lock:
+            self._open[(caller, stream_id)] = sender
+
+    def close(self, caller: str, stream_id: int, sender: Sender) -> None:
+        """The call ended: its sender is no longer told."""
+        with self._lock:
+            if self._open.get((caller, stream_id)) is sender:
+                del self._open[(caller, stream_id)]
+
+    def taken(self, caller: str, stream_id: int, count: int) -> None:
+        """``caller`` has taken ``count`` values of its stream ``stream_id``."""
+        sender = self._open.get((caller, stream_id))  # one dict read is atomic
+        if sender is not None:
+            sender.taken(count)
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+def open_sender(caller: str, name: Stream) -> Sender:
+    """The sender of a streaming call, registered here when it has a limit."""
+    sender = Sender(caller, name.stream_id, name.backpressure)
+    if name.backpressure:
+        try:
+            context.part(Senders).open(caller, name.stream_id, sender)
+        except Exception:  # no runtime (a mailbox in a unit test): nobody can tell it
+            pass
+    return sender
+
+
+def close_sender(caller: str, name: Stream, sender: Sender) -> None:
+    """Unregisters ``sender`` (see :func:`open_sender`)."""
+    if name.backpressure:
+        try:
+            context.part(Senders).close(caller, name.stream_id, sender)
+        except Exception:  # no runtime
+            pass
+
+
+def rpc_taken(caller: str, stream_id: int, count: int) -> None:
+    """At the process running it: ``caller`` has taken ``count`` values of the stream."""
+    try:
+        senders = context.part(Senders)
+    except Exception:  # this process's runtime is gone
+        return
+    senders.taken(caller, stream_id, count)
+
+
+class Reporter:
+    """Tells the process running a streaming call how many of its values were taken.
+
+    Args:
+        here: This (the caller's) process.
+        stream_id: The call's stream.
+    """
+
+    def __init__(self, here: str, stream_id: int) -> None:
+        self._here = here
+        self._stream_id = stream_id
+        self._lock = threading.Lock()
+        self._producer: str | None = None  # where the call runs (known from its values)
+        self._taken = 0
+        self._told = 0  # what the producer was told
+        self._busy = False  # a report is on its way
+
+    def run_began(self, producer: str) -> None:
+        """Values come from a new run of the call, on ``producer``: it is told afresh."""
+        with self._lock:
+            self._producer = producer
+            self._told = -1
+        self._push()
+
+    def took(self, count: int) -> None:
+        """The caller has taken ``count`` values."""
+        with self._lock:
+            if count <= self._taken:
+                return
+            self._taken = count
+        self._push()
+
+    def _push(self) -> None:
+        with self._lock:
+            if self._busy or self._producer is None or self._taken == self._told:
+                return
+            self._busy = True
+            producer, count = self._producer, self._taken
+        try:
+            fut: torch.futures.Future[None] = quick_rpc.rpc_async(
+                producer, rpc_taken, (self._here, self._stream_id, count)
+            )
+        except Exception:  # the producer is gone: a new run, if any, is told afresh
+            with self._lock:
+                self._busy = False
+            return
+        fut.add_done_callback(lambda f: self._told_it(producer, count, f))
+
+    def _told_it(self, producer: str, count: int, fut: torch.futures.Future[None]) -> None:
+        try:
+            fut.value()
+        except Exception:  # the producer died: a new run, if any, is told afresh
+            with self._lock:
+                self._busy = False
+            return
+        with self._lock:
+            self._busy = False
+            if producer == self._producer and self._told != -1:
+                self._told = count
+            elif producer == self._producer:  # told before run_began: tell again
+                self._told = 0
+        self._push()
