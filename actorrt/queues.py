@@ -7,6 +7,10 @@ the arguments of their calls as handles do. Items travel as any call's arguments
 results do (tensors out of band, CUDA tensors GPU to GPU where the plan maps the pair).
 A caller blocked in ``get`` or ``put`` holds no thread of the queue's actor: each waits
 as an asyncio task of it, up to 1000 at once.
+
+An item goes producer -> queue actor -> consumer; for large tensors put a ref inside a
+container, ``q.put([actorrt.put(t)])``, and the consumer fetches the bytes from the
+producer in one hop (a ref put alone is resolved first, as any top-level argument).
 """
 
 from __future__ import annotations

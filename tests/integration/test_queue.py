@@ -123,3 +123,31 @@ def test_bad_arguments_and_a_shut_down_queue_say_what_to_do(cluster):
     with pytest.raises(actorrt.ActorError) as info:  # the consumer's get died with the queue
         actorrt.get(waiting, timeout=30)
     assert isinstance(info.value.cause, actorrt.ActorDiedError)
+
+
+@actorrt.actor
+class BigProducer:
+    def produce(self, q, n, nbytes):
+        # refs in the queue, inside a list (a top-level ref argument is resolved, as in
+        # Ray): the bytes stay here until the consumer fetches them
+        for i in range(n):
+            q.put([actorrt.put(torch.full((nbytes,), i, dtype=torch.uint8))])
+        return n
+
+
+@actorrt.actor
+class BigConsumer:
+    def take(self, q, n):
+        return [int(actorrt.get(q.get(timeout=30)[0], timeout=30)[0]) for _ in range(n)]
+
+
+def test_refs_put_in_a_queue_go_producer_to_consumer(cluster):
+    q = actorrt.Queue()
+    nbytes = 2 << 20
+    assert actorrt.get(BigProducer.remote().produce.remote(q, 3, nbytes), timeout=60) == 3
+    (ref,) = q.get(timeout=30)
+    assert isinstance(ref, actorrt.ObjectRef)  # the queue held a ref, not the tensor
+    assert int(actorrt.get(ref, timeout=30)[0]) == 0
+    assert actorrt.get(BigConsumer.remote().take.remote(q, 2), timeout=60) == [1, 2]
+    q.put(actorrt.put("alone"))  # a ref put alone is resolved first, as in Ray
+    assert q.get(timeout=30) == "alone"
