@@ -36,7 +36,7 @@ from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import BACKPRESSURE, ActorOptions, check_backpressure, check_num_returns
 from actorrt.pending_calls import PendingCalls
 from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
-from actorrt.refs import ObjectRef, send_call
+from actorrt.refs import ObjectRef, new_refs, send_call
 from actorrt.runtime import group, shipping
 from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.payload import packing
@@ -118,17 +118,22 @@ class MethodTable:
             unknown signature and goes unchecked. E.g. ``"add:3k;value:"`` for
             ``add(self, k=1)`` and ``value(self)``. A name may end in ``#N``: the
             method's ``num_returns`` (``#streaming``: a generator's values, as they come;
-            ``#streaming/N``: with backpressure N).
+            ``#streaming/N``: with backpressure N). An entry ``@io,cpu`` names the
+            actor's concurrency groups (a call may choose one).
     """
 
-    __slots__ = ("specs", "names", "returns", "backpressure", "_binders")
+    __slots__ = ("specs", "names", "returns", "backpressure", "groups", "_binders")
 
     def __init__(self, specs: str) -> None:
         self.specs = specs
         self._binders: dict[str, Binder | None] = {}
         self.returns: dict[str, int | str] = {}  # num_returns of the methods that set one
         self.backpressure: dict[str, int] = {}  # of the streaming methods that set one
+        self.groups: tuple[str, ...] = ()  # the actor's concurrency groups
         for entry in specs.split(";") if specs else ():
+            if entry.startswith("@"):
+                self.groups = tuple(entry[1:].split(","))
+                continue
             name, has_params, params = entry.partition(":")
             name, has_returns, returns = name.partition("#")
             if has_returns and returns.startswith(STREAMING):
@@ -503,8 +508,11 @@ class ActorClass(Generic[T, P]):
         # so the handle comes back at once, as in Ray.
         rt = current(f"{self.__name__}.remote()")
         class_path = f"{self.__module__}.{self.__name__}"  # the same on every process
+        specs = self._table.specs
+        if options.concurrency_groups:  # handles carry them: a call may choose one
+            specs += ";@" + ",".join(g for g, _ in options.concurrency_groups)
         record, rref = rt.create_actor(
-            self.__name__, class_path, self._table.specs, self.shipment, options, args, kwargs
+            self.__name__, class_path, specs, self.shipment, options, args, kwargs
         )
         return handle_of(record, rref)
 
@@ -742,7 +750,7 @@ def _rebuild_handle(
 class ActorMethod:
     """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
 
-    __slots__ = ("_handle", "_name", "_returns", "_backpressure")
+    __slots__ = ("_handle", "_name", "_returns", "_backpressure", "_group")
 
     def __init__(
         self,
@@ -750,11 +758,13 @@ class ActorMethod:
         name: str,
         num_returns: int | str = 0,
         backpressure: int | None = None,
+        group: str | None = None,
     ) -> None:
         self._handle = handle
         self._name = name
         self._returns = num_returns  # 0: the method's own (1 unless it set one)
         self._backpressure = backpressure  # None: the method's own (none unless it set one)
+        self._group = group  # None: the method's own concurrency group
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
         """Sends the call; returns an :class:`ObjectRef` for its result at once.
@@ -786,7 +796,7 @@ class ActorMethod:
                     lambda: self._send(rt, returns, args, kwargs),
                 ),
             )
-        if returns == 1:
+        if returns == 1 and self._group is None:
             ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs)
             return ref
         # refs of several values, typed as the class's own calls are (see the docstring)
@@ -796,31 +806,43 @@ class ActorMethod:
         self, rt: Runtime, returns: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         handle = self._handle
+        what = f"{handle.class_name}.{self._name}"
+        group = self._group
         if returns == STREAMING:
-            what = f"{handle.class_name}.{self._name}"
             limit = self._backpressure
             if limit is None:
                 limit = handle._table.backpressure.get(self._name, 0)
-            parts = streaming_refs(rt, what, handle.actor_id, self._name, limit)
+            parts = streaming_refs(rt, what, handle.actor_id, self._name, limit, group)
             return send_call(rt, handle, self._name, args, kwargs, parts=parts)
+        if group is not None:
+            many = new_refs(what, handle.actor_id, self._name, cast("int", returns), group)
+            return send_call(rt, handle, self._name, args, kwargs, parts=many)
         return send_call(rt, handle, self._name, args, kwargs, cast("int", returns))
 
     @overload
     def options(
         self,
         *,
+        _generator_backpressure_num_objects: int,
         num_returns: Literal["streaming"] | None = None,
-        _generator_backpressure_num_objects: int | None = None,
+        concurrency_group: str | None = None,
     ) -> StreamingReturns: ...
     @overload
-    def options(self, *, num_returns: int) -> ManyReturns: ...
+    def options(
+        self, *, num_returns: Literal["streaming"], concurrency_group: str | None = None
+    ) -> StreamingReturns: ...
+    @overload
+    def options(self, *, num_returns: int, concurrency_group: str | None = None) -> ManyReturns: ...
+    @overload
+    def options(self, *, concurrency_group: str) -> ActorMethod: ...
 
     def options(
         self,
         *,
         num_returns: int | str | None = None,
+        concurrency_group: str | None = None,
         _generator_backpressure_num_objects: int | None = None,
-    ) -> ManyReturns | StreamingReturns:
+    ) -> ManyReturns | StreamingReturns | ActorMethod:
         """The same method with options for its calls, as Ray's ``.options()``.
 
         Args:
@@ -828,21 +850,37 @@ class ActorMethod:
                 that many refs (see :func:`method`); ``"streaming"``: it gives an
                 :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values a
                 generator method yields. None: the method's own.
+            concurrency_group: The actor's concurrency group the call runs in (its
+                threads, or its limit in an async actor), instead of the method's own.
             _generator_backpressure_num_objects: For a streaming call (Ray's name): the
                 method is not asked for its next value while this many of its values
                 are not yet taken by the caller (-1: no limit).
 
+        Returns:
+            What ``.remote()`` is called on: with ``num_returns`` or backpressure, an
+            object whose ``remote`` gives a list of refs or a generator; with only a
+            group, the method itself with that group.
+
         Raises:
-            TypeError: ``num_returns`` is not an int or ``"streaming"``, neither option
-                is given, or backpressure is asked of a call that does not stream.
-            ValueError: ``num_returns`` is less than 1, or the backpressure less than 1
-                (other than -1).
+            TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
+                given, or backpressure is asked of a call that does not stream.
+            ValueError: ``num_returns`` is less than 1, the backpressure less than 1
+                (other than -1), or the actor has no such concurrency group.
         """
-        if num_returns is None and _generator_backpressure_num_objects is None:
+        given = (num_returns, concurrency_group, _generator_backpressure_num_objects)
+        if given == (None, None, None):
             raise TypeError(
-                f"{self._name}.options() takes num_returns= or {BACKPRESSURE}=, e.g. "
-                f"handle.{self._name}.options(num_returns=2).remote()."
+                f"{self._name}.options() takes num_returns=, concurrency_group= or "
+                f"{BACKPRESSURE}=, e.g. handle.{self._name}.options(num_returns=2).remote()."
             )
+        if concurrency_group is not None:
+            groups = self._handle._table.groups
+            if concurrency_group not in groups:
+                raise ValueError(
+                    f"{self._handle.class_name}.{self._name}.options(): the actor has no "
+                    f"concurrency group {concurrency_group!r}; its groups: "
+                    f"{', '.join(groups) or '(none: give the actor concurrency_groups=)'}."
+                )
         n = (
             check_num_returns(num_returns)
             if num_returns is not None
@@ -856,9 +894,12 @@ class ActorMethod:
                     f"{self._name}.options(): {BACKPRESSURE} is for streaming calls (a "
                     "generator method, or num_returns='streaming')."
                 )
+        method = ActorMethod(self._handle, self._name, n, limit, concurrency_group)
+        if num_returns is None and limit is None:
+            return method  # only a group chosen: its own number of values
         if n == STREAMING:
-            return StreamingReturns(ActorMethod(self._handle, self._name, n, limit))
-        return ManyReturns(ActorMethod(self._handle, self._name, n))
+            return StreamingReturns(method)
+        return ManyReturns(method)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Always raises: call the method with ``handle.method.remote(...)``.

@@ -169,14 +169,20 @@ class ObjectRefGenerator(Generic[R_co]):
 
 
 def streaming_refs(
-    rt: Runtime, what: str, actor_id: str | None, method: str, backpressure: int = 0
+    rt: Runtime,
+    what: str,
+    actor_id: str | None,
+    method: str,
+    backpressure: int = 0,
+    group: str | None = None,
 ) -> tuple[ObjectRefGenerator[Any], ObjectRef[Any], Stream]:
     """What a streaming call's ``.remote()`` returns, where its reply goes, and its name.
 
-    ``backpressure``: how many values not taken yet the method may run ahead by (0: any).
+    ``backpressure``: how many values not taken yet the method may run ahead by (0: any);
+    ``group``: the concurrency group the call chose (None: the method's own).
     """
     gen: ObjectRefGenerator[Any] = ObjectRefGenerator(what, actor_id, rt, backpressure)
-    return gen, gen._call, Stream(method, gen._stream_id, backpressure)
+    return gen, gen._call, Stream(method, gen._stream_id, backpressure, group)
 
 
 def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:

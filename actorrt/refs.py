@@ -34,6 +34,7 @@ from actorrt.runtime.protocol import (
     OBJECT,
     OK,
     RAISE,
+    Grouped,
     LocalFailure,
     Returns,
     cancelled,
@@ -1000,20 +1001,21 @@ class _Parts:
 
 
 def new_refs(
-    what: str, actor_id: str | None, method: str, num_returns: int
+    what: str, actor_id: str | None, method: str, num_returns: int, group: str | None = None
 ) -> tuple[Any, ObjectRef[Any] | _Parts, str]:
     """The refs of one call: what ``.remote()`` returns, where its outcome goes, its name.
 
     With ``num_returns`` other than 1 that is a list of refs, each of one value of the
-    tuple the call returns, and the name carries the count (:class:`Returns`).
+    tuple the call returns, and the name carries the count (:class:`Returns`). With
+    ``group``, the name carries the concurrency group the call chose.
     """
     ref: ObjectRef[Any] = ObjectRef(what, actor_id)
     if num_returns == 1:
-        return ref, ref, method
+        return ref, ref, method if group is None else Grouped(method, group)
     out = [ObjectRef(what, actor_id) for _ in range(num_returns)]
     for i, part in enumerate(out):
         part._part = i
-    return out, _Parts(out), Returns(method, num_returns)
+    return out, _Parts(out), Returns(method, num_returns, group)
 
 
 def when_ready(
@@ -1073,7 +1075,7 @@ def send_call(
     kwargs: dict[str, Any],
     num_returns: int = 1,
     *,
-    parts: tuple[Any, ObjectRef[Any], str] | None = None,
+    parts: tuple[Any, ObjectRef[Any] | _Parts, str] | None = None,
 ) -> Any:
     """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
 
@@ -1090,8 +1092,9 @@ def send_call(
         args: The call's positional arguments.
         kwargs: Its keyword arguments.
         num_returns: How many values the method returns as a tuple.
-        parts: Instead of ``num_returns``: what to return, the ref the call's reply goes
-            to and the name to send (a streaming call's: see ``ref_generator``).
+        parts: Instead of ``num_returns``: what to return, where the call's reply goes
+            and the name to send (:func:`new_refs` with a group, or a streaming call's:
+            see ``ref_generator``).
 
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
@@ -1107,7 +1110,7 @@ def send_call(
     def send(
         a: tuple[Any, ...], kw: dict[str, Any], now: bool
     ) -> torch.futures.Future[Wire] | None:
-        if first._cancel_asked or (num_returns != 1 and any(r._cancel_asked for r in out)):
+        if first._cancel_asked or (type(slot) is _Parts and any(r._cancel_asked for r in out)):
             give_up(cancelled(what, "before it was sent (it waited for its ref arguments)"))
             return None
         rt.send(target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker)

@@ -33,6 +33,7 @@ import torch.distributed.rpc as rpc
 
 from actorrt.runtime import context, quick_rpc, streams
 from actorrt.runtime.payload import Wire
+from actorrt.runtime.protocol import CallName
 
 __all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Sender", "Stream", "rpc_items"]
 
@@ -43,26 +44,29 @@ FAILED = "failed"
 """What an inbox gives for the index where the call itself failed: its reply is the error."""
 
 
-class Stream(str):
+class Stream(CallName):
     """A method's name that asks for its yielded values to be streamed to the caller.
 
-    It is the name (a ``str``: looked up, logged and sent as one); ``stream_id`` says
-    which of the caller's streams the values go to, and ``backpressure`` how many values
-    the caller has not taken the method may run ahead by (0: any number).
+    ``stream_id`` says which of the caller's streams the values go to, and
+    ``backpressure`` how many values the caller has not taken the method may run ahead
+    by (0: any number); see :class:`~actorrt.runtime.protocol.CallName`.
     """
 
     stream_id: int
     backpressure: int
 
-    def __new__(cls, name: str, stream_id: int, backpressure: int = 0) -> Stream:
+    def __new__(
+        cls, name: str, stream_id: int, backpressure: int = 0, group: str | None = None
+    ) -> Stream:
         """The name ``name``, streaming to the caller's stream ``stream_id``."""
         self = super().__new__(cls, name)
         self.stream_id = stream_id
         self.backpressure = backpressure
+        self.group = group
         return self
 
-    def __reduce__(self) -> tuple[type[Stream], tuple[str, int, int]]:
-        return (Stream, (str(self), self.stream_id, self.backpressure))
+    def __reduce__(self) -> tuple[type[Stream], tuple[str, int, int, str | None]]:
+        return (Stream, (str(self), self.stream_id, self.backpressure, self.group))
 
 
 class Inbox:

@@ -47,6 +47,7 @@ from actorrt.runtime.protocol import (
     CONCURRENCY_GROUP,
     LOST,
     OK,
+    Returns,
     cancelled_reply,
     died_reply,
     error_reply,
@@ -115,6 +116,12 @@ class Mailbox:
         # its group; empty for an actor without groups (the common case: no lookup).
         self._group_threads: dict[str, ActorThreads] = {}
         self._group_slots: dict[str, asyncio.Semaphore] = {}
+        # Group name -> its threads (sync, made on first use) or limit (async), for calls
+        # that choose their group (handle.m.options(concurrency_group=...)).
+        self._groups: dict[str, int] = {}
+        self._pools: dict[str, ActorThreads] = {}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        self._gpu_ids: tuple[int, ...] = ()
         # Set once __init__ has returned or failed: with max_concurrency > 1, a call can
         # reach another of the actor's threads while __init__ still runs on the first.
         # _ready mirrors it as a plain attribute: one read per call, no method call.
@@ -173,9 +180,11 @@ class Mailbox:
             if self._dead is not None:
                 return
             self._opened = True
+            self._groups = groups
+            self._gpu_ids = gpu_ids
             if is_async:
                 self._slots = asyncio.Semaphore(max_concurrency or ASYNC_MAX_CONCURRENCY)
-                limits = {g: asyncio.Semaphore(n) for g, n in groups.items()}
+                limits = self._limits = {g: asyncio.Semaphore(n) for g, n in groups.items()}
                 self._group_slots = {n: limits[g] for n, g in in_group.items()}
                 self._loop = asyncio.new_event_loop()
                 threading.Thread(
@@ -186,11 +195,11 @@ class Mailbox:
                 self._threads = ActorThreads(
                     max_concurrency or 1, name, initializer=lambda: _set_gpu(gpu_ids)
                 )
-                pools = {  # only groups with methods: a pool starts a thread at once
-                    g: ActorThreads(groups[g], f"{name}-{g}", initializer=lambda: _set_gpu(gpu_ids))
-                    for g in set(in_group.values())
-                }
-                self._group_threads = {n: pools[g] for n, g in in_group.items()}
+                # only groups with methods now: a pool starts a thread at once (another
+                # group's pool is made when a call first chooses it: see _pool)
+                for g in sorted(set(in_group.values())):
+                    self._pool(g)
+                self._group_threads = {n: self._pools[g] for n, g in in_group.items()}
                 self._threads.submit(self._construct, (cls, wire))
             waiting, self._before_open = self._before_open, []
             for call in waiting:
@@ -264,7 +273,7 @@ class Mailbox:
                 if (
                     not held
                     and self._threads is not None
-                    and call.method is not None
+                    and type(call.method) is str  # not a skipped seq, nor a group chosen
                     and not call.cancel_asked
                     and not self._group_threads
                 ):
@@ -300,10 +309,25 @@ class Mailbox:
     def _queue(self, call: Call) -> None:
         # Under the lock, so calls reach the threads or the loop in the order released.
         if self._loop is None:
-            threads = self._group_threads.get(call.method, self._threads)  # type: ignore[arg-type]
-            threads.submit(self._run, call)  # type: ignore[union-attr]
+            name = call.method
+            group = None if type(name) is str else name.group  # type: ignore[union-attr]
+            if group is not None and group in self._groups:  # chosen by the call
+                threads = self._pool(group)
+            else:
+                threads = self._group_threads.get(name, self._threads)  # type: ignore[arg-type,assignment]
+            threads.submit(self._run, call)
         else:
             self._loop.call_soon_threadsafe(self._start_task, call)
+
+    def _pool(self, group: str) -> ActorThreads:
+        """Under the lock: the threads of concurrency group ``group`` (made on first use)."""
+        pool = self._pools.get(group)
+        if pool is None:
+            gpu_ids = self._gpu_ids
+            name = f"{self._class_name}-{self.actor_id[:8]}-{group}"
+            pool = ActorThreads(self._groups[group], name, initializer=lambda: _set_gpu(gpu_ids))
+            self._pools[group] = pool
+        return pool
 
     def _run(self, call: Call) -> None:
         """Runs a call on one of a sync actor's threads."""
@@ -364,6 +388,8 @@ class Mailbox:
         name = call.method
         assert name is not None  # a skipped seq is never queued (see _release)
         slots = self._group_slots.get(name, self._slots) if self._group_slots else self._slots
+        if type(name) is not str and name.group in self._limits:  # type: ignore[attr-defined]
+            slots = self._limits[name.group]  # type: ignore[attr-defined]  # chosen by the call
         async with slots:  # type: ignore[union-attr]
             if not self._begin(call):
                 return
@@ -408,7 +434,9 @@ class Mailbox:
         """A method's reply for ``num_returns``: one per value, or streamed (:class:`Stream`)."""
         if type(name) is Stream:
             return self._stream(call, name, reply[1]) if reply[0] == OK else reply
-        return split_returns(self._prefix + name, name.n, reply)  # type: ignore[attr-defined]
+        if type(name) is Returns:
+            return split_returns(self._prefix + name, name.n, reply)
+        return reply  # a name that only chose its group
 
     def _stream(self, call: Call, name: Stream, values: Any) -> tuple[int, Any]:
         """Sends each value ``values`` yields to the caller as it comes; the call's reply.
@@ -647,7 +675,7 @@ class Mailbox:
     def _close(self) -> None:
         if self._threads is not None:
             self._threads.close()
-        for threads in set(self._group_threads.values()):
+        for threads in self._pools.values():
             threads.close()
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stop_loop)

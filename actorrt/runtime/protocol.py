@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CANCELLED",
     "CONCURRENCY_GROUP",
+    "CallName",
+    "Grouped",
     "COPY",
     "DIED",
     "ERROR",
@@ -81,24 +83,49 @@ CONCURRENCY_GROUP = "__actorrt_concurrency_group__"
 """The attribute ``@actorrt.method(concurrency_group=...)`` sets on a method: its group."""
 
 
-class Returns(str):
+class CallName(str):
+    """A method's name that asks something more of its call than a plain name does.
+
+    It is the name (a ``str``: looked up, logged and sent as one); a plain call's name is
+    a plain ``str``, so the mailbox tests ``type(name) is str`` once and reads nothing
+    more. ``group``: the concurrency group the call runs in, chosen per call
+    (``handle.m.options(concurrency_group=...)``); None: the method's own.
+    """
+
+    group: str | None = None
+
+
+class Grouped(CallName):
+    """The name of a call made with ``.options(concurrency_group=...)`` (see :class:`CallName`)."""
+
+    def __new__(cls, name: str, group: str | None) -> Grouped:
+        """The name ``name``, run in concurrency group ``group``."""
+        self = super().__new__(cls, name)
+        self.group = group
+        return self
+
+    def __reduce__(self) -> tuple[type[Grouped], tuple[str, str | None]]:
+        return (Grouped, (str(self), self.group))
+
+
+class Returns(CallName):
     """A method's name that asks for ``n`` return values (``num_returns``).
 
-    It is the name (a ``str``: looked up, logged and sent as one), and the mailbox splits
-    the method's result into ``n`` replies (:func:`split_returns`), each its own value or
-    object, for the caller's ``n`` refs.
+    The mailbox splits the method's result into ``n`` replies (:func:`split_returns`),
+    each its own value or object, for the caller's ``n`` refs.
     """
 
     n: int
 
-    def __new__(cls, name: str, n: int) -> Returns:
-        """The name ``name``, asking for ``n`` values."""
+    def __new__(cls, name: str, n: int, group: str | None = None) -> Returns:
+        """The name ``name``, asking for ``n`` values (run in ``group``, if given)."""
         self = super().__new__(cls, name)
         self.n = n
+        self.group = group
         return self
 
-    def __reduce__(self) -> tuple[type[Returns], tuple[str, int]]:
-        return (Returns, (str(self), self.n))
+    def __reduce__(self) -> tuple[type[Returns], tuple[str, int, str | None]]:
+        return (Returns, (str(self), self.n, self.group))
 
 
 def split_returns(what: str, n: int, reply: tuple[int, Any]) -> tuple[int, Any]:

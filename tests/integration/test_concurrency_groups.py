@@ -59,3 +59,80 @@ def test_bad_groups_fail_at_decoration_or_options():
     with pytest.raises(TypeError, match="concurrency_group=3 must be the name"):
         actorrt.method(concurrency_group=3)
     assert grouped.default_options.concurrency_groups == (("io", 2),)
+
+
+@actorrt.actor(concurrency_groups={"io": 1, "spare": 2})
+class Worker:
+    def __init__(self):
+        self.gate = threading.Event()
+
+    def hold(self):
+        self.gate.wait(30)  # holds the actor's one thread
+        return "held"
+
+    def where(self):
+        return threading.current_thread().name
+
+    def pair(self):
+        return threading.current_thread().name, "second"
+
+    def ticks(self, n):
+        for i in range(n):
+            yield i, threading.current_thread().name
+
+    def release(self):
+        self.gate.set()
+
+
+@actorrt.actor(concurrency_groups={"io": 1})
+class AsyncWorker:
+    def __init__(self):
+        self.gate = None
+
+    async def hold(self):
+        import asyncio
+
+        self.gate = asyncio.Event()
+        await self.gate.wait()
+        return "held"
+
+    async def where(self):
+        return "ran"
+
+    async def release(self):
+        self.gate.set()
+
+
+def test_a_call_can_choose_its_group(cluster):
+    w = Worker.remote()
+    holding = w.hold.remote()
+    name = actorrt.get(w.where.options(concurrency_group="spare").remote(), timeout=30)
+    assert "-spare_" in name, name  # ran on the group's threads: the actor's own is busy
+    first, second = w.pair.options(num_returns=2, concurrency_group="io").remote()
+    assert "-io_" in actorrt.get(first, timeout=30) and actorrt.get(second) == "second"
+    values = list(w.ticks.options(concurrency_group="io").remote(2))
+    assert [v[0] for v in actorrt.get(values, timeout=30)] == [0, 1]
+    assert all("-io_" in v[1] for v in actorrt.get(values, timeout=30))
+    assert not holding.done()
+    actorrt.get(w.release.options(concurrency_group="io").remote(), timeout=30)
+    assert actorrt.get(holding, timeout=30) == "held"
+    assert "-io_" not in actorrt.get(w.where.remote(), timeout=30)  # its own group again
+
+
+def test_an_async_actors_call_can_choose_its_group(cluster):
+    w = AsyncWorker.options(max_concurrency=1).remote()
+    holding = w.hold.remote()  # takes the actor's one slot
+    assert actorrt.get(w.where.options(concurrency_group="io").remote(), timeout=30) == "ran"
+    actorrt.get(w.release.options(concurrency_group="io").remote(), timeout=30)
+    assert actorrt.get(holding, timeout=30) == "held"
+
+
+def test_a_group_the_actor_lacks_fails_at_the_call(cluster):
+    w = Worker.remote()
+    with pytest.raises(ValueError, match=r"no concurrency group 'gpu'; its groups: io, spare"):
+        w.where.options(concurrency_group="gpu")
+    plain = Learner.options(concurrency_groups={"io": 1}).remote()
+    with pytest.raises(ValueError, match="no concurrency group 'cpu'"):
+        plain.train.options(concurrency_group="cpu")
+    with pytest.raises(TypeError, match="takes num_returns=, concurrency_group="):
+        w.where.options()
