@@ -43,7 +43,9 @@ class ObjectRefGenerator(Generic[R_co]):
 
     It cannot be sent to other actors (as in Ray): send the refs it gives.
     ``actorrt.cancel(gen)`` stops the method between two values (an async one where it
-    awaits); the values yielded before stay good.
+    awaits); the values yielded before stay good. With
+    ``_generator_backpressure_num_objects=N`` (Ray's option) the method is not asked for
+    its next value while N of its values are not taken here.
 
     Example::
 

@@ -32,6 +32,42 @@ class RuntimeContext:
         """
         return in_actor.get()
 
+    def get_actor_name(self) -> str | None:
+        """The name of the actor running here (``options(name=...)``); None if unnamed.
+
+        None outside an actor too, as Ray's.
+        """
+        actor_id = in_actor.get()
+        return None if actor_id is None else _host().name_of(actor_id)
+
+    def get_node_id(self) -> str | None:
+        """The node (host) this process runs on, as the plan names it (``actorrt plan``).
+
+        The host name, with ``/cN`` appended when several containers share a host. Unlike
+        Ray's, it is readable and the same in every process of that host. None in a
+        process that has no plan (not started).
+        """
+        from actorrt.runtime.runtime import current_or_none  # torch: only when asked
+
+        rt = current_or_none()
+        if rt is None or rt.plan is None:
+            return None
+        try:
+            return rt.plan.for_name(rt.name).node
+        except Exception:  # a process the plan does not know (a worker that grew in)
+            return None
+
+    def get_accelerator_ids(self) -> dict[str, list[str]]:
+        """The accelerators of the running actor or remote function, as Ray's.
+
+        Returns:
+            ``{"GPU": [...]}``: the local CUDA indices (as strings, as Ray gives them) of
+            the GPUs it was given; an empty list elsewhere.
+        """
+        from actorrt.runtime.devices import get_gpu_ids  # torch: only when asked
+
+        return {"GPU": [str(i) for i in get_gpu_ids()]}
+
     @property
     def current_actor(self) -> ActorHandle:
         """A handle of the actor whose method runs here, to pass to other actors.

@@ -86,8 +86,10 @@ class Inbox:
         self.on_run: Callable[[str], None] | None = None
         self._lock = threading.Lock()
         self._slots: dict[int, cf.Future[Any]] = {}
-        self._got: set[int] = set()  # indexes arrived (a value sent twice is taken once)
-        self._seen = 0  # every index below this has arrived
+        # A value sent twice is taken once: every index below _seen has arrived, and _got
+        # holds those above it that have (kept small: a stream may run for days).
+        self._got: set[int] = set()
+        self._seen = 0
         self._end: int | None = None  # how many values there are, once the call answered
         self._failed = False
 
@@ -112,10 +114,13 @@ class Inbox:
     def put(self, index: int, wire: Wire) -> bool:
         """Value ``index`` arrived; False when it is not wanted (past the end, or twice)."""
         with self._lock:
-            if index in self._got or (self._end is not None and index >= self._end):
+            if index < self._seen or index in self._got:
+                return False
+            if self._end is not None and index >= self._end:
                 return False
             self._got.add(index)
             while self._seen in self._got:
+                self._got.discard(self._seen)
                 self._seen += 1
             fut = self._slots.get(index)
             if fut is None:

@@ -64,8 +64,9 @@ class ActorHost:
         self._pinned: dict[str, ActorLease] = {}  # named actors live until killed
         # actor id -> (its record, its lease while some RRef holds it (None: pinned),
         # whether it was made again after its process died), for what an actor asks of
-        # itself (actorrt.get_runtime_context())
+        # itself (actorrt.get_runtime_context()); and its name, if it has one
         self._own: dict[str, tuple[ActorRecord, weakref.ref[ActorLease] | None, bool]] = {}
+        self._names: dict[str, str] = {}
         self._on_actor_end = on_actor_end
         self._pack_reply = pack_reply
         self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
@@ -110,6 +111,7 @@ class ActorHost:
         retries: int = 0,
         max_pending: int = -1,
         reconstructed: bool = False,
+        name: str | None = None,
     ) -> ActorLease:
         """Creates an actor here (the ``rpc_create`` request); its RRef holds the lease.
 
@@ -131,6 +133,8 @@ class ActorHost:
                 record = ActorRecord(actor_id, here, class_name, methods, retries, max_pending)
                 lease_ref = None if pinned else weakref.ref(lease)
                 self._own[actor_id] = (record, lease_ref, reconstructed)
+                if name is not None:
+                    self._names[actor_id] = name
         except BaseException as exc:  # e.g. the class's module does not import here
             box.kill(
                 f"{class_name} actor {actor_id} could not be created on "
@@ -172,6 +176,10 @@ class ActorHost:
                 "can make no handle of itself; keep a handle of it while it needs one"
             )
         return record, lease
+
+    def name_of(self, actor_id: str) -> str | None:
+        """The name of actor ``actor_id`` (living here), or None."""
+        return self._names.get(actor_id)
 
     def was_reconstructed(self, actor_id: str) -> bool:
         """Whether actor ``actor_id`` (living here) was made again after its process died."""
@@ -221,6 +229,7 @@ class ActorHost:
             self._tombstones.setdefault(actor_id, reason)
             self._pinned.pop(actor_id, None)  # a named actor that exited itself
             self._own.pop(actor_id, None)
+            self._names.pop(actor_id, None)
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id)
 

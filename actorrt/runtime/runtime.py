@@ -283,6 +283,7 @@ class Runtime:
                 "methods": methods,
                 "retries": options.max_task_retries,
                 "max_pending": options.max_pending_calls,
+                "name": options.name,
             }
             try:
                 wire = self.pack(placement.worker, (args, kwargs))

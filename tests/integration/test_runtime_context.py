@@ -94,3 +94,39 @@ def test_a_named_actors_own_handle_is_its_handle(cluster):
     assert me.actor_id == n.actor_id
     assert actorrt.get(me.ping.remote(), timeout=30) == "named"
     actorrt.kill(n)
+
+
+@actorrt.actor
+class Where:
+    def __init__(self):
+        self.name_at_init = actorrt.get_runtime_context().get_actor_name()
+
+    def about(self):
+        ctx = actorrt.get_runtime_context()
+        return self.name_at_init, ctx.get_actor_name(), ctx.get_node_id()
+
+    def process(self):
+        from actorrt.runtime.runtime import current_or_none
+
+        return current_or_none().name
+
+
+@actorrt.remote
+def accelerators():
+    return actorrt.get_runtime_context().get_accelerator_ids()
+
+
+def test_an_actor_knows_its_name_and_node(cluster):
+    named = Where.options(name="where-am-i").remote()
+    plain = Where.remote()
+    name_at_init, name, node = actorrt.get(named.about.remote(), timeout=30)
+    assert name_at_init == name == "where-am-i"
+    assert actorrt.get(plain.about.remote(), timeout=30)[:2] == (None, None)
+    process = actorrt.get(named.process.remote(), timeout=30)
+    assert node == cluster.plan.for_name(process).node and node  # as `actorrt plan` shows
+    ctx = actorrt.get_runtime_context()
+    assert ctx.get_actor_name() is None  # the driver runs no actor
+    assert ctx.get_node_id() == cluster.plan.for_name(cluster.name).node
+    assert ctx.get_accelerator_ids() == {"GPU": []}
+    assert actorrt.get(accelerators.remote(), timeout=30) == {"GPU": []}  # no num_gpus
+    actorrt.kill(named)

@@ -409,3 +409,12 @@ def test_an_inbox_says_when_values_come_from_a_new_run_of_the_call():
     inboxes.put(stream_id, 0, W[0], ("worker1", 8))  # sent again: the same name, a new run
     inboxes.put(stream_id, 2, W[2], ("worker2", 1))
     assert runs == ["worker1", "worker1", "worker2"]
+
+
+def test_a_long_stream_keeps_no_record_of_each_value():
+    inbox = Inbox()
+    for i in range(10_000):
+        inbox.put(i, W[0])
+        inbox.take(i)
+    assert not inbox._got and not inbox._slots  # nothing grows with the stream's length
+    assert not inbox.put(5, W[0])  # and a value sent twice is still refused
