@@ -9,6 +9,7 @@ while the method goes on. How the values travel: :mod:`actorrt.runtime.generator
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures as cf
 import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
@@ -154,6 +155,18 @@ class ObjectRefGenerator(Generic[R_co]):
         arrived.set_result(item)
         ref.attach(arrived, self._call._worker, None, _answered_already)
         return ref
+
+    def _next_ready(self) -> bool:
+        # What actorrt.wait() reads: next() would give a ref, or end, without waiting.
+        return self._ended or self._inbox.slot(self._next).done()
+
+    def _ready_future(self) -> cf.Future[Any]:
+        # The future actorrt.wait() waits on; done once _next_ready() is.
+        if self._ended:
+            done: cf.Future[Any] = cf.Future()
+            done.set_result(None)
+            return done
+        return self._inbox.slot(self._next)
 
     def _when_ready(self, fn: Callable[[], None]) -> None:
         # What PendingCalls reads of a call's refs: the call answered (all values sent).

@@ -79,10 +79,18 @@ else:  # at run time the default is not needed (nor does typing.TypeVar take it 
 
 
 class _Streaming(Protocol):
-    """What :func:`cancel` reads of an ``ObjectRefGenerator``: the ref of its call."""
+    """What :func:`cancel` and :func:`wait` read of an ``ObjectRefGenerator``."""
 
     def completed(self) -> ObjectRef[Any]:
         """The ref of the streaming call."""
+        ...
+
+    def _next_ready(self) -> bool:
+        """Whether ``next()`` would give a ref (or end) without waiting."""
+        ...
+
+    def _ready_future(self) -> cf.Future[Any]:
+        """A future done once ``next()`` would not wait."""
         ...
 
 
@@ -909,13 +917,28 @@ def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = No
         ) from None
 
 
+@overload
 def wait(
     refs: Sequence[ObjectRef[T]], *, num_returns: int = 1, timeout: float | None = None
-) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]:
+) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]: ...
+@overload
+def wait(
+    refs: Sequence[ObjectRef[Any] | _Streaming],
+    *,
+    num_returns: int = 1,
+    timeout: float | None = None,
+) -> tuple[list[Any], list[Any]]: ...
+
+
+def wait(
+    refs: Sequence[Any], *, num_returns: int = 1, timeout: float | None = None
+) -> tuple[list[Any], list[Any]]:
     """Waits until ``num_returns`` of ``refs`` are ready, or ``timeout`` passes.
 
     Args:
-        refs: The refs to watch (no duplicates).
+        refs: The refs to watch (no duplicates). An ``ObjectRefGenerator`` among them is
+            ready once ``next(gen)`` would not wait (its next value came, or its end), as
+            in Ray.
         num_returns: How many ready refs to wait for (1 <= num_returns <= len(refs)).
         timeout: Seconds to wait at most; ``None`` waits as long as it takes.
 
@@ -930,39 +953,50 @@ def wait(
             appears twice.
     """
     if not isinstance(refs, (list, tuple)):
-        _refuse_generator(refs)
+        if _is_generator(refs):
+            raise TypeError(
+                f"actorrt.wait takes a list: actorrt.wait([gen]) for {refs!r} (ready once "
+                "next(gen) would not wait)."
+            )
         raise TypeError(f"actorrt.wait takes a list of ObjectRefs, got {type(refs)!r}.")
     timeout = check_timeout(timeout)
     if not refs:
         return [], []
-    refs = [_check_ref(r) for r in refs]
+    refs = [r if _is_generator(r) else _check_ref(r) for r in refs]
     if len({id(r) for r in refs}) != len(refs):
         raise ValueError("actorrt.wait got the same ObjectRef twice; pass each ref once.")
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")
     pool = lender()
-    if pool is not None and sum(1 for r in refs if r.done()) < num_returns:
+    if pool is not None and sum(1 for r in refs if _is_ready(r)) < num_returns:
         with pool.lending():  # in a remote function: lend its thread while it waits
             return _wait(refs, num_returns, timeout)
     return _wait(refs, num_returns, timeout)
 
 
-def _wait(
-    refs: list[ObjectRef[T]], num_returns: int, timeout: float | None
-) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]:
-    """:func:`wait` of checked arguments, waiting on this thread."""
+def _wait(refs: list[Any], num_returns: int, timeout: float | None) -> tuple[list[Any], list[Any]]:
+    """:func:`wait` of checked arguments (refs and generators), waiting on this thread."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pending = {r._ready_future() for r in refs}  # ready, not fetched (as Ray's fetch_local=False)
-    while sum(1 for r in refs if r.done()) < num_returns:
+    while sum(1 for r in refs if _is_ready(r)) < num_returns:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
         _, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
-    ready: list[ObjectRef[T]] = []
-    not_ready: list[ObjectRef[T]] = []
+    ready: list[Any] = []
+    not_ready: list[Any] = []
     for r in refs:
-        (ready if r.done() and len(ready) < num_returns else not_ready).append(r)
+        (ready if _is_ready(r) and len(ready) < num_returns else not_ready).append(r)
     return ready, not_ready
+
+
+def _is_generator(value: object) -> bool:
+    return not isinstance(value, ObjectRef) and callable(getattr(value, "_next_ready", None))
+
+
+def _is_ready(ref: Any) -> bool:
+    """A ref's ``done()``; a generator's ``_next_ready()`` (see :func:`wait`)."""
+    return bool(ref.done() if type(ref) is ObjectRef else ref._next_ready())
 
 
 def _has_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -244,9 +244,11 @@ def test_a_generator_cannot_travel_and_bad_num_returns_fail_at_the_call(cluster)
     gen = s.count.remote(2)
     with pytest.raises(TypeError, match="cannot be sent to another process"):
         sink.total.remote([gen])
-    for use in (actorrt.get, actorrt.wait, lambda g: actorrt.get([g]), lambda g: actorrt.wait([g])):
+    for use in (actorrt.get, lambda g: actorrt.get([g])):
         with pytest.raises(TypeError, match="iterate it"):
             use(gen)
+    with pytest.raises(TypeError, match=r"takes a list: actorrt.wait\(\[gen\]\)"):
+        actorrt.wait(gen)
     assert _values(gen) == [0, 1]
     with pytest.raises(TypeError, match="'streaming'"):
         s.count.options(num_returns="stream")
@@ -392,3 +394,21 @@ def test_bad_backpressure_fails_at_once(cluster):
         actorrt.remote(_generator_backpressure_num_objects=2)(lambda: 1)
     with pytest.raises(TypeError, match="for streaming methods"):
         actorrt.method(_generator_backpressure_num_objects=2)(lambda self: 1)
+
+
+def test_wait_says_when_a_generators_next_value_is_there(cluster):
+    s = Source.remote()
+    gen = s.gated.remote()
+    assert actorrt.wait([gen], timeout=30) == ([gen], [])
+    assert actorrt.get(next(gen), timeout=30) == "before"
+    assert actorrt.wait([gen], timeout=0.3) == ([], [gen])  # the method waits at its gate
+    other = s.count.remote(1)  # a ref beside it
+    ready, not_ready = actorrt.wait([gen, other.completed()], num_returns=1, timeout=30)
+    assert ready == [other.completed()] and not_ready == [gen]
+    s.release.remote()
+    assert actorrt.wait([gen], timeout=30) == ([gen], [])
+    assert actorrt.get(next(gen), timeout=30) == "after"
+    assert actorrt.wait([gen], timeout=30) == ([gen], [])  # its end is there too
+    with pytest.raises(StopIteration):
+        next(gen)
+    assert actorrt.wait([gen], timeout=0) == ([gen], [])
