@@ -538,6 +538,7 @@ class Mailbox:
         self, sender: Sender, call: Call, name: Stream, index: int, reply: tuple[int, Any]
     ) -> None:
         """Packs one streamed value for the caller (large: kept here) and sends it."""
+        begin = _trace.clock() if _trace.ON else 0
         try:
             wire = self._pack_reply(call.caller, reply)
         except Exception as exc:  # it cannot be pickled: its ref raises why
@@ -545,6 +546,8 @@ class Mailbox:
             wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
         streams.leaving(wire)
         sender.send(index, wire)
+        if begin:
+            _trace.value(self._class_name, self.actor_id, call, index, begin, wire)
 
     def _begin(self, call: Call) -> bool:
         """False (the call answered, if nobody did) when the actor died before it ran."""

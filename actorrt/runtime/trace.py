@@ -7,7 +7,8 @@ cluster records, per actor call:
   with the bytes that went out and came back;
 - on the actor's process, its **wait** in the mailbox (arrival to the start of the
   method), its **run** (the method), and its **reply** (packing the return value and
-  handing it to RPC), with the reply's bytes;
+  handing it to RPC), with the reply's bytes; for a streaming call, each **value** it
+  sent, with its index and bytes;
 - on a process that fetches an object from its owner, the **fetch**, with its bytes,
   the owner and the road its tensors took;
 - anywhere, the **spans** user code marks with :class:`profile` (``actorrt.profile``), on
@@ -62,6 +63,7 @@ __all__ = [
     "span",
     "started",
     "to_chrome",
+    "value",
 ]
 
 ON = False
@@ -72,6 +74,7 @@ MAX_EVENTS = 1_000_000
 
 _CALL, _WAIT, _RUN, _REPLY, _FETCH = "call", "wait", "run", "reply", "fetch"
 _SPAN = "span"
+_VALUE = "value"  # a value a streaming call sent (actorrt.runtime.generators)
 _TRACK_BASE = 1 << 48  # ids of named tracks: above any thread id the records hold
 
 # (kind, name, begin ns, end ns, thread id, call key, detail dict)
@@ -300,6 +303,16 @@ def answered(actor: str, actor_id: str, call: Any, wire: Any) -> None:
     _record(_REPLY, what, ran_end or end, end, here, key, {**detail, "bytes": wire_bytes(wire)})
 
 
+def value(actor: str, actor_id: str, call: Any, index: int, begin: int, wire: Any) -> None:
+    """A streaming call's value ``index`` was packed and sent (from ``begin`` until now).
+
+    Recorded on the actor's thread, under the call's key, with its bytes.
+    """
+    detail = {"caller": call.caller, "seq": call.seq, "index": index, "bytes": wire_bytes(wire)}
+    key = f"{call.caller}/{actor_id}/{call.seq}"
+    _record(_VALUE, f"{actor}.{call.method}", begin, clock(), _thread(), key, detail)
+
+
 # -- user spans -----------------------------------------------------------------------
 
 
@@ -470,7 +483,7 @@ def to_chrome(parts: list[dict[str, Any]], missing: Iterable[str] = ()) -> dict[
                 out.append({**common, "ph": "b", "ts": ts, "args": args})
                 out.append({**common, "ph": "e", "ts": ts_end})
             else:
-                label = name if kind == _RUN else f"reply {name}"
+                label = name if kind == _RUN else f"{kind} {name}"  # reply, value
                 out.append(
                     {**where, "name": label, "ph": "X", "ts": ts, "dur": ts_end - ts, "args": args}
                 )

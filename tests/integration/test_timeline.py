@@ -31,6 +31,13 @@ class Maker:
         return torch.ones(n, dtype=torch.uint8)
 
 @actorrt.actor
+class Streamer:
+    def chunks(self, n):
+        time.sleep(0.02)  # as long as a ping: every run below is checked for its length
+        for i in range(n):
+            yield torch.full((1024,), i)
+
+@actorrt.actor
 class Relay:
     def relay(self, echo, n):
         # a call made from inside an actor: its round trip is recorded on that worker
@@ -75,6 +82,7 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
         actorrt.get(relay.relay.remote(echo, 8), timeout=60)
         big = Maker.remote().make.remote(40 << 20)  # kept at its maker: the get fetches it
         actorrt.get(big, timeout=60)
+        assert len(actorrt.get(list(Streamer.remote().chunks.remote(3)), timeout=60)) == 3
         trace = actorrt.timeline(path)
         report(pids=list(rt.local_worker_pids), driver=os.getpid(), n=len(trace["traceEvents"]))
     """
@@ -119,6 +127,11 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
             and r["ts"] <= nap["ts"] <= nap["ts"] + nap["dur"] <= r["ts"] + r["dur"]
             for r in ping_runs
         ), nap
+    # a streaming call's values, each on the actor's thread under the call's key
+    values = [ev for ev in trace["traceEvents"] if ev.get("cat") == "value"]
+    assert sorted(ev["args"]["index"] for ev in values) == [0, 1, 2], values
+    assert all(ev["name"] == "value Streamer.chunks" for ev in values)
+    assert all(ev["args"]["bytes"] >= 4096 and ev["args"]["call"] in spans for ev in values)
     # the driver's fetch of the object kept at its maker: its bytes, owner and road
     fetches = [ev for ev in trace["traceEvents"] if ev.get("cat") == "fetch" and ev["ph"] == "b"]
     assert len(fetches) == 1 and fetches[0]["pid"] == rep["driver"], fetches
