@@ -398,16 +398,26 @@ def get_actor(name: str) -> ActorHandle:
     return handle_of(current("actorrt.get_actor()").get_actor(name))
 
 
-def kill(handle: ActorHandle | TypedActor) -> None:
+def kill(handle: ActorHandle | TypedActor, *, no_restart: bool = True) -> None:
     """Kills an actor now: its queued, running and later calls fail with ActorDiedError.
+
+    With ``no_restart=False`` (as Ray's), an actor with ``max_restarts`` left is
+    restarted instead: its calls in flight fail with ``ActorDiedError``, its constructor
+    runs again on the same process (``was_current_actor_reconstructed`` is then True),
+    and later calls, through any of its handles, reach the new instance; it counts as one
+    restart. An actor without restarts left is killed for good.
 
     Args:
         handle: The actor's handle (a :class:`~actorrt.actor_class.TypedActor`'s handle
             is typed as its class, hence the second type).
+        no_restart: False: restart it if it has ``max_restarts`` left.
     """
     if not isinstance(handle, ActorHandle):
         raise TypeError(f"actorrt.kill takes an ActorHandle, got {type(handle)!r}.")
-    current("actorrt.kill()").kill(handle)
+    rt = current("actorrt.kill()")
+    if not no_restart and rt.restart(handle) is None:
+        return
+    rt.kill(handle)
 
 
 def timeline(

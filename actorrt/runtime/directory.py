@@ -316,6 +316,13 @@ class ClusterDirectory:
                     self._names[name] = (record._replace(worker=placement.worker), path)
         return placement
 
+    def count_restart(self, actor_id: str) -> None:
+        """One more restart of an actor recreated where it was (``kill(no_restart=False)``)."""
+        with self._lock:
+            rec = self._records.get(actor_id)
+            if rec is not None:
+                rec.info = replace(rec.info, restarts=rec.info.restarts + 1)
+
     def set_state(self, actor_id: str, state: str) -> None:
         """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``).
 

@@ -187,6 +187,25 @@ class ActorHost:
             own = self._own.get(actor_id)
         return own is not None and own[2]
 
+    def restart(
+        self, actor_id: str, reason: str, class_key: str, class_blob: bytes, wire: Wire
+    ) -> bool:
+        """Runs the actor's constructor again where it is; its calls in flight fail.
+
+        Returns:
+            False when the actor does not live here (any more).
+        """
+        with self._lock:
+            box = self._mailboxes.get(actor_id)
+            own = self._own.get(actor_id)
+            if box is None or own is None:
+                return False
+            cls = self._classes.get(class_key)
+            if cls is None:
+                cls = self._classes[class_key] = cloudpickle.loads(class_blob)
+            self._own[actor_id] = (own[0], own[1], True)  # was_current_actor_reconstructed
+        return box.restart(reason, cls, wire)
+
     def deliver(self, actor_id: str, call: Call) -> None:
         """Hands ``call`` to the actor's mailbox (made on first use: calls may arrive first)."""
         box = self._mailboxes.get(actor_id)  # as _mailbox() does, without its call per call
@@ -319,6 +338,12 @@ def post_cancel(worker: str, actor_id: str, caller: str, seq: int) -> torch.futu
         worker, rpc_cancel, (actor_id, caller, seq)
     )
     return future
+
+
+def rpc_restart(actor_id: str, reason: str, class_key: str, class_blob: bytes, wire: Wire) -> bool:
+    """Restarts the actor where it is (rank 0's ``restart_in_place``); False: not here."""
+    streams.arrived(wire)
+    return _host().restart(actor_id, reason, class_key, class_blob, wire)
 
 
 def rpc_kill(actor_id: str, reason: str) -> bool:

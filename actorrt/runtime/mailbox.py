@@ -334,6 +334,8 @@ class Mailbox:
         name = call.method
         assert name is not None  # a skipped seq is never queued (see _release)
         if not self._ready:  # a second thread, __init__ still running
+            if call.done:  # answered already (a restart failed it while it was queued)
+                return
             self._constructed.wait()
         if self._dead is not None and not self._begin(call):  # read first: no call per call
             return
@@ -644,6 +646,43 @@ class Mailbox:
         for call in doomed:
             self._answer(call, died_reply(reason))
         self._close()
+
+    def restart(self, reason: str, cls: type, wire: Wire) -> bool:
+        """Makes a new instance in place of this one (``actorrt.kill(no_restart=False)``).
+
+        Calls queued or running fail with ``reason`` (a running one runs on in its thread,
+        its answer dropped, as with a kill); the constructor runs again, and calls held
+        for order and later ones run on the new instance: a caller's order goes on, so
+        its handle needs no move.
+
+        Returns:
+            False when the actor ended (or never began) here.
+        """
+        with self._lock:
+            if self._dead is not None or not self._opened:
+                return False
+            doomed = []
+            for call in [*self._accepted, *self._before_open]:
+                if _claim(call):
+                    call.cancel_asked = True  # a queued one is skipped when its turn comes
+                    doomed.append(call)
+            self._accepted.clear()
+            self._before_open = []
+            self._ready = False
+            self._constructed.clear()
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._reopen, (cls, wire), doomed)
+            else:
+                self._threads.submit(self._construct, (cls, wire))  # type: ignore[union-attr]
+        for call in doomed:
+            self._answer(call, died_reply(reason))
+        return True
+
+    def _reopen(self, what: tuple[type, Wire], doomed: list[Call]) -> None:
+        # On the async actor's loop: the failed calls' tasks end, then the new instance.
+        for call in doomed:
+            _cancel_task(call)
+        self._construct(what)
 
     def mark_dead(self, reason: str) -> None:
         """Makes a mailbox that only answers "gone" (for an actor already ended)."""

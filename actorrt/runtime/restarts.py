@@ -26,11 +26,11 @@ from actorrt.logs import get_logger
 from actorrt.options import ActorOptions
 from actorrt.runtime import context
 from actorrt.runtime.directory import ClusterDirectory, Placement
-from actorrt.runtime.host import create_remote, rpc_ping
+from actorrt.runtime.host import create_remote, rpc_ping, rpc_restart
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import ActorRecord, rpc_failure
 
-__all__ = ["Recipe", "Restarts", "rpc_keep_recipe", "rpc_locate"]
+__all__ = ["Recipe", "Restarts", "rpc_keep_recipe", "rpc_locate", "rpc_restart_in_place"]
 
 log = get_logger("restarts")
 
@@ -226,6 +226,55 @@ class Restarts:
             name = recipe.record.class_name
             log.warning("%s actor %s is not restarted: %s", name, actor_id, why)
 
+    def restart_in_place(self, actor_id: str, reason: str) -> str | None:
+        """Restarts a live actor where it is (``actorrt.kill(handle, no_restart=False)``).
+
+        Its calls in flight fail with ``reason``; its constructor runs again, under the
+        same id on the same process, so its handles go on without a move. It counts as
+        one of its ``max_restarts``.
+
+        Returns:
+            None once restarted; else why not (no ``max_restarts``, none left, it is
+            being recreated, or its process could not be reached): the caller kills it.
+        """
+        with self._cond:
+            recipe = self._recipes.get(actor_id)
+            if recipe is None:
+                return "it has no max_restarts"
+            if recipe.why_dead is not None:
+                return recipe.why_dead
+            if actor_id in self._restarting:
+                return "it is being recreated after its process died"
+            if recipe.left == 0:
+                return f"it has no restarts left (max_restarts={recipe.options.max_restarts})"
+            worker = recipe.record.worker
+            left_before = recipe.left
+            if recipe.left > 0:
+                recipe.left -= 1
+        try:
+            wire = self._pack(worker, (recipe.args, recipe.kwargs))
+            done = rpc.rpc_sync(
+                worker,
+                rpc_restart,
+                args=(actor_id, reason, recipe.class_key, recipe.class_blob, wire),
+                timeout=CREATE_TIMEOUT_S,
+            )
+        except Exception as exc:
+            done, why = False, f"its process {worker!r} could not be reached ({exc})"
+        else:
+            why = "it had ended on its process"
+        if not done:
+            with self._cond:
+                recipe.left = left_before
+            return why
+        self._directory.count_restart(actor_id)
+        log.warning(
+            "%s actor %s restarted on %s by actorrt.kill(no_restart=False) (%s restart(s) left)",
+            recipe.record.class_name, actor_id, worker,
+            "unlimited" if recipe.left < 0 else recipe.left,
+        )  # fmt: skip
+        return None
+
     def locate(
         self, actor_id: str, timeout: float = LOCATE_TIMEOUT_S, away_from: str | None = None
     ) -> tuple[ActorRecord | None, str]:
@@ -286,6 +335,12 @@ def rpc_keep_recipe(
         record, class_key, class_blob, args, kwargs, options, meta, left=options.max_restarts
     )
     context.part(Restarts, "actor restarts (rank 0 only)").keep(recipe)
+
+
+def rpc_restart_in_place(actor_id: str, reason: str) -> str | None:
+    """Runs on rank 0: restarts the actor where it is; None, or why it could not."""
+    restarts = context.part(Restarts, "actor restarts (rank 0 only)")
+    return restarts.restart_in_place(actor_id, reason)
 
 
 def rpc_locate(actor_id: str, away_from: str | None = None) -> tuple[ActorRecord | None, str]:

@@ -77,7 +77,12 @@ from actorrt.runtime.protocol import (
     rpc_failure,
     unsendable_argument,
 )
-from actorrt.runtime.restarts import Restarts, rpc_keep_recipe, rpc_locate
+from actorrt.runtime.restarts import (
+    Restarts,
+    rpc_keep_recipe,
+    rpc_locate,
+    rpc_restart_in_place,
+)
 from actorrt.runtime.retries import CallRetries
 from actorrt.runtime.roads import Road, tensor_road
 
@@ -783,6 +788,19 @@ class Runtime:
                 if not isinstance(rpc_failure("kill", handle.worker, exc), ActorDiedError):
                     raise
         self._directory_call(rpc_released, handle.actor_id)
+
+    def restart(self, handle: Target) -> str | None:
+        """Restarts the actor where it is (``actorrt.kill(handle, no_restart=False)``).
+
+        Returns:
+            None once restarted; else why not (the caller then kills it for good).
+        """
+        reason = (
+            f"{handle.class_name} actor {handle.actor_id} was restarted by "
+            "actorrt.kill(no_restart=False)"
+        )
+        why: str | None = self._directory_call(rpc_restart_in_place, handle.actor_id, reason)
+        return why
 
     def get_actor(self, name: str) -> ActorRecord:
         """The record of the actor registered as ``name`` (``actorrt.get_actor``)."""
