@@ -25,7 +25,10 @@ from actorrt.runtime.mailbox import Call, Mailbox, PackReply
 from actorrt.runtime.payload import Wire
 from actorrt.runtime.protocol import ActorRecord
 
-__all__ = ["ActorHost", "ActorLease"]
+__all__ = ["RESTART_WAIT_S", "ActorHost", "ActorLease"]
+
+RESTART_WAIT_S = 5.0
+"""How long a restart waits, at most, for the creation of an actor still on its way."""
 
 
 class ActorLease:
@@ -58,6 +61,8 @@ class ActorHost:
         self, pack_reply: PackReply, on_actor_end: Callable[[str], None] | None = None
     ) -> None:
         self._lock = threading.Lock()
+        # Notified as each actor's constructor is queued (a restart may come first).
+        self._opened = threading.Condition(self._lock)
         self._mailboxes: dict[str, Mailbox] = {}
         self._tombstones: dict[str, str] = {}  # actor id -> why it is gone
         self._classes: dict[str, type] = {}
@@ -149,6 +154,8 @@ class ActorHost:
             gpu_ids=gpu_ids,
             concurrency_groups=concurrency_groups,
         )
+        with self._lock:
+            self._opened.notify_all()
         return lease
 
     def own_handle_parts(self, actor_id: str) -> tuple[ActorRecord, ActorLease | None]:
@@ -195,7 +202,14 @@ class ActorHost:
         Returns:
             False when the actor does not live here (any more).
         """
+
+        def opened_or_gone() -> bool:
+            box = self._mailboxes.get(actor_id)
+            return (box is not None and box.opened) or actor_id in self._tombstones
+
         with self._lock:
+            # Its creation may still be on its way (the handle came back at once).
+            self._opened.wait_for(opened_or_gone, timeout=RESTART_WAIT_S)
             box = self._mailboxes.get(actor_id)
             own = self._own.get(actor_id)
             if box is None or own is None:

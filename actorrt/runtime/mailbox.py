@@ -624,6 +624,11 @@ class Mailbox:
     def _cancelled(self, call: Call, when: str) -> tuple[int, Any]:
         return cancelled_reply(f"{self._prefix}{call.method}", when)
 
+    @property
+    def opened(self) -> bool:
+        """Whether the constructor is queued (calls may follow it)."""
+        return self._opened
+
     def calls_in_flight(self) -> int:
         """Calls received and not yet answered: held for order, queued or running."""
         with self._lock:

@@ -43,3 +43,44 @@ def test_pickling_a_lease_does_not_release_its_actor(monkeypatch: pytest.MonkeyP
     del lease
     gc.collect()
     assert released.get(timeout=5) == "b" * 32
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def test_a_restart_that_comes_before_the_creation_waits_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # actorrt.kill(no_restart=False) right after Cls.remote(): rank 0's restart can reach
+    # the process before the creation does (two messages, two RPC threads).
+    import threading
+    import types
+
+    import cloudpickle
+
+    from actorrt.runtime import host as host_mod
+    from actorrt.runtime.payload import pack
+
+    monkeypatch.setattr(
+        host_mod.rpc, "get_worker_info", lambda: types.SimpleNamespace(name="worker1")
+    )
+    host = ActorHost(pack_reply=lambda caller, reply: (None, [reply]))
+    actor_id = "c" * 32
+    blob = cloudpickle.dumps(_Counter)
+    wire = pack(((), {}))
+    restarted: list[bool] = []
+    early = threading.Thread(
+        target=lambda: restarted.append(host.restart(actor_id, "why", "key", blob, wire))
+    )
+    early.start()
+    early.join(0.3)
+    assert early.is_alive()  # waits for the creation, not "not here"
+    lease = host.create(
+        actor_id, "key", blob, wire, class_name="_Counter", max_concurrency=None,
+        gpu_ids=(), pinned=False,
+    )  # fmt: skip
+    early.join(5)
+    assert restarted == [True] and host.was_reconstructed(actor_id)
+    del lease
