@@ -484,8 +484,9 @@ class Mailbox:
         close = getattr(values, "close", None)
         if close is not None:
             close()  # its finally blocks run
-        if self._dead is not None or sender.gone:
-            return (OK, index)  # nobody reads it: the kill answered, or the caller is gone
+        if self._dead is not None or sender.gone or call.done:
+            # nobody reads it: a kill or a restart answered the call, or the caller is gone
+            return (OK, index)
         self._send_value(sender, call, name, index, self._cancelled(call, "between values"))
         return (OK, index + 1)
 

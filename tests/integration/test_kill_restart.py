@@ -166,3 +166,29 @@ def test_an_async_actor_restarts_and_its_awaiting_calls_fail(cluster):
     with pytest.raises(actorrt.ActorDiedError):
         actorrt.get(sleeping, timeout=30)
     assert _restarts(a) == (3, "ALIVE")
+
+
+@actorrt.actor(max_restarts=1)
+class Ticker:
+    def ticks(self):
+        i = 0
+        while True:
+            yield i
+            i += 1
+            threading.Event().wait(0.01)
+
+    def ping(self):
+        return "pong"
+
+
+def test_a_restart_ends_a_running_stream_with_actor_died(cluster):
+    t = Ticker.remote()
+    gen = t.ticks.remote()
+    assert actorrt.get(next(gen), timeout=30) == 0
+    actorrt.kill(t, no_restart=False)
+    refs = list(gen)  # ends: the values before the restart, then why it ended
+    values = actorrt.get(refs[:-1], timeout=30)
+    assert values == list(range(1, len(refs)))  # values only: no cancel among them
+    with pytest.raises(actorrt.ActorDiedError, match="restarted"):
+        actorrt.get(refs[-1], timeout=30)
+    assert actorrt.get(t.ping.remote(), timeout=30) == "pong"
