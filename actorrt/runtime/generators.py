@@ -103,7 +103,7 @@ class Inbox:
             end = self._end
             failed = self._failed
         if end is not None and index >= end:
-            fut.set_result(FAILED if failed and index == end else None)
+            _settle(fut, FAILED if failed and index == end else None)
         return fut
 
     def take(self, index: int) -> None:
@@ -125,8 +125,8 @@ class Inbox:
             fut = self._slots.get(index)
             if fut is None:
                 fut = self._slots[index] = cf.Future()
-        fut.set_result(wire)
-        return True
+        # False when the call's end (or failure) settled the slot meanwhile: let it go
+        return _settle(fut, wire)
 
     def finish(self, count: int | None) -> None:
         """The call answered: it yielded ``count`` values (None: the call failed).
@@ -140,8 +140,8 @@ class Inbox:
             self._failed = count is None
             end = self._end = self._seen if count is None else count
             after = [(i, f) for i, f in self._slots.items() if i >= end and not f.done()]
-        for index, fut in after:
-            fut.set_result(FAILED if count is None and index == end else None)
+        for index, fut in after:  # one a value settled meanwhile is let go at close()
+            _settle(fut, FAILED if count is None and index == end else None)
 
     def close(self) -> list[Wire]:
         """Ends the inbox (its generator is gone); the values arrived and not taken."""
@@ -151,8 +151,17 @@ class Inbox:
         return [f.result() for f in slots.values() if f.done() and type(f.result()) is tuple]
 
 
+def _settle(fut: cf.Future[Any], value: Any) -> bool:
+    """Sets ``fut``'s result unless something else did first (a value against an end)."""
+    try:
+        fut.set_result(value)
+    except cf.InvalidStateError:
+        return False
+    return True
+
+
 class Inboxes:
-    """This process's open streams (a runtime part, found by :func:`rpc_item`).
+    """This process's open streams (a runtime part, found by :func:`rpc_items`).
 
     Args:
         let_go: Lets go of the object a packed value left at its producer, if any (for
