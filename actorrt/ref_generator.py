@@ -83,13 +83,15 @@ class ObjectRefGenerator(Generic[R_co]):
         if backpressure:
             self._reporter = Reporter(rt.name, self._stream_id)
             self._inbox.on_run = self._reporter.run_began
+            rt.generators.start_later()  # for __del__'s report
         # weakly: the call's ref would otherwise hold itself through its own callback
         self._call._when_ready(partial(_answered, weakref.ref(self._call), self._inbox))
 
     def __del__(self) -> None:
         try:
             if self._reporter is not None and not self._ended:
-                self._reporter.took(ALL)  # nobody takes more: the method need not wait
+                # nobody takes more: the method need not wait (told from another thread)
+                self._inboxes.later(partial(self._reporter.took, ALL))
             self._inboxes.close(self._stream_id)  # values not taken are let go
         except Exception:  # interpreter teardown
             pass

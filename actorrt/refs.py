@@ -195,8 +195,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 rt = current_or_none()
                 if rt is None:
                     return
-                if sent.done():
-                    _let_go_unread(rt, self._part, sent)
+                if sent.done():  # read on the store's thread: not where GC runs
+                    rt.objects.let_go_unread_later(sent.value(), self._part)
                 else:
                     sent.add_done_callback(partial(_let_go_unread, rt, self._part))
             except Exception:  # the call failed (nothing was kept), or interpreter teardown

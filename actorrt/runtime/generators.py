@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import itertools
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -173,6 +174,32 @@ class Inboxes:
         self._open: dict[int, Inbox] = {}
         self._ids = itertools.count()
         self._let_go = let_go
+        # Work a generator's __del__ must not do where it runs (a send: garbage collection
+        # runs anywhere, also inside code holding locks a send needs): one thread does it.
+        self._later: queue.SimpleQueue[Callable[[], None]] | None = None
+
+    def start_later(self) -> None:
+        """Starts the thread that runs :meth:`later` work (from code that may start one)."""
+        with self._lock:
+            if self._later is not None:
+                return
+            self._later = queue.SimpleQueue()
+        threading.Thread(target=self._run_later, name="actorrt-streams", daemon=True).start()
+
+    def later(self, work: Callable[[], None]) -> None:
+        """Runs ``work`` on that thread, soon (nothing before :meth:`start_later`)."""
+        pending = self._later
+        if pending is not None:
+            pending.put(work)
+
+    def _run_later(self) -> None:
+        pending = self._later
+        assert pending is not None
+        while True:
+            try:
+                pending.get()()
+            except Exception:  # a send to a process that is gone: nothing to tell
+                pass
 
     def open(self) -> tuple[int, Inbox]:
         """A new stream: its id (what the call's :class:`Stream` name carries) and inbox."""

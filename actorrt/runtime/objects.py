@@ -203,6 +203,8 @@ class ObjectStore:
         # where sending is no place to be. Started now: a lease may be dropped as the
         # interpreter ends, too late to start a thread.
         self._outbox: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
+        # Replies dropped unread, read on that thread (see let_go_unread_later).
+        self._unread: queue.SimpleQueue[tuple[Wire, int]] = queue.SimpleQueue()
         threading.Thread(target=self._tell_owners, name="actorrt-objects", daemon=True).start()
 
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
@@ -263,16 +265,20 @@ class ObjectStore:
                 costs one test.
             part: For a reply of ``num_returns``, which of its values.
         """
-        try:
-            if wire[0] is None and wire[1][0][0] == OK:
-                return
-            reply = unpack(wire)
-            if reply[0] == MULTI:
-                reply = unpack(reply[1][max(part, 0)])
-            if reply[0] == OBJECT or reply[0] == COPY:
-                self.let_go(reply[1][2], reply[1][0])
-        except Exception:  # the call failed (nothing was kept there), or RPC is ending
-            pass
+        kept = _kept_by(wire, part)
+        if kept is not None:
+            self.let_go(*kept)
+
+    def let_go_unread_later(self, wire: Wire, part: int = -1) -> None:
+        """:meth:`let_go_unread`, on this store's thread: for an ``ObjectRef.__del__``.
+
+        Reading a reply may unpickle (an error, a value that came with a copy), which has
+        no place where garbage collection runs; an inline reply is ruled out here.
+        """
+        if wire[0] is None and wire[1][0][0] == OK:
+            return
+        self._unread.put((wire, part))
+        self._outbox.put(_UNREAD)
 
     def _tell_owners(self) -> None:
         while True:
@@ -286,6 +292,17 @@ class ObjectStore:
                     batch.append(self._outbox.get_nowait())
                 except queue.Empty:
                     break
+            if _UNREAD in batch:  # replies nobody read: which objects they left, if any
+                batch = [item for item in batch if item != _UNREAD]
+                while True:
+                    try:
+                        kept = _kept_by(*self._unread.get_nowait())
+                    except queue.Empty:
+                        break
+                    if kept is not None and kept[0] == self.name:
+                        self.free(kept[1])
+                    elif kept is not None:
+                        batch.append((*kept, False))
             by_owner: dict[str, list[tuple[str, bool]]] = {}
             for owner, key, loan in batch:
                 by_owner.setdefault(owner, []).append((key, loan))
@@ -423,6 +440,25 @@ class ObjectStore:
 
 
 # -- RPC entry points --------------------------------------------------------------
+
+
+_UNREAD = ("", "", False)
+"""Put on a store's outbox: replies dropped unread wait in its ``_unread`` queue."""
+
+
+def _kept_by(wire: Wire, part: int) -> tuple[str, str] | None:
+    """(owner, object id) of the object a reply left at its producer; None if it left none."""
+    try:
+        if wire[0] is None and wire[1][0][0] == OK:
+            return None
+        reply = unpack(wire)
+        if reply[0] == MULTI:
+            reply = unpack(reply[1][max(part, 0)])
+        if reply[0] == OBJECT or reply[0] == COPY:
+            return reply[1][2], reply[1][0]
+    except Exception:  # an unreadable reply: nothing to let go that can be known
+        pass
+    return None
 
 
 def rpc_lease(owner: str, key: str, loan: bool) -> ObjectLease:

@@ -432,3 +432,20 @@ def test_a_value_racing_the_calls_failure_is_let_go_not_raised():
     inbox._end = None  # as if put() had passed its check before finish() took the lock
     inboxes.put(stream_id, 3, W[3])  # nothing raised: let go
     assert gone == [W[3]]
+
+
+def test_work_from_a_generators_del_runs_on_the_inboxes_thread():
+    inboxes = Inboxes(lambda wire: None)
+    ran = []
+    inboxes.later(lambda: ran.append("too early"))  # no thread yet: dropped
+    inboxes.start_later()
+    inboxes.start_later()  # once
+    done = threading.Event()
+
+    def work():
+        ran.append(threading.current_thread().name)
+        done.set()
+
+    inboxes.later(lambda: 1 / 0)  # a failing one does not stop the thread
+    inboxes.later(work)
+    assert done.wait(5) and ran == ["actorrt-streams"]
