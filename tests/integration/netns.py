@@ -176,7 +176,9 @@ class Procs:
         """The first line of ``name``'s output starting with ``prefix``, within ``timeout``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for line in self.log(name).splitlines():
+            text = self.log(name)
+            # complete lines only: a long line (a 128-process result) is written in parts
+            for line in text[: text.rfind("\n") + 1].splitlines():
                 if line.startswith(prefix):
                     return line[len(prefix) :].strip()
             if self.procs[name].poll() is not None:
