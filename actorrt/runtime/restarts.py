@@ -234,8 +234,9 @@ class Restarts:
         one of its ``max_restarts``.
 
         Returns:
-            None once restarted; else why not (no ``max_restarts``, none left, it is
-            being recreated, or its process could not be reached): the caller kills it.
+            None once restarted (or when it is being recreated already, its process having
+            died); else why not (no ``max_restarts``, none left, or its process could not
+            be reached): the caller kills it.
         """
         with self._cond:
             recipe = self._recipes.get(actor_id)
@@ -244,7 +245,7 @@ class Restarts:
             if recipe.why_dead is not None:
                 return recipe.why_dead
             if actor_id in self._restarting:
-                return "it is being recreated after its process died"
+                return None  # a new instance is on its way: what was asked
             if recipe.left == 0:
                 return f"it has no restarts left (max_restarts={recipe.options.max_restarts})"
             worker = recipe.record.worker

@@ -113,3 +113,43 @@ def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch)
     assert waits == [1] and record is not None and record.worker == "w2", (waits, why)
     (info,) = directory.actors()
     assert info.state == "ALIVE" and info.restarts == 1, info
+
+
+def test_a_restart_in_place_counts_and_is_told_why_not(monkeypatch):
+    # actorrt.kill(no_restart=False): the recipe goes to the actor's own process.
+    directory, restarts = _cluster(2, max_restarts=1)
+    sent = []
+
+    def rpc_sync(worker, fn, args, timeout):
+        sent.append((worker, fn, args[0]))
+        return True  # restarted there
+
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", rpc_sync)
+    assert restarts.restart_in_place("a1", "asked") is None
+    assert sent == [("w1", restarts_mod.rpc_restart, "a1")]
+    (info,) = [a for a in directory.actors() if a.actor_id == "a1"]
+    assert info.restarts == 1
+    assert "no restarts left" in restarts.restart_in_place("a1", "asked")  # used up
+    assert "no max_restarts" in restarts.restart_in_place("nobody", "asked")
+    assert len(sent) == 1
+
+
+def test_a_restart_in_place_of_an_actor_being_recreated_leaves_it_be(monkeypatch):
+    _, restarts = _cluster(2, max_restarts=2)
+    restarts._restarting.add("a1")  # its process died: a new instance is on its way
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", lambda *a, **k: 1 / 0)  # not called
+    assert restarts.restart_in_place("a1", "asked") is None  # not killed
+    assert restarts._recipes["a1"].left == 2
+
+
+def test_a_restart_in_place_that_cannot_reach_the_process_gives_its_restart_back(
+    monkeypatch,
+):
+    _, restarts = _cluster(2, max_restarts=1)
+
+    def unreachable(*_a, **_k):
+        raise RuntimeError("connection refused")
+
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", unreachable)
+    assert "could not be reached" in restarts.restart_in_place("a1", "asked")
+    assert restarts._recipes["a1"].left == 1
