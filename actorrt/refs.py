@@ -634,8 +634,8 @@ def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
             "process, which runs other actors and calls too. Use actorrt.cancel(ref) (a "
             "call not yet begun never runs), or actorrt.kill(handle) to end an actor now."
         )
-    if not isinstance(ref, ObjectRef) and callable(getattr(ref, "completed", None)):
-        ref = ref.completed()  # an ObjectRefGenerator: the ref of its call
+    if _is_generator(ref):
+        ref = ref.completed()  # type: ignore[union-attr]  # the ref of its call
     ref = _check_ref(ref)
     rt = current("actorrt.cancel()")
     if ref._loan is not None:
@@ -802,7 +802,7 @@ def check_timeout(timeout: object) -> float | None:
 
 def _refuse_generator(value: object) -> None:
     """Raises ``TypeError`` naming the fix when ``value`` is an ``ObjectRefGenerator``."""
-    if callable(getattr(value, "completed", None)):
+    if _is_generator(value):
         raise TypeError(
             f"{value!r} is the generator of a streaming call, not an ObjectRef: iterate it "
             "(for ref in gen: actorrt.get(ref)), or use gen.completed(), the ref that is "
@@ -991,6 +991,7 @@ def _wait(refs: list[Any], num_returns: int, timeout: float | None) -> tuple[lis
 
 
 def _is_generator(value: object) -> bool:
+    """Whether ``value`` is an ``ObjectRefGenerator`` (refs.py cannot import it: a cycle)."""
     return not isinstance(value, ObjectRef) and callable(getattr(value, "_next_ready", None))
 
 

@@ -513,15 +513,12 @@ class Mailbox:
                     break
         except SystemExit:
             raise
-        except asyncio.CancelledError as exc:
-            if not call.cancel_asked:  # not actorrt.cancel(): the method's own error
-                self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
-            else:  # stopped where it awaited: the cancel is its last value
-                cancelled = self._cancelled(call, "while it awaited")
-                self._send_value(sender, call, name, index, cancelled)
-            index += 1
         except BaseException as exc:
-            self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
+            if call.cancel_asked and isinstance(exc, asyncio.CancelledError):
+                reply = self._cancelled(call, "while it awaited")  # actorrt.cancel(): last
+            else:  # the method's own error (a CancelledError of its own too)
+                reply = error_reply(self._prefix + name, exc)
+            self._send_value(sender, call, name, index, reply)
             index += 1
         finally:
             close_sender(call.caller, name, sender)
