@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import context, quick_rpc, streams
+from actorrt.runtime import context, quick_rpc, streams, torch_threads
 from actorrt.runtime.payload import Wire
 from actorrt.runtime.protocol import CallName
 
@@ -177,6 +177,7 @@ class Inboxes:
         # Work a generator's __del__ must not do where it runs (a send: garbage collection
         # runs anywhere, also inside code holding locks a send needs): one thread does it.
         self._later: queue.SimpleQueue[Callable[[], None]] | None = None
+        self._shut = False
 
     def start_later(self) -> None:
         """Starts the thread that runs :meth:`later` work (from code that may start one)."""
@@ -184,20 +185,39 @@ class Inboxes:
             if self._later is not None:
                 return
             self._later = queue.SimpleQueue()
-        threading.Thread(target=self._run_later, name="actorrt-streams", daemon=True).start()
+        # It ends with the runtime (shut), and the interpreter's exit waits for a send it
+        # has under way (torch_threads).
+        torch_threads.start(self._run_later, name="actorrt-streams")
 
     def later(self, work: Callable[[], None]) -> None:
-        """Runs ``work`` on that thread, soon (nothing before :meth:`start_later`)."""
+        """Runs ``work`` on that thread, soon.
+
+        Nothing runs before :meth:`start_later`, nor after :meth:`shut`.
+        """
+        pending = self._later
+        if pending is not None and not self._shut:
+            pending.put(work)
+
+    def shut(self) -> None:
+        """The runtime ends: no more :meth:`later` work is run.
+
+        A generator dropped as the interpreter ends would send from that thread, and a
+        send that the interpreter's end overtakes aborts the process (see torch_threads).
+        """
+        self._shut = True
         pending = self._later
         if pending is not None:
-            pending.put(work)
+            pending.put(_nothing)  # wakes the thread: it ends
 
     def _run_later(self) -> None:
         pending = self._later
         assert pending is not None
         while True:
+            work = pending.get()
+            if self._shut:
+                return
             try:
-                pending.get()()
+                work()
             except Exception:  # a send to a process that is gone: nothing to tell
                 pass
 
@@ -231,6 +251,10 @@ class Inboxes:
 
     def __len__(self) -> int:
         return len(self._open)
+
+
+def _nothing() -> None:
+    pass
 
 
 def rpc_items(

@@ -39,7 +39,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
-from actorrt.runtime import context, rref_keeper, streams
+from actorrt.runtime import context, rref_keeper, streams, torch_threads
 from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import COPY, KEEP, LOST, MULTI, OBJECT, OK, RELAY
 
@@ -201,11 +201,12 @@ class ObjectStore:
         # Owners to tell that an object (or loan) can go, told by one thread: a ref or a
         # lease may be dropped anywhere (inside torch's RRef bookkeeping, a collection),
         # where sending is no place to be. Started now: a lease may be dropped as the
-        # interpreter ends, too late to start a thread.
+        # interpreter ends, too late to start a thread. It ends with the store (clear),
+        # and the interpreter's exit waits for a send it has under way (torch_threads).
         self._outbox: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
         # Replies dropped unread, read on that thread (see let_go_unread_later).
         self._unread: queue.SimpleQueue[tuple[Wire, int]] = queue.SimpleQueue()
-        threading.Thread(target=self._tell_owners, name="actorrt-objects", daemon=True).start()
+        torch_threads.start(self._tell_owners, name="actorrt-objects")
 
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
         """Keeps ``value`` here as a new object, held directly by ``holder``; its id."""
@@ -275,7 +276,7 @@ class ObjectStore:
         Reading a reply may unpickle (an error, a value that came with a copy), which has
         no place where garbage collection runs; an inline reply is ruled out here.
         """
-        if wire[0] is None and wire[1][0][0] == OK:
+        if self._closed or (wire[0] is None and wire[1][0][0] == OK):
             return
         self._unread.put((wire, part))
         self._outbox.put(_UNREAD)
@@ -292,6 +293,10 @@ class ObjectStore:
                     batch.append(self._outbox.get_nowait())
                 except queue.Empty:
                     break
+            if self._closed:
+                # Shutdown began while these were gathered: every object goes with its
+                # cluster, and a send racing the interpreter's end aborts the process.
+                return
             if _UNREAD in batch:  # replies nobody read: which objects they left, if any
                 batch = [item for item in batch if item != _UNREAD]
                 while True:
@@ -349,8 +354,9 @@ class ObjectStore:
             return len(self._sizes), sum(self._sizes.values())
 
     def clear(self) -> None:
-        """Drops every object and loan (at shutdown)."""
+        """Drops every object and loan (at shutdown); the store tells no owner any more."""
         self._closed = True
+        self._outbox.put(_CLOSED)  # wakes the thread that tells owners: it ends
         with self._lock:
             values, loans = self._values, self._loans
             self._values, self._loans = {}, {}
@@ -444,6 +450,9 @@ class ObjectStore:
 
 _UNREAD = ("", "", False)
 """Put on a store's outbox: replies dropped unread wait in its ``_unread`` queue."""
+
+_CLOSED = ("", "", True)
+"""Put on a store's outbox as it closes: its thread ends."""
 
 
 def _kept_by(wire: Wire, part: int) -> tuple[str, str] | None:

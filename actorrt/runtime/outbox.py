@@ -31,6 +31,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
+from actorrt.runtime import torch_threads
+
 if TYPE_CHECKING:
     import torch
 
@@ -250,10 +252,9 @@ class Outbox(Generic[Item]):
                 return True
             self._pending[dest] = [item]
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._flush_loop, name=self._name, daemon=True
-                )
-                self._thread.start()
+                # It ends at close, and the interpreter's exit waits for a send it has
+                # under way: one the exit overtakes aborts the process (torch_threads).
+                self._thread = torch_threads.start(self._flush_loop, name=self._name)
         self._wake.put(dest)
         return True
 

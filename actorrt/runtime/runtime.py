@@ -1010,6 +1010,7 @@ class Runtime:
         self.stopped.set()
         self.host.kill_all("the cluster is shutting down")
         self.objects.clear()
+        self.generators.shut()
         self.calls.close("the cluster is shutting down")
         self.retries.close()
         self.functions.close()

@@ -6,6 +6,7 @@ actor classes live in this ``__main__``, so they reach workers by value (cloudpi
 """
 
 import dataclasses
+import faulthandler
 import json
 import os
 import signal
@@ -518,6 +519,7 @@ def scenario_partition(rt, cfg):
 
 def main():
     cfg = json.loads(sys.argv[1])
+    faulthandler.enable()  # a crash (at exit, too) shows where each thread stood
     signal.alarm(cfg.get("alarm", 300))
     started = time.monotonic()
     try:

@@ -449,3 +449,20 @@ def test_work_from_a_generators_del_runs_on_the_inboxes_thread():
     inboxes.later(lambda: 1 / 0)  # a failing one does not stop the thread
     inboxes.later(work)
     assert done.wait(5) and ran == ["actorrt-streams"]
+
+
+def test_no_work_runs_once_the_runtime_ended():
+    """A generator dropped as the interpreter ends must not send: a thread inside torch's
+    C++ when the interpreter's end overtakes it aborts the process (exit status -6)."""
+    inboxes = Inboxes(lambda wire: None)
+    inboxes.start_later()
+    gate, queued = threading.Event(), threading.Event()
+    ran = []
+    inboxes.later(lambda: (queued.set(), gate.wait(5)))  # holds the thread
+    assert queued.wait(5)
+    inboxes.later(lambda: ran.append("queued before the end"))
+    inboxes.shut()
+    inboxes.later(lambda: ran.append("after the end"))
+    gate.set()
+    time.sleep(0.3)
+    assert ran == []

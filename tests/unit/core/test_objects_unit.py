@@ -215,3 +215,31 @@ def test_a_relay_passes_on_its_copy_until_it_expires(monkeypatch):
     time.sleep(0.5)
     assert payload.unpack(store.answer_copy("x", "a2"))[0] == LOST
     assert store._copies == {}  # dropped when it expired
+
+
+def test_a_store_closed_at_shutdown_tells_no_owner(monkeypatch):
+    """Refs dropped as the interpreter ends (garbage collection after shutdown) must not
+    send: a thread inside torch's C++ when the interpreter's end overtakes it aborts the
+    process ("terminate called without an active exception")."""
+    from actorrt.runtime import objects
+
+    sent = []
+    monkeypatch.setattr(objects.rpc, "rpc_async", lambda to, fn, args: sent.append((to, args)))
+    # long enough that the let-goes below are still being gathered when the store closes
+    monkeypatch.setattr(objects, "LET_GO_GATHER_S", 0.5)
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    store.let_go_unread_later((None, [(OBJECT, ("o1", 5 * MB, "w2"))]))
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sent == [("w2", ([("o1", False)],))]  # an open store tells the owner
+
+    sent.clear()
+    store.let_go("w3", "o2")
+    store.let_go_unread_later((None, [(OBJECT, ("o3", 5 * MB, "w2"))]))
+    store.clear()  # while those two are gathered
+    queued = store._unread.qsize()
+    store.let_go_unread_later((None, [(OBJECT, ("o4", 5 * MB, "w2"))]))
+    assert store._unread.qsize() == queued  # after the end: not even read later
+    time.sleep(1.0)
+    assert sent == []
