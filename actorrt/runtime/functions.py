@@ -31,6 +31,7 @@ import torch
 from actorrt.errors import ActorDiedError, PlacementError
 from actorrt.logs import get_logger
 from actorrt.placement.functions import FunctionSpot
+from actorrt.runtime import torch_threads
 from actorrt.runtime.inflight import WorkerMarkedDead
 from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import (
@@ -208,10 +209,10 @@ class FunctionRoutes:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._resend_loop, name="actorrt-function-retries", daemon=True
+                    # It ends at close; the exit waits for a send under way (torch_threads).
+                    self._thread = torch_threads.start(
+                        self._resend_loop, name="actorrt-function-retries"
                     )
-                    self._thread.start()
         self._resends.put((call, worker, tell, counts))
 
     def _resend_loop(self) -> None:

@@ -35,6 +35,7 @@ import torch.distributed.rpc as rpc
 from actorrt.runtime import context, quick_rpc, streams, torch_threads
 from actorrt.runtime.payload import Wire
 from actorrt.runtime.protocol import CallName
+from actorrt.runtime.trace import wire_bytes
 
 __all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Sender", "Stream", "rpc_items"]
 
@@ -43,6 +44,14 @@ STREAMING = "streaming"
 
 FAILED = "failed"
 """What an inbox gives for the index where the call itself failed: its reply is the error."""
+
+MAX_GATHERED_BYTES = 4 << 20
+"""At most this many bytes of gathered values travel in one message (one value at least).
+
+Values under the object threshold travel inline, and a fast generator of values just
+under it would otherwise make one message of many of them. A message that large holds up
+what follows it to the caller, its heartbeat pings included, on a slow link for seconds.
+"""
 
 
 class Stream(CallName):
@@ -257,6 +266,18 @@ def _nothing() -> None:
     pass
 
 
+def _at_most(
+    items: list[tuple[int, Wire]], nbytes: int
+) -> tuple[list[tuple[int, Wire]], list[tuple[int, Wire]]]:
+    """The first of ``items`` that fit in ``nbytes`` (one at least), and the rest."""
+    total = 0
+    for n, (_, wire) in enumerate(items):
+        total += wire_bytes(wire)
+        if total > nbytes and n:
+            return items[:n], items[n:]
+    return items, []
+
+
 def rpc_items(
     stream_id: int, items: list[tuple[int, Wire]], producer: str = "", run: int = 0
 ) -> None:
@@ -369,7 +390,7 @@ class Sender:
             self._lost()
             return
         with self._lock:
-            items, self._waiting = self._waiting, []
+            items, self._waiting = _at_most(self._waiting, MAX_GATHERED_BYTES)
             if not items:
                 self._busy = False
                 return

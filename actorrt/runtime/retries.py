@@ -32,6 +32,7 @@ import torch
 
 from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
+from actorrt.runtime import torch_threads
 from actorrt.runtime.protocol import Liveness, LocalFailure, actor_gone, cancelled, rpc_failure
 
 if TYPE_CHECKING:
@@ -228,10 +229,8 @@ class CallRetries:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._loop, name="actorrt-retries", daemon=True
-                    )
-                    self._thread.start()
+                    # It ends at close; the exit waits for a send under way (torch_threads).
+                    self._thread = torch_threads.start(self._loop, name="actorrt-retries")
         self._failed.put((call.target.actor_id, call.worker))
 
     def _done(self, call: _Call) -> None:

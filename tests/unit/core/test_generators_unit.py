@@ -289,6 +289,31 @@ def test_values_yielded_while_one_is_on_its_way_go_together(monkeypatch):
     assert messages[2][2][:2] == (4, [(3, W[3])])
 
 
+def test_values_gathered_travel_in_messages_of_a_bounded_size(monkeypatch):
+    """Many values just under the object threshold, yielded while one is on its way, must
+    not make one message of tens of MB ahead of the caller's heartbeat pings."""
+    messages = []
+
+    def rpc_async(caller, fn, args):
+        fut = torch.futures.Future()
+        messages.append((args[1], fut))
+        return fut
+
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", rpc_async)
+    cap = generators.MAX_GATHERED_BYTES
+    each = cap // 4 - 1000  # four fit in a message, five do not
+    sender = Sender("driver", 4)
+    for i in range(12):
+        sender.send(i, (None, [(OK, torch.zeros(each, dtype=torch.uint8))]))
+    oversized = (None, [(OK, torch.zeros(cap + 1, dtype=torch.uint8))])
+    sender.send(12, oversized)  # larger than the bound alone: it goes, alone
+    sender.send(13, W[0])
+    for k in range(5):
+        messages[k][1].set_result(None)  # arrived: the next message goes
+    batches = [[index for index, _ in items] for items, _ in messages]
+    assert batches == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11], [12], [13]]
+
+
 def _refuse(*_):
     raise RuntimeError("unknown destination")
 
