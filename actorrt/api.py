@@ -37,6 +37,7 @@ __all__ = [
     "get_actor",
     "is_initialized",
     "kill",
+    "list_named_actors",
     "nodes",
     "plan",
     "shutdown",
@@ -396,6 +397,22 @@ def get_actor(name: str) -> ActorHandle:
     """
     check_actor_name(name)  # before the cluster is asked, as for Cls.options(name=...)
     return handle_of(current("actorrt.get_actor()").get_actor(name))
+
+
+def list_named_actors() -> list[str]:
+    """The names of the cluster's live named actors, sorted, as ``ray.util.list_named_actors()``.
+
+    An actor being recreated after its process died (``max_restarts``) keeps its name and
+    is listed; a dead or killed one is not. actorrt has no namespaces: every name is
+    listed.
+
+    Example::
+
+        for name in actorrt.list_named_actors():
+            print(name, actorrt.get_actor(name))
+    """
+    infos = current("actorrt.list_named_actors()").actors()
+    return sorted(a.name for a in infos if a.name is not None and a.state != "DEAD")
 
 
 def kill(handle: ActorHandle | TypedActor, *, no_restart: bool = True) -> None:

@@ -50,6 +50,9 @@ class Prober:
             return f"TypeError: {exc}"
         return "sent"
 
+    def named(self):
+        return actorrt.list_named_actors()
+
     def named_bad_call(self, name):
         try:
             actorrt.get_actor(name).value.remote(1)
@@ -152,6 +155,23 @@ def test_get_if_exists_returns_the_existing_actor(cluster):
         assert actorrt.get(first.value.remote(), timeout=60) == 11
     finally:
         actorrt.kill(first)
+
+
+def test_list_named_actors_gives_the_live_names_from_anywhere(cluster):
+    a = Tally.options(name="surface-list-a").remote(0)
+    b = Other.options(name="surface-list-b").remote()
+    unnamed, prober = Tally.remote(0), Prober.remote()
+    try:
+        names = actorrt.list_named_actors()
+        assert {"surface-list-a", "surface-list-b"} <= set(names), names
+        assert names == sorted(names) and all(isinstance(n, str) for n in names), names
+        assert actorrt.get(prober.named.remote(), timeout=60) == names  # from an actor
+        actorrt.kill(a)
+        assert "surface-list-a" not in actorrt.list_named_actors()
+        assert actorrt.get(unnamed.value.remote(), timeout=60) == 0
+    finally:
+        for h in (a, b):
+            actorrt.kill(h)
 
 
 def test_get_if_exists_is_atomic_across_concurrent_creators(cluster):

@@ -276,6 +276,7 @@ def test_a_dead_named_actor_frees_its_name(tmp_path):
         except actorrt.ActorDiedError:
             error = "ActorDiedError"
         state = {i.name: i.state for i in actorrt.actors()}.get("keeper")
+        listed_dead = actorrt.list_named_actors()  # its DEAD row keeps its name
         try:
             actorrt.get_actor("keeper")
             lookup = "found"
@@ -283,10 +284,12 @@ def test_a_dead_named_actor_frees_its_name(tmp_path):
             lookup = str(exc)
         b = Sleeper.options(name="keeper").remote()  # the name is free again
         value = actorrt.get(actorrt.get_actor("keeper").sleep.remote(0), timeout=30)
-        report(pids=pids, error=error, state=state, lookup=lookup, value=value)
+        report(pids=pids, error=error, state=state, lookup=lookup, value=value,
+               listed_dead=listed_dead, listed=actorrt.list_named_actors())
         actorrt.shutdown()
         """,
     )
     assert rep["error"] == "ActorDiedError" and rep["state"] == "DEAD", rep
     assert "no actor named 'keeper' is alive" in rep["lookup"], rep
     assert rep["value"] == 0, rep
+    assert rep["listed_dead"] == [] and rep["listed"] == ["keeper"], rep  # the new one
