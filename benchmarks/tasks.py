@@ -14,14 +14,17 @@ functions at their default ``num_cpus=1``:
   in seconds;
 - ``stream``: a generator function yields ``tasks_stream`` small values, which the
   driver takes one by one as they come (``for ref in gen: get(ref)``), in seconds for
-  the whole stream (a streaming generator: Ray's default for a generator function).
+  the whole stream (a streaming generator: Ray's default for a generator function);
+- ``stream_bp``: as ``stream``, from an async generator method of an async actor, with
+  ``_generator_backpressure_num_objects=2`` (the method runs at most two values ahead
+  of the driver), in seconds for the whole stream.
 
 The report prints actorrt/Ray ratios (below 1: actorrt is faster).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import torch
@@ -50,17 +53,27 @@ def count(n: int) -> Iterator[int]:
         yield i
 
 
+class Streamer:
+    """An async actor whose async generator method streams."""
+
+    async def count(self, n: int) -> AsyncIterator[int]:
+        for i in range(n):
+            yield i
+
+
 def _measure(get: Callable[[Any], Any], fns: dict[str, Any], cfg: dict) -> dict:
     f, mk, nb, fib, gen = fns["echo"], fns["make"], fns["nbytes"], fns["fib"], fns["count"]
     calls, burst, reps = cfg.get("tasks_calls", 300), cfg.get("tasks_burst", 2000), 3
     values = cfg.get("tasks_stream", 1000)
     get([f.remote(i) for i in range(4 * WORKERS)])  # every process has run one
+    held = fns["Streamer"].remote().count.options(_generator_backpressure_num_objects=2)
     return {
         "one": median_time(lambda: get(f.remote(1)), calls),
         "burst": median_time(lambda: get([f.remote(i) for i in range(burst)]), reps),
         "pass": median_time(lambda: get(nb.remote(mk.remote(PASS_BYTES))), reps),
         "nested": median_time(lambda: get(fib.remote(10)), reps),
         "stream": median_time(lambda: [get(r) for r in gen.remote(values)], reps),
+        "stream_bp": median_time(lambda: [get(r) for r in held.remote(values)], reps),
     }
 
 
@@ -80,6 +93,7 @@ def _actorrt(cfg: dict) -> dict:
 
     fns = {"echo": actorrt.remote(echo), "make": actorrt.remote(make)}
     fns.update(nbytes=actorrt.remote(nbytes), fib=fib, count=actorrt.remote(count))
+    fns["Streamer"] = actorrt.actor(Streamer)
     with actorrt.start(num_workers=WORKERS):
         return _measure(lambda r: actorrt.get(r, timeout=300), fns, cfg)
 
@@ -94,7 +108,7 @@ def _ray(cfg: dict) -> dict:
         return sum(ray.get([fib.remote(n - 1), fib.remote(n - 2)]))
 
     fns = {"echo": ray.remote(echo), "make": ray.remote(make), "nbytes": ray.remote(nbytes)}
-    fns.update(fib=fib, count=ray.remote(count))
+    fns.update(fib=fib, count=ray.remote(count), Streamer=ray.remote(Streamer))
     ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
     try:
         return _measure(ray.get, fns, cfg)
@@ -114,6 +128,7 @@ def table(doc: dict) -> str:
         "pass": "64 MB from one to another (s)",
         "nested": "fib(10), nested (s)",
         "stream": f"{values} values streamed (s)",
+        "stream_bp": f"{values}, async actor, backpr. 2 (s)",
     }
     lines = ["what                              actorrt      ray   actorrt/ray"]
     for key, what in names.items():

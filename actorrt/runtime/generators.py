@@ -22,6 +22,7 @@ its process died) is taken once.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import itertools
 import queue
@@ -266,16 +267,40 @@ def _nothing() -> None:
     pass
 
 
+def _wake(wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
+    for loop, woken in wakers:
+        try:
+            loop.call_soon_threadsafe(_set_done, woken)
+        except RuntimeError:  # the loop is closed: its actor ended
+            pass
+
+
+def _set_done(woken: asyncio.Future[None]) -> None:
+    if not woken.done():  # a cancelled wait left it behind
+        woken.set_result(None)
+
+
 def _at_most(
     items: list[tuple[int, Wire]], nbytes: int
 ) -> tuple[list[tuple[int, Wire]], list[tuple[int, Wire]]]:
     """The first of ``items`` that fit in ``nbytes`` (one at least), and the rest."""
     total = 0
     for n, (_, wire) in enumerate(items):
-        total += wire_bytes(wire)
+        total += _value_bytes(wire)
         if total > nbytes and n:
             return items[:n], items[n:]
     return items, []
+
+
+_NUMBERS = (int, float, bool, type(None))
+
+
+def _value_bytes(wire: Wire) -> int:
+    # Most streamed values are numbers (counts, rewards, indices): no walk for those.
+    blob, side = wire
+    if blob is None and len(side) == 1 and type(side[0][1]) in _NUMBERS:
+        return 0
+    return wire_bytes(wire)
 
 
 def rpc_items(
@@ -325,6 +350,7 @@ class Sender:
         "_busy",
         "_taken",
         "_from",
+        "_wakers",
         "limit",
         "gone",
     )
@@ -337,6 +363,8 @@ class Sender:
         self._busy = False  # a message of this stream is on its way
         self._taken = 0  # how many values the caller has taken (told when limit > 0)
         self._from = (_here(), next(_runs))  # this process, and this run of the call
+        # An async generator's wait for room (wait_room_async): woken on its loop.
+        self._wakers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.limit = limit
         self.gone = False
         """Whether the caller is gone (a message to it failed): the generator may stop."""
@@ -344,9 +372,12 @@ class Sender:
     def taken(self, count: int) -> None:
         """The caller has taken ``count`` values (backpressure): room for more."""
         with self._lock:
-            if count > self._taken:
-                self._taken = count
-                self._lock.notify_all()
+            if count <= self._taken:
+                return
+            self._taken = count
+            self._lock.notify_all()
+            wakers, self._wakers = self._wakers, []
+        _wake(wakers)
 
     def has_room(self, index: int) -> bool:
         """Whether value ``index`` may be made now (fewer than ``limit`` not taken)."""
@@ -360,6 +391,17 @@ class Sender:
                     return False
                 self._lock.wait(0.05)  # a cancel or a kill is seen within this
         return True
+
+    async def wait_room_async(self, index: int) -> None:
+        """:meth:`wait_room` on an async actor's loop; a cancel or a kill cancels the task."""
+        while not self.has_room(index):
+            loop = asyncio.get_running_loop()
+            woken: asyncio.Future[None] = loop.create_future()
+            with self._lock:
+                if self.has_room(index):  # room came while the future was made
+                    return
+                self._wakers.append((loop, woken))
+            await woken
 
     def send(self, index: int, wire: Wire) -> None:
         """Sends value ``index``; never waits. Once the caller is gone, it is dropped."""
@@ -401,3 +443,5 @@ class Sender:
             self.gone = True
             self._waiting = []
             self._lock.notify_all()
+            wakers, self._wakers = self._wakers, []
+        _wake(wakers)

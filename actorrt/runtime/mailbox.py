@@ -498,8 +498,7 @@ class Mailbox:
         index = 0
         try:
             while True:
-                while not sender.has_room(index):  # backpressure: the loop runs on
-                    await asyncio.sleep(0.005)
+                await sender.wait_room_async(index)  # backpressure: the loop runs on
                 try:
                     value = await anext(values)
                 except StopAsyncIteration:

@@ -375,6 +375,32 @@ def test_a_sender_with_a_limit_waits_for_values_to_be_taken():
     assert sender.wait_room(3, stop.is_set) is False
 
 
+def test_an_async_generator_waiting_for_room_is_woken_on_its_loop(monkeypatch):
+    """No polling: the report of values taken (an RPC thread) wakes the actor's loop."""
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", _refuse)
+
+    async def scenario():
+        sender = Sender("driver", 1, limit=1)
+        await asyncio.wait_for(sender.wait_room_async(0), 5)  # room: no wait
+        waiting = asyncio.ensure_future(sender.wait_room_async(1))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()  # value 0 not taken: value 1 waits
+        threading.Thread(target=sender.taken, args=(1,)).start()
+        await asyncio.wait_for(waiting, 5)  # woken, not a poll that never comes
+        cancelled = asyncio.ensure_future(sender.wait_room_async(2))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()  # a cancel or a kill: the wait it left behind is harmless
+        await asyncio.sleep(0.05)
+        sender.taken(2)
+        gone = asyncio.ensure_future(sender.wait_room_async(3))
+        await asyncio.sleep(0.05)
+        threading.Thread(target=sender.send, args=(0, W[0])).start()  # refused: gone
+        await asyncio.wait_for(gone, 5)
+        assert sender.gone
+
+    asyncio.run(scenario())
+
+
 def test_a_reporter_tells_the_latest_count_one_message_at_a_time(monkeypatch):
     from actorrt.runtime import backpressure
 
