@@ -601,10 +601,13 @@ def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
       after the value it is making (an async one where it awaits); the refs it gave stay
       good, and the next one raises ``TaskCancelledError``.
 
-    A call already running in a plain (threaded) actor or a remote function runs to its
-    end and ``get`` returns its value: actorrt does not interrupt Python threads, and
-    actors keep their state (Ray does the same for actors). A call that has answered
-    is left as it is. Cancelling does not wait: the call's reply says what came of it.
+    A running remote function is interrupted, as Ray interrupts a running task:
+    ``KeyboardInterrupt`` is raised in it, at once in Python code, or when a blocking C
+    call (a sleep, a lock, a torch op) returns; one that catches it and returns gives
+    its value. A call already running in a plain (threaded) actor runs to its end and
+    ``get`` returns its value: actors keep their state, and a method cut in half would
+    leave it half changed (Ray does the same). A call that has answered is left as it
+    is. Cancelling does not wait: the call's reply says what came of it.
 
     Args:
         ref: A ref of a call this process made (``handle.method.remote()``,

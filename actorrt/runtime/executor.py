@@ -22,7 +22,7 @@ from typing import Any
 import cloudpickle
 
 from actorrt.placement.functions import parse_executor_id
-from actorrt.runtime import devices
+from actorrt.runtime import devices, interrupts
 from actorrt.runtime.exits import in_actor, in_method
 from actorrt.runtime.mailbox import Mailbox
 from actorrt.runtime.payload import pack
@@ -84,17 +84,22 @@ class FunctionExecutor:
         actor_token = in_actor.set(None)  # nor an actor (the executor's mailbox is not one)
         try:
             with may_lend():  # its get() of other calls lends this thread (nested functions)
-                result = fn(*args, **kwargs)
-                if inspect.iscoroutine(result):  # an async def function runs to its end here
-                    result = asyncio.run(result)
-                elif inspect.isgenerator(result) or inspect.isasyncgen(result):
-                    result = _function_values(result, name)  # streamed by the mailbox
-            return result
+                # actorrt.cancel() may interrupt it while it runs (see runtime.interrupts)
+                return interrupts.run(partial(_call, fn, name, args, kwargs))
         except SystemExit as exc:  # would end the executor, which other calls share
             raise _no_exit(name, exc) from None
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)
+
+
+def _call(fn: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
+    result = fn(*args, **kwargs)
+    if inspect.iscoroutine(result):  # an async def function runs to its end here
+        return asyncio.run(result)
+    if inspect.isgenerator(result) or inspect.isasyncgen(result):
+        return _function_values(result, name)  # streamed by the mailbox
+    return result
 
 
 def _no_exit(name: str, exc: SystemExit) -> RuntimeError:
@@ -161,4 +166,5 @@ def open_executor(box: Mailbox, executor: str) -> None:
         max_concurrency=threads,
         gpu_ids=(),
         call_prefix="remote function ",
+        interruptible=True,
     )

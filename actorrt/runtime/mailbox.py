@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from actorrt.errors import ObjectLostError
-from actorrt.runtime import devices, streams
+from actorrt.runtime import devices, interrupts, streams
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.backpressure import close_sender, open_sender
 from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
@@ -82,6 +82,10 @@ class Call:
     cancel_asked: bool = field(default=False)
     started: bool = field(default=False)
     task: asyncio.Task[None] | None = field(default=None)  # an async actor's, once made
+    # A remote function's call (see runtime.interrupts): the thread running it, and
+    # whether actorrt.cancel() interrupted it.
+    thread: int = field(default=0)
+    fired: bool = field(default=False)
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""
@@ -127,6 +131,7 @@ class Mailbox:
         # _ready mirrors it as a plain attribute: one read per call, no method call.
         self._constructed = threading.Event()
         self._ready = False
+        self._interruptible = False  # a remote functions' executor (see open)
         self._loop: asyncio.AbstractEventLoop | None = None  # an async actor's loop
         self._slots: asyncio.Semaphore | None = None  # an async actor's max_concurrency
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
@@ -147,6 +152,7 @@ class Mailbox:
         gpu_ids: tuple[int, ...],
         call_prefix: str | None = None,
         concurrency_groups: tuple[tuple[str, int], ...] = (),
+        interruptible: bool = False,
     ) -> None:
         """Queues the constructor first, then every call that arrived before it.
 
@@ -161,6 +167,8 @@ class Mailbox:
                 ``"<class_name> actor <id>."``).
             concurrency_groups: ``(name, threads)`` of the actor's groups; a method
                 marked with one runs on that group's threads (or within its limit).
+            interruptible: Its calls run remote functions, which ``actorrt.cancel``
+                interrupts while they run (:mod:`actorrt.runtime.interrupts`).
         """
         self.what = f"{class_name} actor {self.actor_id}"
         self._class_name = class_name
@@ -182,6 +190,7 @@ class Mailbox:
             self._opened = True
             self._groups = groups
             self._gpu_ids = gpu_ids
+            self._interruptible = interruptible
             if is_async:
                 self._slots = asyncio.Semaphore(max_concurrency or ASYNC_MAX_CONCURRENCY)
                 limits = self._limits = {g: asyncio.Semaphore(n) for g, n in groups.items()}
@@ -346,6 +355,8 @@ class Mailbox:
             _trace.started(call)
         token = in_method.set(f"{self._class_name}.{name}")
         actor_token = in_actor.set(self.actor_id)
+        if self._interruptible:
+            interrupts.serving(call)
         try:
             method = getattr(self._instance, name)
             wire = call.wire
@@ -360,11 +371,19 @@ class Mailbox:
             take_exit()  # this thread's context outlives the call
             self.kill(exit_reason(self.what, name, exc))
             return
+        except interrupts.Interrupted as exc:
+            reply = (
+                self._cancelled(call, "while it ran")
+                if call.cancel_asked
+                else error_reply(self._prefix + name, exc)
+            )
         except BaseException as exc:
             reply = error_reply(self._prefix + name, exc)
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)
+            if self._interruptible:
+                interrupts.serving(None)
         asked = exit_asked.get()  # not take_exit(): one read per call on this road
         if asked is not None:  # the method caught its exit_actor(): end anyway
             exit_asked.set(None)
@@ -573,7 +592,10 @@ class Mailbox:
 
     # -- actorrt.cancel ------------------------------------------------------------
     def cancel(self, caller: str, seq: int) -> None:
-        """Cancels ``caller``'s call ``seq`` unless it has begun (an async actor's: even then).
+        """Cancels ``caller``'s call ``seq`` unless it has begun.
+
+        An async actor's call is cancelled even then (its task), and a remote function's
+        is interrupted where it runs (:mod:`actorrt.runtime.interrupts`).
 
         Called on an RPC thread; never waits for the actor. A call answered already is left
         as it is; one that has not arrived yet (its cancel overtook it) is answered
@@ -581,6 +603,7 @@ class Mailbox:
         """
         answer: Call | None = None
         loop: asyncio.AbstractEventLoop | None = None
+        running: Call | None = None
         with self._lock:
             if self._dead is not None:
                 return
@@ -605,8 +628,12 @@ class Mailbox:
                 self._accepted.discard(call)
                 call.done = True  # its thread finds it answered (_dropped) and skips it
                 answer = call
+            elif self._interruptible:
+                running = call  # a remote function's: interrupted where it runs
         if answer is not None:
             self._answer(answer, self._cancelled(answer, "before it ran"))
+        elif running is not None:
+            interrupts.interrupt(running)
         elif loop is not None:
             try:
                 loop.call_soon_threadsafe(_cancel_task, call)

@@ -56,6 +56,30 @@ def nap(s):
     return s
 
 
+@actorrt.remote
+def loop_until_cancelled(started_file, catch=False):
+    """Python code that runs for a minute unless interrupted: its cleanup leaves a mark."""
+    open(started_file, "w").close()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        return "ran its minute"
+    except KeyboardInterrupt:
+        if catch:
+            return "caught"
+        raise
+    finally:
+        open(started_file + ".cleaned", "w").close()
+
+
+def _when_started(path):
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert os.path.exists(path), "the function never started"
+
+
 def _outcome(ref):
     try:
         return actorrt.get(ref, timeout=30)
@@ -163,6 +187,25 @@ def test_a_queued_remote_function_call_never_runs(cluster):
     assert outcomes[:3] == [1.0, 1.0, 1.0]
     assert isinstance(outcomes[3], actorrt.TaskCancelledError)
     assert str(outcomes[3]).startswith("remote function nap was cancelled")
+
+
+def test_a_running_remote_function_is_interrupted_as_rays_task(cluster, tmp_path):
+    """As Ray: a KeyboardInterrupt in the running function, TaskCancelledError at get."""
+    started = str(tmp_path / "started")
+    running = loop_until_cancelled.remote(started)
+    _when_started(started)
+    actorrt.cancel(running)
+    outcome = _outcome(running)  # 30 s at most: the function would run for 60
+    assert isinstance(outcome, actorrt.TaskCancelledError), outcome
+    assert "cancelled (actorrt.cancel) while it ran" in str(outcome)
+    assert os.path.exists(started + ".cleaned")  # its finally ran
+    assert actorrt.get(nap.remote(0), timeout=30) == 0  # the executor goes on
+
+    caught = str(tmp_path / "caught")
+    shrugs = loop_until_cancelled.remote(caught, catch=True)
+    _when_started(caught)
+    actorrt.cancel(shrugs)
+    assert actorrt.get(shrugs, timeout=30) == "caught"  # its value stands
 
 
 def test_bad_cancels_fail_with_what_to_do(cluster):

@@ -1,0 +1,100 @@
+"""Interrupting a running remote function, as ``ray.cancel`` interrupts a running task.
+
+Ray raises ``KeyboardInterrupt`` in a task that is cancelled while it runs. actorrt
+raises :class:`Interrupted`, a ``KeyboardInterrupt``, in the thread that runs the
+function, with CPython's ``PyThreadState_SetAsyncExc``: the thread raises it at its next
+bytecode. So a function running Python code (a loop over an environment's steps) stops
+at once, and one blocked in C (a sleep, a lock, a long torch op) stops when that
+returns to Python. A function that catches it and returns gives its value.
+
+Such an exception lands wherever its thread is, the runtime's own code too. So it is
+fired only while the function runs (between the two ends of :func:`run`, under one
+lock), at most once per call, and the end takes back one not raised yet; both ends are
+inside one ``try`` of :func:`run`, so one raised on the way in or out is caught there
+and never reaches the executor's thread loop. Actors are not interrupted: a method's
+state change cut in half would stay in the actor (Ray leaves running actor calls too).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+__all__ = ["Interrupted", "Interruptible", "interrupt", "run", "serving"]
+
+T = TypeVar("T")
+
+
+class Interrupted(KeyboardInterrupt):
+    """Raised in a running remote function whose call ``actorrt.cancel`` cancelled."""
+
+
+class Interruptible(Protocol):
+    """A call as this module sees it (the mailbox's ``Call``)."""
+
+    cancel_asked: bool
+    thread: int  # the thread running its function; 0 while it is not running
+    fired: bool  # an Interrupted was set for its thread
+
+
+_lock = threading.Lock()
+_local = threading.local()
+
+
+def serving(call: Interruptible | None) -> None:
+    """On an executor's thread: the call whose function the thread is about to run."""
+    _local.call = call
+
+
+def run(work: Callable[[], T]) -> T:
+    """Runs ``work`` (the function of the call :func:`serving` named) so it can be interrupted.
+
+    Raises:
+        Interrupted: The call was cancelled while (or before) ``work`` ran, and ``work``
+            did not catch it.
+    """
+    call: Interruptible | None = getattr(_local, "call", None)
+    if call is None:  # not an executor's call (a unit test's, a nested runner)
+        return work()
+    try:
+        try:
+            with _lock:
+                call.thread = threading.get_ident()
+                asked = call.cancel_asked  # a cancel that came before: no need to fire
+            if asked:
+                raise Interrupted
+            return work()
+        finally:
+            _leave(call)
+    except Interrupted:
+        _leave(call)  # it landed in the first _leave: nothing can be pending now
+        raise
+
+
+def _leave(call: Interruptible) -> None:
+    with _lock:
+        thread, call.thread = call.thread, 0
+        if thread and call.fired:
+            _set_async_exc(thread, None)  # fired and not raised yet: taken back
+
+
+def interrupt(call: Interruptible) -> bool:
+    """Raises :class:`Interrupted` in the thread running ``call``'s function, if it runs.
+
+    Returns:
+        Whether it was fired (False: not running, or fired already).
+    """
+    with _lock:
+        if not call.thread or call.fired:
+            return False
+        call.fired = True
+        _set_async_exc(call.thread, Interrupted)
+        return True
+
+
+def _set_async_exc(thread: int, exc: type[BaseException] | None) -> None:
+    # No argtypes: None goes as NULL, which takes back a pending exception.
+    arg = None if exc is None else ctypes.py_object(exc)
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), arg)
