@@ -96,7 +96,7 @@ class FunctionExecutor:
 def _call(fn: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
     result = fn(*args, **kwargs)
     if inspect.iscoroutine(result):  # an async def function runs to its end here
-        return asyncio.run(result)
+        return interrupts.run_coroutine(result)
     if inspect.isgenerator(result) or inspect.isasyncgen(result):
         return _function_values(result, name)  # streamed by the mailbox
     return result

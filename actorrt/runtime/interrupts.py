@@ -5,7 +5,10 @@ raises :class:`Interrupted`, a ``KeyboardInterrupt``, in the thread that runs th
 function, with CPython's ``PyThreadState_SetAsyncExc``: the thread raises it at its next
 bytecode. So a function running Python code (a loop over an environment's steps) stops
 at once, and one blocked in C (a sleep, a lock, a long torch op) stops when that
-returns to Python. A function that catches it and returns gives its value.
+returns to Python. A function that catches it and returns gives its value. An
+``async def`` function is cancelled as an async actor's call is instead: its task, so
+``CancelledError`` is raised where it awaits (:func:`run_coroutine`); its event loop
+would otherwise sit in C until its next timer.
 
 Such an exception lands wherever its thread is, the runtime's own code too. So it is
 fired only while the function runs (between the two ends of :func:`run`, under one
@@ -17,12 +20,14 @@ state change cut in half would stay in the actor (Ray leaves running actor calls
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from functools import partial
 from typing import Protocol, TypeVar
 
-__all__ = ["Interrupted", "Interruptible", "interrupt", "run", "serving"]
+__all__ = ["Interrupted", "Interruptible", "interrupt", "run", "run_coroutine", "serving"]
 
 T = TypeVar("T")
 
@@ -36,7 +41,8 @@ class Interruptible(Protocol):
 
     cancel_asked: bool
     thread: int  # the thread running its function; 0 while it is not running
-    fired: bool  # an Interrupted was set for its thread
+    fired: bool  # an Interrupted was set for its thread (or its task cancelled)
+    waker: Callable[[], object] | None  # cancels an async function's task
 
 
 _lock = threading.Lock()
@@ -80,8 +86,42 @@ def _leave(call: Interruptible) -> None:
             _set_async_exc(thread, None)  # fired and not raised yet: taken back
 
 
+def run_coroutine(coro: Coroutine[object, object, T]) -> T:
+    """Runs an ``async def`` function's coroutine to its end on a loop of its own.
+
+    Inside :func:`run`, :func:`interrupt` cancels its task (``CancelledError`` where it
+    awaits) rather than raising in the thread.
+
+    Raises:
+        Interrupted: It was cancelled, and did not catch it.
+    """
+    call: Interruptible | None = getattr(_local, "call", None)
+    if call is None:
+        return asyncio.run(coro)
+    try:
+        return asyncio.run(_cancellable(call, coro))
+    except asyncio.CancelledError:
+        if call.cancel_asked:
+            raise Interrupted from None
+        raise
+
+
+async def _cancellable(call: Interruptible, coro: Coroutine[object, object, T]) -> T:
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    with _lock:
+        call.waker = partial(loop.call_soon_threadsafe, task.cancel)
+    try:
+        return await coro
+    finally:
+        with _lock:
+            call.waker = None
+
+
 def interrupt(call: Interruptible) -> bool:
     """Raises :class:`Interrupted` in the thread running ``call``'s function, if it runs.
+
+    An ``async def`` function's task is cancelled instead (see :func:`run_coroutine`).
 
     Returns:
         Whether it was fired (False: not running, or fired already).
@@ -90,8 +130,15 @@ def interrupt(call: Interruptible) -> bool:
         if not call.thread or call.fired:
             return False
         call.fired = True
-        _set_async_exc(call.thread, Interrupted)
-        return True
+        if call.waker is None:
+            _set_async_exc(call.thread, Interrupted)
+            return True
+        waker = call.waker
+    try:
+        waker()
+    except RuntimeError:  # its loop closed: the function ended
+        pass
+    return True
 
 
 def _set_async_exc(thread: int, exc: type[BaseException] | None) -> None:

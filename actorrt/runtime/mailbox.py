@@ -86,6 +86,7 @@ class Call:
     # whether actorrt.cancel() interrupted it.
     thread: int = field(default=0)
     fired: bool = field(default=False)
+    waker: Callable[[], object] | None = field(default=None)  # an async function's
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""

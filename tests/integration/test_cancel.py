@@ -73,6 +73,18 @@ def loop_until_cancelled(started_file, catch=False):
         open(started_file + ".cleaned", "w").close()
 
 
+@actorrt.remote
+async def naps_async(s):
+    await asyncio.sleep(s)  # its loop sits in C until the timer: its task is cancelled
+    return s
+
+
+def _outcome_after_start(ref):
+    time.sleep(0.5)  # under way by now, or queued: cancelled either way
+    actorrt.cancel(ref)
+    return _outcome(ref)  # 30 s at most
+
+
 def _when_started(path):
     deadline = time.monotonic() + 30
     while not os.path.exists(path) and time.monotonic() < deadline:
@@ -200,6 +212,9 @@ def test_a_running_remote_function_is_interrupted_as_rays_task(cluster, tmp_path
     assert "cancelled (actorrt.cancel) while it ran" in str(outcome)
     assert os.path.exists(started + ".cleaned")  # its finally ran
     assert actorrt.get(nap.remote(0), timeout=30) == 0  # the executor goes on
+
+    waiting = naps_async.remote(60)
+    assert isinstance(_outcome_after_start(waiting), actorrt.TaskCancelledError)
 
     caught = str(tmp_path / "caught")
     shrugs = loop_until_cancelled.remote(caught, catch=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import sys
 import threading
@@ -20,6 +21,7 @@ class Slot:
     cancel_asked: bool = False
     thread: int = 0
     fired: bool = False
+    waker: object = None
 
 
 def _in_thread(target):
@@ -168,3 +170,41 @@ def test_a_function_blocked_in_c_stops_when_it_returns_to_python():
     assert interrupts.interrupt(call)  # during the sleep: pending until it returns
     thread.join(5)
     assert out[0][0] == "raised" and isinstance(out[0][1], Interrupted), out
+
+
+def test_an_async_function_is_cancelled_where_it_awaits():
+    """Its loop waits in C for its next timer: the task is cancelled, which wakes it."""
+    call, started, seen = Slot(), threading.Event(), []
+
+    async def waits():
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "slept"
+
+    thread, out = _in_thread(lambda: _serve(call, lambda: interrupts.run_coroutine(waits())))
+    assert started.wait(5)
+    call.cancel_asked = True
+    assert interrupts.interrupt(call)
+    thread.join(5)
+    assert seen == ["cancelled"] and out and isinstance(out[0][1], Interrupted), out
+    assert call.waker is None and call.thread == 0
+
+    shrugs, started2 = Slot(), threading.Event()
+
+    async def catches():
+        started2.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return "caught"
+
+    thread, out = _in_thread(lambda: _serve(shrugs, lambda: interrupts.run_coroutine(catches())))
+    assert started2.wait(5)
+    shrugs.cancel_asked = True
+    interrupts.interrupt(shrugs)
+    thread.join(5)
+    assert out == [("value", "caught")]
