@@ -604,10 +604,11 @@ def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
     A running remote function is interrupted, as Ray interrupts a running task:
     ``KeyboardInterrupt`` is raised in it, at once in Python code, or when a blocking C
     call (a sleep, a lock, a torch op) returns (an ``async def`` function's task is
-    cancelled instead); one that catches it and returns gives its value. A call already running in a plain (threaded) actor runs to its end and
-    ``get`` returns its value: actors keep their state, and a method cut in half would
-    leave it half changed (Ray does the same). A call that has answered is left as it
-    is. Cancelling does not wait: the call's reply says what came of it.
+    cancelled instead); one that catches it and returns gives its value. A call already
+    running in a plain (threaded) actor runs to its end and ``get`` returns its value:
+    actors keep their state, and a method cut in half would leave it half changed (Ray
+    does the same). A call that has answered is left as it is. Cancelling does not
+    wait: the call's reply says what came of it.
 
     Args:
         ref: A ref of a call this process made (``handle.method.remote()``,
