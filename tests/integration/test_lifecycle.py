@@ -222,6 +222,43 @@ def test_shutdown_twice_and_calls_after_shutdown(tmp_path):
     assert "call actorrt.start() first" in rep["error"]
 
 
+def test_no_thread_that_sends_outlives_shutdown(tmp_path):
+    """The threads that send while the cluster runs end with it: one still sending as
+    the interpreter ends aborts the process (see runtime/torch_threads.py)."""
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        import torch
+        from actorrt.runtime import torch_threads
+
+        @actorrt.actor
+        class Streams:
+            def count(self, n):
+                for i in range(n):
+                    yield i
+
+            def big(self):
+                return torch.zeros(1 << 19)  # 2 MiB: kept where it is made
+
+        with actorrt.start(num_workers=1) as rt:
+            s, other = Streams.remote(), Streams.remote()  # `count` waits on s's thread
+            gen = s.count.options(_generator_backpressure_num_objects=1).remote(10)
+            first = actorrt.get(next(gen), timeout=60)
+            big = other.big.remote()
+            actorrt.wait([big], timeout=60)
+            del big, gen  # let-goes and a generator's report, on their threads
+            names = sorted({t.name for t in torch_threads.running()})
+            pids = list(rt.local_worker_pids)
+        t0 = time.monotonic()
+        left = [t.name for t in torch_threads.wait(5)]
+        report(pids=pids, first=first, names=names, left=left, waited=time.monotonic() - t0)
+        """,
+    )
+    assert rep["first"] == 0
+    assert {"actorrt-objects", "actorrt-streams"} <= set(rep["names"]), rep
+    assert rep["left"] == [], rep
+
+
 def test_class_defined_in_main_script(tmp_path):
     (rep,) = run_driver(
         tmp_path,

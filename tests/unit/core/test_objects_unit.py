@@ -243,3 +243,18 @@ def test_a_store_closed_at_shutdown_tells_no_owner(monkeypatch):
     assert store._unread.qsize() == queued  # after the end: not even read later
     time.sleep(1.0)
     assert sent == []
+
+
+def test_the_thread_that_tells_owners_ends_with_the_store():
+    """It is waited for as the interpreter ends (runtime/torch_threads.py): it must end."""
+    from actorrt.runtime import torch_threads
+
+    before = set(torch_threads.running())
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    (mine,) = [t for t in torch_threads.running() if t not in before]
+    assert mine.name == "actorrt-objects"
+    time.sleep(0.1)
+    assert mine.is_alive()  # idle, waiting for refs to go
+    store.clear()
+    mine.join(5)
+    assert not mine.is_alive()
