@@ -192,13 +192,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     wire = sent.value()
                     if wire[0] is None and wire[1][0][0] == OK:  # inline: most replies
                         return
-                rt = current_or_none()
-                if rt is None:
-                    return
-                if sent.done():  # read on the store's thread: not where GC runs
-                    rt.objects.let_go_unread_later(sent.value(), self._part)
+                    rt = current_or_none()
+                    if rt is not None:  # read on the store's thread: not where GC runs
+                        rt.objects.let_go_unread_later(wire, self._part)
                 else:
-                    sent.add_done_callback(partial(_let_go_unread, rt, self._part))
+                    rt = current_or_none()
+                    if rt is not None:
+                        sent.add_done_callback(partial(_let_go_unread, rt, self._part))
             except Exception:  # the call failed (nothing was kept), or interpreter teardown
                 pass
 

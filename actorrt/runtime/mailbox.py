@@ -372,14 +372,11 @@ class Mailbox:
             take_exit()  # this thread's context outlives the call
             self.kill(exit_reason(self.what, name, exc))
             return
-        except interrupts.Interrupted as exc:
-            reply = (
-                self._cancelled(call, "while it ran")
-                if call.cancel_asked
-                else error_reply(self._prefix + name, exc)
-            )
         except BaseException as exc:
-            reply = error_reply(self._prefix + name, exc)
+            if call.cancel_asked and isinstance(exc, interrupts.Interrupted):
+                reply = self._cancelled(call, "while it ran")  # a remote function's
+            else:
+                reply = error_reply(self._prefix + name, exc)
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)

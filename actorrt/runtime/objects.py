@@ -274,9 +274,9 @@ class ObjectStore:
         """:meth:`let_go_unread`, on this store's thread: for an ``ObjectRef.__del__``.
 
         Reading a reply may unpickle (an error, a value that came with a copy), which has
-        no place where garbage collection runs; an inline reply is ruled out here.
+        no place where garbage collection runs; the ref rules out an inline reply first.
         """
-        if self._closed or (wire[0] is None and wire[1][0][0] == OK):
+        if self._closed:
             return
         self._unread.put((wire, part))
         self._outbox.put(_UNREAD)
