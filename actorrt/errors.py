@@ -91,9 +91,11 @@ class ObjectLostError(ActorRtError):
 class TaskCancelledError(ActorRtError):
     """A call was cancelled by ``actorrt.cancel(ref)``: ``get`` of its ref raises this.
 
-    As Ray's: the call was cancelled before it ran, or, in an async actor, while it
-    awaited. A call that had already begun in a plain (threaded) actor or a remote function is not
-    interrupted: it runs to its end and its ref gets its value.
+    As Ray's: the call was cancelled before it ran; in an async actor, while it awaited;
+    in a remote function, while it ran (it was interrupted); or, in any method, while it
+    waited for a call it made that was cancelled with it (``recursive``). A call that had
+    already begun in a plain (threaded) actor is not interrupted: it runs to its end and
+    its ref gets its value.
 
     Attributes:
         actor_id: The id of the actor (32 hex digits, as ``ActorHandle.actor_id``), when known.

@@ -220,5 +220,5 @@ def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:
     inbox.finish(count if type(count) is int else None)
 
 
-def _answered_already() -> None:
+def _answered_already(recursive: bool) -> None:
     """A streamed value's ref cancels nothing: its value is here."""

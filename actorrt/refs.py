@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, overload
 import torch
 
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
-from actorrt.runtime import quick_rpc
+from actorrt.runtime import lineage, quick_rpc
 from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, unpack
@@ -49,7 +49,7 @@ from actorrt.runtime.trace import wire_bytes
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
     from actorrt.runtime.payload import Wire
-    from actorrt.runtime.protocol import Target
+    from actorrt.runtime.protocol import CancelTicket, Target
     from actorrt.runtime.runtime import Runtime
 
 __all__ = [
@@ -145,6 +145,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_part",
         "_ticket",
         "_cancel_asked",
+        "_recursive",
         "__weakref__",
     )
 
@@ -163,8 +164,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._direct = False  # it holds its object directly (no lease yet: see _leased)
         self._part = -1  # num_returns: which of the call's values this ref is
         # What cancels its call once sent (see ReplySlot.attach); None: not sent (yet)
-        self._ticket: int | Callable[[], None] | None = None
+        self._ticket: CancelTicket | None = None
         self._cancel_asked = False  # cancel() before the call went out: it never goes
+        self._recursive = True  # that cancel's recursive (it may go out as it is asked)
 
     def __del__(self) -> None:
         keep = self._keep
@@ -208,7 +210,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         reply: torch.futures.Future[Wire],
         worker: str,
         keep: KeepAlive | None,
-        ticket: int | Callable[[], None],
+        ticket: CancelTicket,
     ) -> None:
         """The call went out to ``worker``; ``reply`` is the torch future of its raw reply.
 
@@ -227,11 +229,15 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             ready = self._rf
             late = self._cancel_asked  # cancel() came as it went out: cancelled now
         if late:
-            _cancel_sent(self, ticket)
+            _cancel_sent(self, ticket, self._recursive)
         if hook:
             reply.add_done_callback(self._complete)
         if ready is not None:
             reply.add_done_callback(lambda _: _set_ready(ready))
+
+    def _cancel_with_parent(self) -> None:
+        """The call that made this ref's call was cancelled: so is this one (runtime.lineage)."""
+        cancel(self)
 
     def fail(self, error: BaseException) -> None:
         """The call failed before it went out: ``get`` raises ``error``."""
@@ -585,7 +591,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         return _borrowed_ref, (*head, rt.name, token, rref)
 
 
-def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
+def cancel(
+    ref: ObjectRef[Any] | _Streaming, *, force: bool = False, recursive: bool = True
+) -> None:
     """Cancels the call behind ``ref``, as ``ray.cancel`` does.
 
     ``get(ref)`` of a cancelled call raises :class:`~actorrt.errors.TaskCancelledError`.
@@ -607,8 +615,16 @@ def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
     cancelled instead); one that catches it and returns gives its value. A call already
     running in a plain (threaded) actor runs to its end and ``get`` returns its value:
     actors keep their state, and a method cut in half would leave it half changed (Ray
-    does the same). A call that has answered is left as it is. Cancelling does not
-    wait: the call's reply says what came of it.
+    does the same). Such a method can stop early on its own: ``actorrt.get_runtime_context()
+    .is_canceled()`` is True once its call was cancelled. A call that has answered is
+    left as it is. Cancelling does not wait: the call's reply says what came of it.
+
+    With ``recursive=True`` (the default, as Ray's), the calls the cancelled call made
+    while it ran (actor calls and remote functions whose refs still exist) are cancelled
+    too, as above, and the calls they made in turn. A method blocked in ``get`` of such a
+    call then gets ``TaskCancelledError``; leaving the method, it makes the cancelled
+    call's ``get`` raise ``TaskCancelledError`` ("while it ran"). Calls it makes after the
+    cancel came are not cancelled.
 
     Args:
         ref: A ref of a call this process made (``handle.method.remote()``,
@@ -616,6 +632,7 @@ def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
             ``ObjectRefGenerator`` of a streaming call.
         force: Not supported: Ray's ``force=True`` kills the worker process, and an
             actorrt process runs many actors and calls.
+        recursive: Whether the calls the call made are cancelled with it.
 
     Raises:
         TypeError: ``ref`` is not an ``ObjectRef`` (or ``ObjectRefGenerator``).
@@ -652,22 +669,23 @@ def cancel(ref: ObjectRef[Any] | _Streaming, *, force: bool = False) -> None:
         if ticket is None:  # no call out: waiting for its arguments, or none at all
             cf_done = ref._cf is not None and ref._cf.done()
             if ref._sent is None and ref._loc is None and not cf_done:
+                ref._recursive = recursive
                 ref._cancel_asked = True  # never sent (send_call), or cancelled by attach
             return
     if not ref.done():
-        _cancel_sent(ref, ticket, rt)
+        _cancel_sent(ref, ticket, recursive, rt)
 
 
 def _cancel_sent(
-    ref: ObjectRef[Any], ticket: int | Callable[[], None], rt: Runtime | None = None
+    ref: ObjectRef[Any], ticket: CancelTicket, recursive: bool, rt: Runtime | None = None
 ) -> None:
     """Cancels the call of ``ref``, which went out (``ticket``: see ``ReplySlot.attach``)."""
     if not isinstance(ticket, int):
-        ticket()
+        ticket(recursive)
         return
     rt = rt or current_or_none()
     if rt is not None and ref._actor_id is not None:
-        rt.cancel_call(ref._worker, ref._actor_id, ticket)
+        rt.cancel_call(ref._worker, ref._actor_id, ticket, recursive)
 
 
 def _let_go_unread(rt: Runtime, part: int, sent: torch.futures.Future[Wire]) -> None:
@@ -1029,7 +1047,7 @@ class _Parts:
         reply: torch.futures.Future[Wire],
         worker: str,
         keep: KeepAlive | None,
-        ticket: int | Callable[[], None],
+        ticket: CancelTicket,
     ) -> None:
         for ref in self.refs:
             ref.attach(reply, worker, keep, ticket)
@@ -1145,6 +1163,7 @@ def send_call(
     what = f"{target.class_name}.{method}"
     out, slot, name = parts or new_refs(what, target.actor_id, method, num_returns)
     first: ObjectRef[Any] = slot if type(slot) is ObjectRef else out[0]
+    lineage.made(first)  # made in a method: a recursive cancel of its call reaches it
 
     def send(
         a: tuple[Any, ...], kw: dict[str, Any], now: bool

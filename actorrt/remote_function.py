@@ -21,7 +21,7 @@ from actorrt.binding import Binder, params_of, signature_of
 from actorrt.options import FunctionOptions, check_backpressure
 from actorrt.ref_generator import streaming_refs
 from actorrt.refs import ObjectRef, new_refs, when_ready
-from actorrt.runtime import shipping
+from actorrt.runtime import lineage, shipping
 from actorrt.runtime.functions import FunctionCall, Shape
 from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.protocol import ReplySlot
@@ -142,6 +142,7 @@ class RemoteFunction(Generic[P, R]):
             options.retry_exceptions,
         )
         slot.attach(call.reply, "", None, call.cancel)
+        lineage.made(slot if type(slot) is ObjectRef else out[0])  # see refs.send_call
         when_ready((key, blob, *args), kwargs, call.send, call.give_up)
         return cast("ObjectRef[R]", out)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actorrt.actor_class import ActorHandle, handle_of
-from actorrt.runtime import context
+from actorrt.runtime import context, lineage
 from actorrt.runtime.exits import in_actor
 
 if TYPE_CHECKING:
@@ -98,6 +98,27 @@ class RuntimeContext:
             RuntimeError: Called outside an actor method or constructor.
         """
         return _host().was_reconstructed(_running_actor("was_current_actor_reconstructed"))
+
+    def is_canceled(self) -> bool:
+        """Whether ``actorrt.cancel`` was called on the call running here, as Ray's.
+
+        A plain (threaded) actor's method is not interrupted by a cancel, since a method
+        cut in half would leave the actor's state half changed: it runs to its end unless
+        it reads this and returns early. True from the moment the cancel reached the call's
+        process; in a remote function and an async actor's method too, which a cancel
+        interrupts (a function that catches ``KeyboardInterrupt`` can read it).
+
+        Raises:
+            RuntimeError: Called outside an actor method or remote function (the driver's
+                own code, a thread the method started itself).
+        """
+        call = lineage.serving.get()
+        if call is None:
+            raise RuntimeError(
+                "get_runtime_context().is_canceled() works only inside an actor's method or "
+                "a remote function, in the thread (or task) that runs it"
+            )
+        return call.cancel_asked
 
     def __repr__(self) -> str:
         return f"RuntimeContext(actor_id={self.get_actor_id()!r})"

@@ -45,12 +45,10 @@ from actorrt.runtime.protocol import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from actorrt.placement.resources import Resources
     from actorrt.runtime.outbox import KeepAlive
     from actorrt.runtime.payload import Wire
-    from actorrt.runtime.protocol import ReplySlot, Target
+    from actorrt.runtime.protocol import CancelTicket, ReplySlot, Target
 
 __all__ = ["FunctionCall", "FunctionRoutes", "FunctionTarget", "Shape"]
 
@@ -267,6 +265,7 @@ class FunctionCall:
         "_without",
         "_sent_as",
         "_cancelled",
+        "_recursive",
         "reply",
     )
 
@@ -295,6 +294,7 @@ class FunctionCall:
         self._without = ""  # the process the current attempt went to without the bytes
         self._sent_as: tuple[str, str, int] | None = None  # (worker, executor, seq), as one
         self._cancelled = False  # actorrt.cancel(): no attempt goes out any more
+        self._recursive = True  # and whether that cancel reaches the calls it made
         self.reply: torch.futures.Future[Wire] = torch.futures.Future()
 
     def send(
@@ -352,12 +352,13 @@ class FunctionCall:
             self._left -= 1
         self.send(self._args, self._kwargs, False, avoid=dead)
 
-    def cancel(self) -> None:
+    def cancel(self, recursive: bool) -> None:
         """``actorrt.cancel`` of the call: unsent, it never goes; sent, its process is asked."""
+        self._recursive = recursive
         self._cancelled = True  # before _sent_as is read: an attempt then cancels itself
         sent = self._sent_as
         if sent is not None and not self.reply.done():
-            self._route.cancel_call(*sent)
+            self._route.cancel_call(*sent, recursive)
 
     def give_up(self, error: BaseException) -> None:
         """Fails the call's refs with ``error``."""
@@ -374,7 +375,7 @@ class FunctionCall:
         reply: torch.futures.Future[Wire],
         worker: str,
         keep: KeepAlive | None,
-        ticket: int | Callable[[], None],
+        ticket: CancelTicket,
     ) -> None:
         """The attempt went out to ``worker`` (``ticket``: its sequence number there)."""
         self._keep = keep
@@ -383,7 +384,7 @@ class FunctionCall:
         self._sent_as = sent = (worker, spot.executor, ticket)
         reply.add_done_callback(lambda f: self._answered(spot, f))
         if self._cancelled:  # a cancel that found no attempt out: this one is cancelled
-            self._route.cancel_call(*sent)
+            self._route.cancel_call(*sent, self._recursive)
 
     def fail(self, error: BaseException) -> None:
         """The attempt could not go out (an argument cannot be sent)."""

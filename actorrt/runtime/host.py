@@ -225,10 +225,10 @@ class ActorHost:
         box = self._mailboxes.get(actor_id)  # as _mailbox() does, without its call per call
         (box if box is not None else self._mailbox(actor_id)).deliver(call)
 
-    def cancel(self, actor_id: str, caller: str, seq: int) -> None:
+    def cancel(self, actor_id: str, caller: str, seq: int, recursive: bool) -> None:
         """``actorrt.cancel`` of ``caller``'s call ``seq`` (see :meth:`Mailbox.cancel`)."""
         # _mailbox(): the cancel may come before the call, or even before the actor
-        self._mailbox(actor_id).cancel(caller, seq)
+        self._mailbox(actor_id).cancel(caller, seq, recursive)
 
     def kill(self, actor_id: str, reason: str) -> bool:
         """Ends the actor now with ``reason``; False when it does not live here."""
@@ -341,15 +341,17 @@ def post_call(
     return future
 
 
-def rpc_cancel(actor_id: str, caller: str, seq: int) -> None:
-    """Cancels ``caller``'s call ``seq`` to the actor, unless it has begun (``actorrt.cancel``)."""
-    _host().cancel(actor_id, caller, seq)
+def rpc_cancel(actor_id: str, caller: str, seq: int, recursive: bool) -> None:
+    """Cancels ``caller``'s call ``seq`` to the actor (``actorrt.cancel``): see Mailbox.cancel."""
+    _host().cancel(actor_id, caller, seq, recursive)
 
 
-def post_cancel(worker: str, actor_id: str, caller: str, seq: int) -> torch.futures.Future[None]:
+def post_cancel(
+    worker: str, actor_id: str, caller: str, seq: int, recursive: bool
+) -> torch.futures.Future[None]:
     """Sends :func:`rpc_cancel` to ``worker``; the call's own reply says what came of it."""
     future: torch.futures.Future[None] = quick_rpc.rpc_async(
-        worker, rpc_cancel, (actor_id, caller, seq)
+        worker, rpc_cancel, (actor_id, caller, seq, recursive)
     )
     return future
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,8 +36,8 @@ from typing import Any
 
 import torch
 
-from actorrt.errors import ObjectLostError
-from actorrt.runtime import devices, interrupts, streams
+from actorrt.errors import ObjectLostError, TaskCancelledError
+from actorrt.runtime import devices, interrupts, lineage, streams
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.backpressure import close_sender, open_sender
 from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
@@ -61,6 +62,10 @@ __all__ = ["Call", "Mailbox", "PackReply"]
 
 PackReply = Callable[[str, tuple[int, Any]], Wire]
 """``pack_reply(caller, reply)``: the payload pipeline's packing of a reply for ``caller``."""
+
+# What a call cancelled while it ran raises when the cancel stops it: a remote function's
+# interrupt, or, from a get() of a call it made, that call's cancel (a recursive one).
+_CANCELS = (interrupts.Interrupted, TaskCancelledError)
 
 ASYNC_MAX_CONCURRENCY = 1000
 """How many calls an async actor runs at once when ``max_concurrency`` is not set (Ray's)."""
@@ -87,6 +92,9 @@ class Call:
     thread: int = field(default=0)
     fired: bool = field(default=False)
     waker: Callable[[], object] | None = field(default=None)  # an async function's
+    # The calls it made while it ran, by their refs (see runtime.lineage): a recursive
+    # actorrt.cancel() cancels them with it.
+    children: weakref.WeakSet[lineage.Child] | None = field(default=None)
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""
@@ -356,6 +364,7 @@ class Mailbox:
             _trace.started(call)
         token = in_method.set(f"{self._class_name}.{name}")
         actor_token = in_actor.set(self.actor_id)
+        serving_token = lineage.serving.set(call)
         if self._interruptible:
             interrupts.serving(call)
         try:
@@ -373,13 +382,15 @@ class Mailbox:
             self.kill(exit_reason(self.what, name, exc))
             return
         except BaseException as exc:
-            if call.cancel_asked and isinstance(exc, interrupts.Interrupted):
-                reply = self._cancelled(call, "while it ran")  # a remote function's
+            if call.cancel_asked and isinstance(exc, _CANCELS):
+                # a remote function's interrupt, or a child call cancelled with this one
+                reply = self._cancelled(call, "while it ran")
             else:
                 reply = error_reply(self._prefix + name, exc)
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)
+            lineage.serving.reset(serving_token)
             if self._interruptible:
                 interrupts.serving(None)
         asked = exit_asked.get()  # not take_exit(): one read per call on this road
@@ -417,6 +428,7 @@ class Mailbox:
             # the task runs in its own copy of the context
             in_method.set(f"{self._class_name}.{name}")
             in_actor.set(self.actor_id)
+            lineage.serving.set(call)
             try:
                 method = getattr(self._instance, name)
                 try:
@@ -441,7 +453,10 @@ class Mailbox:
                     raise
                 reply = error_reply(self._prefix + name, exc)
             except BaseException as exc:
-                reply = error_reply(self._prefix + name, exc)
+                if call.cancel_asked and isinstance(exc, TaskCancelledError):
+                    reply = self._cancelled(call, "while it awaited")  # a child cancelled with it
+                else:
+                    reply = error_reply(self._prefix + name, exc)
             asked = take_exit()  # the task's own context: set only by its own method
             if asked is not None:  # the method caught its exit_actor(): end anyway
                 self.kill(exit_reason(self.what, name, asked))
@@ -589,11 +604,14 @@ class Mailbox:
             self._answer(call, reply)
 
     # -- actorrt.cancel ------------------------------------------------------------
-    def cancel(self, caller: str, seq: int) -> None:
+    def cancel(self, caller: str, seq: int, recursive: bool = True) -> None:
         """Cancels ``caller``'s call ``seq`` unless it has begun.
 
         An async actor's call is cancelled even then (its task), and a remote function's
-        is interrupted where it runs (:mod:`actorrt.runtime.interrupts`).
+        is interrupted where it runs (:mod:`actorrt.runtime.interrupts`). A call that
+        runs on (a plain actor's) reads the cancel with ``is_canceled()``. With
+        ``recursive``, the calls a running call made are cancelled too
+        (:mod:`actorrt.runtime.lineage`).
 
         Called on an RPC thread; never waits for the actor. A call answered already is left
         as it is; one that has not arrived yet (its cancel overtook it) is answered
@@ -630,7 +648,10 @@ class Mailbox:
                 running = call  # a remote function's: interrupted where it runs
         if answer is not None:
             self._answer(answer, self._cancelled(answer, "before it ran"))
-        elif running is not None:
+            return
+        if recursive and call.children is not None:  # it ran, and made calls
+            lineage.cancel_children(call)
+        if running is not None:
             interrupts.interrupt(running)
         elif loop is not None:
             try:

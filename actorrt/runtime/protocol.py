@@ -12,7 +12,8 @@ import os
 import pickle
 import socket
 import traceback
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 import cloudpickle
 
@@ -20,7 +21,6 @@ from actorrt.errors import ActorDiedError, ActorError, ObjectLostError, TaskCanc
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Callable
 
     import torch
 
@@ -31,6 +31,7 @@ __all__ = [
     "CANCELLED",
     "CONCURRENCY_GROUP",
     "CallName",
+    "CancelTicket",
     "Grouped",
     "COPY",
     "DIED",
@@ -77,6 +78,10 @@ RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: i
 KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
 MULTI = 10  # a call with num_returns: payload is one packed reply per value returned
 CANCELLED = 11  # actorrt.cancel() stopped the call before it ran (or while it awaited): why
+
+CancelTicket: TypeAlias = int | Callable[[bool], None]
+"""What cancels a call that went out (see :meth:`ReplySlot.attach`): its sequence number at
+the process it went to, or a function of ``recursive`` for a call that may be sent again."""
 
 
 CONCURRENCY_GROUP = "__actorrt_concurrency_group__"
@@ -220,7 +225,7 @@ class Liveness(Protocol):
         """A call could not reach ``worker``: let the driver judge it."""
         ...
 
-    def cancel_call(self, worker: str, actor_id: str, seq: int) -> None:
+    def cancel_call(self, worker: str, actor_id: str, seq: int, recursive: bool) -> None:
         """Asks ``worker`` to drop this process's call ``seq`` to ``actor_id`` (no wait)."""
         ...
 
@@ -233,15 +238,15 @@ class ReplySlot(Protocol):
         reply: torch.futures.Future[Wire],
         worker: str,
         keep: KeepAlive | None,
-        ticket: int | Callable[[], None],
+        ticket: CancelTicket,
     ) -> None:
         """The call went out to ``worker``; ``reply`` is the torch future of its raw reply.
 
         ``keep`` (a call sent alone) holds the actor's handle until the reply is in; the
         slot lets go of it when it is itself collected. ``ticket`` is what cancels the
         call (``actorrt.cancel``): its sequence number at ``worker`` for a call sent once,
-        or a function that cancels whichever attempt is current, for a call that may be
-        sent again elsewhere (retries).
+        or a function (of ``recursive``) that cancels whichever attempt is current, for a
+        call that may be sent again elsewhere (retries).
         """
         ...
 

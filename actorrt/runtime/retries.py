@@ -97,6 +97,7 @@ class _Call:
     failure: BaseException | None = None  # why the current attempt found no actor
     sent_as: tuple[str, int] = ("", -1)  # (worker, seq) of the current attempt, set as one
     cancelled: bool = False  # actorrt.cancel(): never sent again
+    recursive: bool = True  # and whether that cancel reaches the calls it made
 
     @property
     def what(self) -> str:
@@ -195,17 +196,18 @@ class CallRetries:
         call.attempt, call.keep = attempt, keep
         attempt.add_done_callback(partial(self._answered, call))
         if call.cancelled:  # a cancel that read the attempt before: this one too
-            self._route.cancel_call(call.worker, call.target.actor_id, seq)
+            self._route.cancel_call(call.worker, call.target.actor_id, seq, call.recursive)
 
-    def _cancel(self, ref: weakref.ref[_Call]) -> None:
+    def _cancel(self, ref: weakref.ref[_Call], recursive: bool) -> None:
         """``actorrt.cancel`` of the call: its current attempt is cancelled, none follows."""
         call = ref()
         if call is None:  # answered, and let go of
             return
+        call.recursive = recursive
         call.cancelled = True  # before sent_as is read: a resend then cancels itself
         worker, seq = call.sent_as
         if not call.reply.done():
-            self._route.cancel_call(worker, call.target.actor_id, seq)
+            self._route.cancel_call(worker, call.target.actor_id, seq, recursive)
 
     def _answered(self, call: _Call, attempt: torch.futures.Future[Wire]) -> None:
         if call.attempt is not attempt:

@@ -753,16 +753,17 @@ class Runtime:
             )
             return road
 
-    def cancel_call(self, worker: str, actor_id: str, seq: int) -> None:
+    def cancel_call(self, worker: str, actor_id: str, seq: int, recursive: bool) -> None:
         """Asks ``worker`` to cancel this process's call ``seq`` to ``actor_id`` (no wait).
 
         The call's own reply says what came of it ("cancelled", or its value when it had
-        begun). Nothing is sent to a process known down: its calls fail as they are.
+        begun). With ``recursive``, the calls it made are cancelled too. Nothing is sent to
+        a process known down: its calls fail as they are.
         """
         if self.is_down(worker):
             return
         try:
-            host_mod.post_cancel(worker, actor_id, self.name, seq)
+            host_mod.post_cancel(worker, actor_id, self.name, seq, recursive)
         except Exception:  # the agent refused: the process is gone, and so is the call
             pass
 

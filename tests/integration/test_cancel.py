@@ -57,14 +57,14 @@ def nap(s):
 
 
 @actorrt.remote
-def loop_until_cancelled(started_file, catch=False):
+def loop_until_cancelled(started_file, catch=False, seconds=60):
     """Python code that runs for a minute unless interrupted: its cleanup leaves a mark."""
     open(started_file, "w").close()
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             time.sleep(0.01)
-        return "ran its minute"
+        return "ran its time"
     except KeyboardInterrupt:
         if catch:
             return "caught"
@@ -252,3 +252,101 @@ def test_only_the_process_that_made_the_call_can_cancel_it(cluster):
     said = actorrt.get(Forwarder.remote().cancel.remote([pending]), timeout=30)
     assert "only the process that made the call can cancel it" in said
     assert actorrt.get(pending, timeout=30) == 1.0
+
+
+# -- recursive cancel and is_canceled(), as Ray's ----------------------------------------
+
+
+@actorrt.actor
+class Parent:
+    def wait_on_child(self, started):
+        return actorrt.get(loop_until_cancelled.remote(started), timeout=90)
+
+    def until_cancelled(self, started, child_started, child_seconds):
+        child = loop_until_cancelled.remote(child_started, seconds=child_seconds)
+        open(started, "w").close()
+        context = actorrt.get_runtime_context()
+        deadline = time.monotonic() + 60
+        while not context.is_canceled() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return context.is_canceled(), [child]  # the child's ref: the caller reads it
+
+    def is_canceled(self):
+        return actorrt.get_runtime_context().is_canceled()
+
+
+@actorrt.actor
+class AsyncParent:
+    async def await_child(self, started):
+        return await loop_until_cancelled.remote(started)
+
+
+@actorrt.remote
+def nest(started):
+    """A function whose call makes another: cancelling it reaches the grandchild."""
+    return actorrt.get(loop_until_cancelled.remote(started), timeout=90)
+
+
+def _cleaned_within(started, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(started + ".cleaned") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return os.path.exists(started + ".cleaned")
+
+
+def test_a_cancelled_method_takes_the_calls_it_made_with_it(cluster, tmp_path):
+    """As Ray's recursive=True: a plain actor's method blocked in get() of its child."""
+    started = str(tmp_path / "child")
+    running = Parent.remote().wait_on_child.remote(started)
+    _when_started(started)
+    actorrt.cancel(running)
+    outcome = _outcome(running)  # 30 s at most: the child would run for 60
+    assert isinstance(outcome, actorrt.TaskCancelledError), outcome
+    assert ".wait_on_child was cancelled (actorrt.cancel) while it ran" in str(outcome)
+    assert os.path.exists(started + ".cleaned")  # the child was interrupted
+
+
+def test_a_recursive_cancel_reaches_grandchildren(cluster, tmp_path):
+    started = str(tmp_path / "grandchild")
+    top = nest.remote(started)
+    _when_started(started)
+    actorrt.cancel(top)
+    assert isinstance(_outcome(top), actorrt.TaskCancelledError)
+    assert _cleaned_within(started), "the grandchild ran on"
+
+
+def test_an_async_methods_children_are_cancelled_with_it(cluster, tmp_path):
+    started = str(tmp_path / "child")
+    running = AsyncParent.remote().await_child.remote(started)
+    _when_started(started)
+    actorrt.cancel(running)
+    outcome = _outcome(running)
+    assert isinstance(outcome, actorrt.TaskCancelledError) and "while it awaited" in str(outcome)
+    assert _cleaned_within(started), "the call it awaited ran on"
+
+
+def test_a_plain_actors_method_reads_its_cancel_and_a_cancel_not_recursive_spares_children(
+    cluster, tmp_path
+):
+    parent = Parent.remote()
+    assert actorrt.get(parent.is_canceled.remote(), timeout=30) is False
+    with pytest.raises(RuntimeError, match="only inside an actor's method or a remote function"):
+        actorrt.get_runtime_context().is_canceled()  # the driver's own code
+
+    started, child = str(tmp_path / "a"), str(tmp_path / "a-child")
+    running = parent.until_cancelled.remote(started, child, 3)
+    _when_started(started)
+    actorrt.cancel(running, recursive=False)
+    noticed, (child_ref,) = actorrt.get(running, timeout=30)
+    assert noticed is True  # it stopped early, as it chose to
+    assert actorrt.get(child_ref, timeout=30) == "ran its time"  # the child was spared
+    assert actorrt.get(parent.is_canceled.remote(), timeout=30) is False  # a new call
+
+    started, child = str(tmp_path / "b"), str(tmp_path / "b-child")
+    running = parent.until_cancelled.remote(started, child, 60)
+    _when_started(started)
+    _when_started(child)
+    actorrt.cancel(running)  # recursive: the child is interrupted
+    noticed, (child_ref,) = actorrt.get(running, timeout=30)
+    assert noticed is True
+    assert isinstance(_outcome(child_ref), actorrt.TaskCancelledError)

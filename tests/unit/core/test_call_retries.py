@@ -45,7 +45,7 @@ class FakeRuntime:
         self.sent = []  # (worker, seq, method, args, future)
         self.dead = set()
         self._seqs = {}
-        self.cancels = []  # (worker, actor_id, seq)
+        self.cancels = []  # (worker, actor_id, seq, recursive)
 
     def is_down(self, worker):
         return worker in self.dead
@@ -64,8 +64,8 @@ class FakeRuntime:
     def worker_unreachable(self, worker):
         self.dead.add(worker)
 
-    def cancel_call(self, worker, actor_id, seq):
-        self.cancels.append((worker, actor_id, seq))
+    def cancel_call(self, worker, actor_id, seq, recursive):
+        self.cancels.append((worker, actor_id, seq, recursive))
 
     def moved_from_replaced(self, target):
         return None  # no process is replaced here
@@ -166,8 +166,8 @@ def test_a_cancelled_call_is_cancelled_where_it_went_and_not_sent_again():
     retries = CallRetries(rt, settle=2.0)
     handle = Handle(retries=3)
     doomed, kept = call(retries, rt, handle, "step", 0), call(retries, rt, handle, "step", 1)
-    doomed.cancel()
-    assert rt.cancels == [("w1", "a1", 0)]
+    doomed.cancel(False)  # actorrt.cancel(ref, recursive=False)
+    assert rt.cancels == [("w1", "a1", 0, False)]
     for *_, fut in rt.attempts("w1", 2):
         fut.set_exception(lost())  # the process died with both in flight
     again = rt.attempts("w2", 1)
@@ -192,7 +192,7 @@ def test_a_ref_does_not_keep_its_actors_handle_once_its_call_is_answered():
     del handle
     gc.collect()
     assert gone() is None, "the ref's way to cancel its call kept the actor's handle"
-    slot.cancel()  # answered and let go of: nothing to cancel
+    slot.cancel(True)  # answered and let go of: nothing to cancel
     assert rt.cancels == []
 
 

@@ -30,7 +30,7 @@ class FakeRoute:
         self.stopped = threading.Event()
         self.seqs: dict[tuple[str, str], int] = {}
         self.sent_event = threading.Condition()
-        self.cancels: list[tuple[str, str, int]] = []
+        self.cancels: list[tuple[str, str, int, bool]] = []
 
     def function_spots(self, shape):
         self.asked += 1
@@ -54,8 +54,8 @@ class FakeRoute:
     def worker_unreachable(self, worker):
         self.unreachable.append(worker)
 
-    def cancel_call(self, worker, actor_id, seq):
-        self.cancels.append((worker, actor_id, seq))
+    def cancel_call(self, worker, actor_id, seq, recursive):
+        self.cancels.append((worker, actor_id, seq, recursive))
 
     def wait_sent(self, n, timeout=10):
         with self.sent_event:
@@ -252,8 +252,8 @@ def test_a_cancelled_call_is_cancelled_at_its_process_and_not_sent_again_when_it
     routes, call = make_call(route, retries=2)
     call.send(("k", b"", 1), {}, True)
     worker, executor, _, fut = route.sent[0]
-    call.cancel()
-    assert route.cancels == [(worker, executor, 0)]
+    call.cancel(False)  # actorrt.cancel(ref, recursive=False)
+    assert route.cancels == [(worker, executor, 0, False)]
     fut.set_exception(RuntimeError("connection reset by peer"))  # its process died
     _done_within(call.reply)
     with pytest.raises(TaskCancelledError, match="remote function f was cancelled"):
@@ -266,7 +266,7 @@ def test_a_cancelled_call_is_cancelled_at_its_process_and_not_sent_again_when_it
 def test_a_call_cancelled_before_its_arguments_were_ready_is_never_sent():
     route = FakeRoute(spots("a"))
     routes, call = make_call(route, retries=0)
-    call.cancel()  # its ref arguments were still being made
+    call.cancel(True)  # its ref arguments were still being made
     call.send(("k", b"", 1), {}, False)
     _done_within(call.reply)
     with pytest.raises(TaskCancelledError, match="before it was sent"):

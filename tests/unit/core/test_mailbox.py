@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import actorrt
-from actorrt.runtime import payload
+from actorrt.runtime import lineage, payload
 from actorrt.runtime.mailbox import Call, Mailbox
 from actorrt.runtime.protocol import CANCELLED, DIED, OK
 from actorrt.runtime.threads import ActorThreads
@@ -31,6 +31,32 @@ class Log:
     def block(self, event):
         event.wait(10)
         return "unblocked"
+
+    def spawn(self, children, gate):
+        """Makes calls (``children``), then waits: whether its own call was cancelled."""
+        for child in children:
+            lineage.made(child)
+        gate.wait(10)
+        return actorrt.get_runtime_context().is_canceled()
+
+    def spawn_and_drop(self, gate):
+        lineage.made(Child())  # a call whose ref it dropped at once
+        gate.wait(10)
+        return "done"
+
+    def wait_on_child(self, gate):
+        gate.wait(10)  # then its get() of a child call cancelled with it raises
+        raise actorrt.TaskCancelledError("Log.add was cancelled (actorrt.cancel) while it ran")
+
+
+class Child:
+    """Stands for the ref of a call a method made (runtime.lineage.Child)."""
+
+    def __init__(self):
+        self.cancelled = 0
+
+    def _cancel_with_parent(self):
+        self.cancelled += 1
 
 
 class _Here:
@@ -575,16 +601,80 @@ def test_a_held_call_that_is_cancelled_keeps_its_place_in_the_order():
     assert box._instance.seen == [0, 1, 3]
 
 
+def _running(box, method, *args):
+    """Call 0 of ``method``, once its actor's thread began it."""
+    (call,) = _deliver(box, _call(0, method, *args))
+    _until(lambda: call.started)
+    return call
+
+
 def test_a_running_call_of_a_sync_actor_runs_to_its_end():
     box, _ = _box()
     gate = threading.Event()
-    (running,) = _deliver(box, _call(0, "block", gate))
-    _until(lambda: running.started)
+    running = _running(box, "block", gate)
     box.cancel("c", 0)
     time.sleep(0.1)
     assert not running.future.done()
     gate.set()
     assert _reply(running) == (OK, "unblocked")
+
+
+def _spawning(box, gate, children):
+    """Call 0 of ``spawn``, once it has made its calls (``children``) and waits on ``gate``."""
+    (running,) = _deliver(box, _call(0, "spawn", children, gate))
+    _until(lambda: running.children is not None and len(running.children) == len(children))
+    return running
+
+
+def test_a_recursive_cancel_of_a_running_call_cancels_the_calls_it_made():
+    box, _ = _box()
+    gate = threading.Event()
+    children = [Child(), Child()]
+    running = _spawning(box, gate, children)
+    box.cancel("c", 0)  # recursive, as actorrt.cancel's default
+    assert [c.cancelled for c in children] == [1, 1]
+    assert not running.future.done()  # a sync actor's method runs on
+    gate.set()
+    assert _reply(running) == (OK, True)  # and it could read that it was cancelled
+
+
+def test_a_cancel_that_is_not_recursive_leaves_the_calls_it_made():
+    box, _ = _box()
+    gate = threading.Event()
+    child = Child()
+    running = _spawning(box, gate, [child])
+    box.cancel("c", 0, recursive=False)
+    gate.set()
+    assert _reply(running) == (OK, True)
+    assert child.cancelled == 0
+    (uncancelled,) = _deliver(box, _call(1, "spawn", [], gate))  # the same thread, next
+    assert _reply(uncancelled) == (OK, False)  # reads its own call's cancel, not the last
+
+
+def test_a_call_made_and_dropped_is_not_held_by_the_call_that_made_it():
+    box, _ = _box()
+    gate = threading.Event()
+    (running,) = _deliver(box, _call(0, "spawn_and_drop", gate))
+    _until(
+        lambda: running.children is not None and len(running.children) == 0,
+        "the call it made was held after its ref was dropped",
+    )
+    gate.set()
+    assert _reply(running) == (OK, "done")
+
+
+def test_a_method_that_a_cancelled_child_call_stops_answers_cancelled():
+    box, _ = _box()
+    gate = threading.Event()
+    cancelled = _running(box, "wait_on_child", gate)
+    box.cancel("c", 0)
+    gate.set()
+    assert ".wait_on_child was cancelled (actorrt.cancel) while it ran" in _cancelled(cancelled)
+    gate.clear()
+    (failed,) = _deliver(box, _call(1, "wait_on_child", gate))
+    gate.set()  # not cancelled: the method's own error, as any other
+    status, _ = _reply(failed)
+    assert status != CANCELLED
 
 
 def test_cancelling_an_answered_call_or_another_callers_changes_nothing():
