@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
-from actorrt.cluster import zygote
+from actorrt.cluster import watchdog, zygote
 from actorrt.cluster.launch_env import set_fork_safety
 from actorrt.errors import ClusterError
 from actorrt.logs import get_logger
@@ -342,6 +342,11 @@ def exit_text(code: int | None) -> str:
     """A worker's exit status in words: ``exit code 1``, ``killed by SIGKILL``."""
     if code is None:
         return "exit status unknown"
+    if code == -watchdog.SIGNAL:
+        return (
+            f"killed by {watchdog.SIGNAL.name}: its watchdog, as no Python thread of it ran "
+            "(stuck in C code holding the GIL, or deadlocked); its stacks are above"
+        )
     if code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actorrt.cluster.launch_env import heartbeat_interval, set_fork_safety
+from actorrt.cluster.watchdog import Watchdog
 
 if TYPE_CHECKING:
     from actorrt.runtime.output import Header, Line
@@ -250,8 +251,14 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0
         from actorrt.runtime.host import last_ping
 
         bound = heartbeat_timeout * HEARTBEAT_EXIT_FACTOR
+        # Where no Python thread runs (C code holding the GIL), this loop cannot end the
+        # process: a kernel timer does, one heartbeat timeout after this loop would have.
+        # Left armed at stop: a process whose teardown hangs that long ends too.
+        dog = Watchdog.arm(bound + heartbeat_timeout)
         since = time.monotonic()
         while not rt.stop_requested.wait(heartbeat_interval(heartbeat_timeout)):
+            if dog is not None:
+                dog.pet()
             silent = time.monotonic() - max(since, last_ping(), beat_ok[0])
             if silent > bound:
                 exit_now(f"no heartbeat from the driver for {silent:.0f} s (cut off?)")

@@ -5,6 +5,7 @@ starts the cluster, runs the scenario, prints ``RESULT <json>`` and shuts down. 
 actor classes live in this ``__main__``, so they reach workers by value (cloudpickle).
 """
 
+import ctypes
 import dataclasses
 import faulthandler
 import json
@@ -40,6 +41,11 @@ class Probe:
 
     def echo(self, t):
         return t
+
+    def stuck_in_c_with_the_gil(self, s):
+        # libc's sleep through a PyDLL: C code that keeps the GIL, so no Python thread of
+        # the process runs (no ping answered, no store heartbeat, no exit of its own).
+        ctypes.PyDLL(None).sleep(s)
 
     def sleep(self, s):
         time.sleep(s)
@@ -252,12 +258,7 @@ def scenario_dead_worker(rt, cfg):
     victim = probes[0]
     os.kill(where[0]["pid"], signal.SIGKILL)
     killed = time.monotonic()
-    marked_after = None
-    while time.monotonic() - killed < 30:
-        if not next(n.alive for n in actorrt.nodes() if n.process == victim.worker):
-            marked_after = time.monotonic() - killed
-            break
-        time.sleep(0.1)
+    marked_after = _marked_dead_after(victim.worker, killed, 30)
     fresh = [Probe.remote() for _ in range(2)]  # none may land on the dead worker
     fresh_where = actorrt.get([p.where.remote() for p in fresh], timeout=60)
     started = time.monotonic()
@@ -425,6 +426,15 @@ def _outcome(ref, timeout=10):
         return "timed out"
 
 
+def _marked_dead_after(worker, since, limit):
+    """Seconds from ``since`` until the driver marked ``worker`` dead; None: not in ``limit``."""
+    while time.monotonic() - since < limit:
+        if not next(n.alive for n in actorrt.nodes() if n.process == worker):
+            return time.monotonic() - since
+        time.sleep(0.1)
+    return None
+
+
 def _timed_shutdown():
     started = time.monotonic()
     actorrt.shutdown()
@@ -491,6 +501,22 @@ def scenario_rejoin(rt, cfg):
     }
 
 
+def scenario_gil_stuck(rt, cfg):
+    """A worker's method holds the GIL in C for minutes: marked dead, then ended by its
+    watchdog (the driver of another node cannot kill it)."""
+    probe = Probe.remote()
+    where = actorrt.get(probe.where.remote(), timeout=60)
+    stuck = probe.stuck_in_c_with_the_gil.remote(300)
+    began = time.monotonic()
+    marked_after = _marked_dead_after(probe.worker, began, 60)
+    return {
+        "pid": where["pid"],
+        "marked_after": marked_after,
+        "stuck_call": _outcome(stuck, timeout=30),
+        "shutdown_s": _timed_shutdown(),
+    }
+
+
 def scenario_partition(rt, cfg):
     """The test cuts the worker's link after READY: when is it marked dead, and after."""
     probe = Probe.remote()
@@ -498,12 +524,7 @@ def scenario_partition(rt, cfg):
     pending = probe.sleep.remote(120)  # held by the worker when its link goes down
     print("READY " + json.dumps(where["pid"]), flush=True)
     ready = time.monotonic()
-    marked_after = None
-    while time.monotonic() - ready < 60:
-        if not next(n.alive for n in actorrt.nodes() if n.process == probe.worker):
-            marked_after = time.monotonic() - ready
-            break
-        time.sleep(0.1)
+    marked_after = _marked_dead_after(probe.worker, ready, 60)
     # No timeout: the worker being marked dead must end the wait.
     pending_call = _outcome(pending, timeout=None)
     pending_failed_after = time.monotonic() - ready

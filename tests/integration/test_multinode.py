@@ -202,27 +202,43 @@ def test_workers_exit_when_the_driver_is_killed(procs):
         assert "lost the connection to the driver" in procs.log(f"worker{rank}")
 
 
+def _driver_and_workers(procs, world, scenario, **cfg):
+    """Starts the driver script on ``scenario`` and its ``world - 1`` workers, on loopback."""
+    init = _init(free_port())
+    env = {"ACTORRT_TOKEN": TOKEN}
+    cfg = {"init": init, "world": world, "scenario": scenario, **cfg}
+    procs.start("driver", driver_argv(cfg), env)
+    for rank in range(1, world):
+        procs.start(f"worker{rank}", worker_argv(init, rank, world), env)
+
+
 def test_a_killed_worker_is_marked_dead_by_the_heartbeat(procs):
     """Was: never marked dead (new actors kept going to it) and shutdown took 11.4 s."""
-    port = free_port()
-    init = _init(port)
-    env = {"ACTORRT_TOKEN": TOKEN}
-    cfg = {
-        "init": init,
-        "world": 3,
-        "scenario": "dead_worker",
-        "heartbeat_timeout": 2.0,
-        "shutdown_timeout": 4.0,
-    }
-    procs.start("driver", driver_argv(cfg), env)
-    for rank in (1, 2):
-        procs.start(f"worker{rank}", worker_argv(init, rank, 3), env)
+    _driver_and_workers(procs, 3, "dead_worker", heartbeat_timeout=2.0, shutdown_timeout=4.0)
     res = procs.result("driver", 90)
     assert res["marked_after"] is not None, procs.logs()
     assert res["marked_after"] < 2.0 + 3.0, res
     assert res["victim"] not in res["fresh"] and all(res["fresh_ok"]), res
     assert res["shutdown_s"] < 4.0 + 1.5, res
     assert procs.wait("driver", 30) == 0, procs.logs()
+
+
+def test_a_worker_stuck_with_the_gil_is_ended_by_its_watchdog(procs):
+    """Was: a worker stuck in C code holding the GIL was marked dead, but on another node
+    nothing ended it (its own exit is Python's, and no Python thread ran): it outlived
+    the driver, holding its GPU. Now a kernel timer its heartbeat thread pushes back
+    ends it, after writing where it hung."""
+    _driver_and_workers(procs, 2, "gil_stuck", heartbeat_timeout=1.0, shutdown_timeout=4.0)
+    res = procs.result("driver", 90)
+    assert res["marked_after"] is not None and res["marked_after"] < 1.0 + 3.0, res
+    assert res["stuck_call"] == "ActorDiedError", res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+    # Its watchdog: 3 heartbeat timeouts (its own exit's bound) and one more, from the
+    # last time its heartbeat thread ran; the method holds the GIL for 300 s.
+    assert procs.wait("worker1", 4.0 + 20) == -signal.SIGUSR2, procs.logs()
+    lines = [ln.strip() for ln in procs.log("worker1").splitlines()]
+    frames = [ln for ln in lines if ln.startswith('File "')]
+    assert any(f.endswith(" in stuck_in_c_with_the_gil") for f in frames), procs.logs()
 
 
 def test_a_dead_named_actor_frees_its_name(procs):
