@@ -33,7 +33,13 @@ from typing import (
 )
 
 from actorrt.binding import Binder, params_of, signature_of
-from actorrt.options import BACKPRESSURE, ActorOptions, check_backpressure, check_num_returns
+from actorrt.options import (
+    BACKPRESSURE,
+    ActorOptions,
+    check_backpressure,
+    check_method_retries,
+    check_num_returns,
+)
 from actorrt.pending_calls import PendingCalls
 from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
 from actorrt.refs import ObjectRef, new_refs, send_call
@@ -95,6 +101,9 @@ def _method_specs(cls: type) -> str:
         backpressure = getattr(member, _BACKPRESSURE, 0)
         if returns == STREAMING and backpressure:
             returns = f"{STREAMING}/{backpressure}"
+        retries = getattr(member, _MAX_TASK_RETRIES, None)
+        if retries is not None:
+            name = f"{name}!{retries}"
         if returns != 1:
             name = f"{name}#{returns}"
         if sig is None:
@@ -118,17 +127,19 @@ class MethodTable:
             unknown signature and goes unchecked. E.g. ``"add:3k;value:"`` for
             ``add(self, k=1)`` and ``value(self)``. A name may end in ``#N``: the
             method's ``num_returns`` (``#streaming``: a generator's values, as they come;
-            ``#streaming/N``: with backpressure N). An entry ``@io,cpu`` names the
-            actor's concurrency groups (a call may choose one).
+            ``#streaming/N``: with backpressure N), before that ``!N``: the method's
+            own ``max_task_retries``. An entry ``@io,cpu`` names the actor's concurrency
+            groups (a call may choose one).
     """
 
-    __slots__ = ("specs", "names", "returns", "backpressure", "groups", "_binders")
+    __slots__ = ("specs", "names", "returns", "backpressure", "retries", "groups", "_binders")
 
     def __init__(self, specs: str) -> None:
         self.specs = specs
         self._binders: dict[str, Binder | None] = {}
         self.returns: dict[str, int | str] = {}  # num_returns of the methods that set one
         self.backpressure: dict[str, int] = {}  # of the streaming methods that set one
+        self.retries: dict[str, int] = {}  # max_task_retries of the methods that set one
         self.groups: tuple[str, ...] = ()  # the actor's concurrency groups
         for entry in specs.split(";") if specs else ():
             if entry.startswith("@"):
@@ -136,6 +147,9 @@ class MethodTable:
                 continue
             name, has_params, params = entry.partition(":")
             name, has_returns, returns = name.partition("#")
+            name, has_retries, retries = name.partition("!")
+            if has_retries:
+                self.retries[name] = int(retries)
             if has_returns and returns.startswith(STREAMING):
                 self.returns[name] = STREAMING
                 if "/" in returns:
@@ -310,6 +324,7 @@ class StreamingMethod(Protocol[S_contra, Q, L_co, R_co]):
 
 _NUM_RETURNS = "__actorrt_num_returns__"
 _BACKPRESSURE = "__actorrt_backpressure__"
+_MAX_TASK_RETRIES = "__actorrt_max_task_retries__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -333,6 +348,7 @@ def method(
     *,
     num_returns: int | Literal["streaming"] = 1,
     concurrency_group: str | None = None,
+    max_task_retries: int | None = None,
     _generator_backpressure_num_objects: int = -1,
 ) -> Callable[[_F], _F]: ...
 
@@ -343,6 +359,7 @@ def method(
     *,
     num_returns: int | Literal["streaming"] = 1,
     concurrency_group: str | None = None,
+    max_task_retries: int | None = None,
     _generator_backpressure_num_objects: int = -1,
 ) -> Any:
     """Marks a method: for typed remote calls (static only), with ``num_returns``, or a group.
@@ -370,28 +387,39 @@ def method(
     the actor's concurrency group ``"io"`` (``concurrency_groups={"io": 2}``, an option
     of the actor), beside its other methods.
 
+    ``@actorrt.method(max_task_retries=N)`` (as Ray's): calls of ``m`` are sent again at
+    most N times when the actor's process dies with them in flight, instead of the
+    actor's own ``max_task_retries``; 0 for a method that must never run twice (one
+    that is not idempotent). It is for an actor made with ``max_task_retries``: on one
+    without, its calls are never sent again, and a method asking for retries is
+    refused when the class is decorated.
+
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
         num_returns: How many values the method returns (an int >= 1), or
             ``"streaming"``.
         concurrency_group: The group of the actor's threads it runs on (None: the
             actor's own threads, ``max_concurrency`` of them).
+        max_task_retries: How many times its calls are sent again to the recreated actor
+            (-1: without limit; 0: never). None: the actor's ``max_task_retries``.
         _generator_backpressure_num_objects: For a streaming method: how many values
             not yet taken by the caller it may run ahead by (-1: no limit).
 
     Returns:
-        ``fn``, unchanged (marked with ``num_returns`` or the group when given).
+        ``fn``, unchanged (marked with ``num_returns``, the group or the retries when
+        given).
 
     Raises:
         TypeError: ``fn`` is not callable, ``num_returns`` is not an int or
             ``"streaming"``, or
             ``concurrency_group`` is not a string; or backpressure on a method that
             does not stream.
-        ValueError: ``num_returns`` is less than 1, or the backpressure less than 1
-            (other than -1).
+        ValueError: ``num_returns`` is less than 1, the backpressure less than 1 (other
+            than -1), or ``max_task_retries`` less than -1.
     """
     if fn is None:
         n = check_num_returns(num_returns)
+        retries = None if max_task_retries is None else check_method_retries(max_task_retries)
         backpressure = check_backpressure(_generator_backpressure_num_objects)
         if concurrency_group is not None and not isinstance(concurrency_group, str):
             raise TypeError(
@@ -416,6 +444,8 @@ def method(
                 setattr(f, _BACKPRESSURE, backpressure)
             if concurrency_group is not None:
                 setattr(f, CONCURRENCY_GROUP, concurrency_group)
+            if retries is not None:
+                setattr(f, _MAX_TASK_RETRIES, retries)
             return f
 
         return mark
@@ -438,7 +468,7 @@ class ActorClass(Generic[T, P]):
     def __init__(self, cls: Callable[P, T], options: ActorOptions) -> None:
         if not inspect.isclass(cls):
             raise TypeError(f"@actorrt.actor decorates classes, not {type(cls).__name__} {cls!r}.")
-        _check_groups(cls, options)
+        _check_methods(cls, options)
         self._cls = cast("type[T]", cls)  # a class (checked above) making T
         self._options = options
         self._blob: bytes | None = None
@@ -562,7 +592,7 @@ class _BoundActorClass(Generic[T, P]):
     """``Cls.options(...)``: the same class with other options, ready for ``.remote()``."""
 
     def __init__(self, actor_class: ActorClass[T, P], options: ActorOptions) -> None:
-        _check_groups(actor_class._cls, options)
+        _check_methods(actor_class._cls, options)
         self._actor_class = actor_class
         self._options = options
 
@@ -580,11 +610,26 @@ class _BoundActorClass(Generic[T, P]):
         return _BoundActorClass(self._actor_class, ActorOptions.from_kwargs(options, self._options))
 
 
-def _check_groups(cls: type, options: ActorOptions) -> None:
-    """Every ``concurrency_group`` a method of ``cls`` names must be one of ``options``'."""
+def _check_methods(cls: type, options: ActorOptions) -> None:
+    """What the methods of ``cls`` ask of the actor, ``options`` must give.
+
+    Every ``concurrency_group`` a method names is one of the actor's, and a method's own
+    ``max_task_retries`` other than 0 needs the actor's (calls are kept for a resend only
+    then).
+    """
     groups = dict(options.concurrency_groups)
     for name, member in inspect.getmembers(cls):
-        group = getattr(member, CONCURRENCY_GROUP, None) if inspect.isroutine(member) else None
+        if not inspect.isroutine(member):
+            continue
+        retries = getattr(member, _MAX_TASK_RETRIES, 0)
+        if retries and not options.max_task_retries:
+            raise ValueError(
+                f"{cls.__name__}.{name} asks for max_task_retries={retries}, and the actor "
+                "has none: give the actor max_restarts and max_task_retries (e.g. "
+                f"max_restarts=1, max_task_retries={retries}), then set 0 on the methods "
+                "that must never run twice."
+            )
+        group = getattr(member, CONCURRENCY_GROUP, None)
         if group is not None and group not in groups:
             have = f"its groups are {sorted(groups)}" if groups else "it has none"
             raise ValueError(
@@ -750,7 +795,7 @@ def _rebuild_handle(
 class ActorMethod:
     """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
 
-    __slots__ = ("_handle", "_name", "_returns", "_backpressure", "_group")
+    __slots__ = ("_handle", "_name", "_returns", "_backpressure", "_group", "_retries")
 
     def __init__(
         self,
@@ -759,12 +804,14 @@ class ActorMethod:
         num_returns: int | str = 0,
         backpressure: int | None = None,
         group: str | None = None,
+        retries: int | None = None,
     ) -> None:
         self._handle = handle
         self._name = name
         self._returns = num_returns  # 0: the method's own (1 unless it set one)
         self._backpressure = backpressure  # None: the method's own (none unless it set one)
         self._group = group  # None: the method's own concurrency group
+        self._retries = retries  # None: the method's own max_task_retries (or the actor's)
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
         """Sends the call; returns an :class:`ObjectRef` for its result at once.
@@ -787,37 +834,47 @@ class ActorMethod:
         if rt is None:  # raises; its message is made only here, not on every call
             rt = current(f"{handle.class_name}.{self._name}.remote()")
         returns = self._returns or (table.returns.get(self._name, 1) if table.returns else 1)
+        retries = self._retries
+        if retries is None and table.retries:
+            retries = table.retries.get(self._name)
         pending = handle._pending
         if pending is not None:  # max_pending_calls: counted here, per handle
             return cast(
                 "ObjectRef[Any]",
                 pending.send(
                     f"{handle.class_name}.{self._name}",
-                    lambda: self._send(rt, returns, args, kwargs),
+                    lambda: self._send(rt, returns, retries, args, kwargs),
                 ),
             )
         if returns == 1 and self._group is None:
-            ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs)
+            ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs, retries=retries)
             return ref
         # refs of several values, typed as the class's own calls are (see the docstring)
-        return cast("ObjectRef[Any]", self._send(rt, returns, args, kwargs))
+        return cast("ObjectRef[Any]", self._send(rt, returns, retries, args, kwargs))
 
     def _send(
-        self, rt: Runtime, returns: int | str, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        rt: Runtime,
+        returns: int | str,
+        retries: int | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
     ) -> Any:
         handle = self._handle
         what = f"{handle.class_name}.{self._name}"
         group = self._group
+        parts: Any = None
         if returns == STREAMING:
             limit = self._backpressure
             if limit is None:
                 limit = handle._table.backpressure.get(self._name, 0)
             parts = streaming_refs(rt, what, handle.actor_id, self._name, limit, group)
-            return send_call(rt, handle, self._name, args, kwargs, parts=parts)
-        if group is not None:
-            many = new_refs(what, handle.actor_id, self._name, cast("int", returns), group)
-            return send_call(rt, handle, self._name, args, kwargs, parts=many)
-        return send_call(rt, handle, self._name, args, kwargs, cast("int", returns))
+        elif group is not None:
+            parts = new_refs(what, handle.actor_id, self._name, cast("int", returns), group)
+        else:
+            returns_n = cast("int", returns)
+            return send_call(rt, handle, self._name, args, kwargs, returns_n, retries=retries)
+        return send_call(rt, handle, self._name, args, kwargs, parts=parts, retries=retries)
 
     @overload
     def options(
@@ -826,21 +883,37 @@ class ActorMethod:
         _generator_backpressure_num_objects: int,
         num_returns: Literal["streaming"] | None = None,
         concurrency_group: str | None = None,
+        max_task_retries: int | None = None,
     ) -> StreamingReturns: ...
     @overload
     def options(
-        self, *, num_returns: Literal["streaming"], concurrency_group: str | None = None
+        self,
+        *,
+        num_returns: Literal["streaming"],
+        concurrency_group: str | None = None,
+        max_task_retries: int | None = None,
     ) -> StreamingReturns: ...
     @overload
-    def options(self, *, num_returns: int, concurrency_group: str | None = None) -> ManyReturns: ...
+    def options(
+        self,
+        *,
+        num_returns: int,
+        concurrency_group: str | None = None,
+        max_task_retries: int | None = None,
+    ) -> ManyReturns: ...
     @overload
-    def options(self, *, concurrency_group: str) -> ActorMethod: ...
+    def options(
+        self, *, concurrency_group: str, max_task_retries: int | None = None
+    ) -> ActorMethod: ...
+    @overload
+    def options(self, *, max_task_retries: int) -> ActorMethod: ...
 
     def options(
         self,
         *,
         num_returns: int | str | None = None,
         concurrency_group: str | None = None,
+        max_task_retries: int | None = None,
         _generator_backpressure_num_objects: int | None = None,
     ) -> ManyReturns | StreamingReturns | ActorMethod:
         """The same method with options for its calls, as Ray's ``.options()``.
@@ -852,6 +925,10 @@ class ActorMethod:
                 generator method yields. None: the method's own.
             concurrency_group: The actor's concurrency group the call runs in (its
                 threads, or its limit in an async actor), instead of the method's own.
+            max_task_retries: How many times the call is sent again to the recreated
+                actor if its process dies with it in flight (-1: without limit; 0:
+                never), instead of the method's own (or the actor's); for an actor made
+                with ``max_task_retries``.
             _generator_backpressure_num_objects: For a streaming call (Ray's name): the
                 method is not asked for its next value while this many of its values
                 are not yet taken by the caller (-1: no limit).
@@ -859,20 +936,38 @@ class ActorMethod:
         Returns:
             What ``.remote()`` is called on: with ``num_returns`` or backpressure, an
             object whose ``remote`` gives a list of refs or a generator; with only a
-            group, the method itself with that group.
+            group or retries, the method itself with them.
 
         Raises:
             TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
                 given, or backpressure is asked of a call that does not stream.
             ValueError: ``num_returns`` is less than 1, the backpressure less than 1
-                (other than -1), or the actor has no such concurrency group.
+                (other than -1), the actor has no such concurrency group, or
+                ``max_task_retries`` is less than -1, or other than 0 for an actor
+                without retries.
         """
-        given = (num_returns, concurrency_group, _generator_backpressure_num_objects)
-        if given == (None, None, None):
+        given = (
+            num_returns,
+            concurrency_group,
+            max_task_retries,
+            _generator_backpressure_num_objects,
+        )
+        if given == (None, None, None, None):
             raise TypeError(
-                f"{self._name}.options() takes num_returns=, concurrency_group= or "
-                f"{BACKPRESSURE}=, e.g. handle.{self._name}.options(num_returns=2).remote()."
+                f"{self._name}.options() takes num_returns=, concurrency_group=, "
+                f"max_task_retries= or {BACKPRESSURE}=, e.g. "
+                f"handle.{self._name}.options(num_returns=2).remote()."
             )
+        retries = None
+        if max_task_retries is not None:
+            retries = check_method_retries(max_task_retries)
+            if retries and not self._handle.max_task_retries:
+                raise ValueError(
+                    f"{self._handle.class_name}.{self._name}.options(max_task_retries="
+                    f"{retries}): the actor was made without max_task_retries, so its calls "
+                    "are never sent again; make it with max_restarts and max_task_retries "
+                    "(then max_task_retries=0 here keeps one call from running twice)."
+                )
         if concurrency_group is not None:
             groups = self._handle._table.groups
             if concurrency_group not in groups:
@@ -894,7 +989,7 @@ class ActorMethod:
                     f"{self._name}.options(): {BACKPRESSURE} is for streaming calls (a "
                     "generator method, or num_returns='streaming')."
                 )
-        method = ActorMethod(self._handle, self._name, n, limit, concurrency_group)
+        method = ActorMethod(self._handle, self._name, n, limit, concurrency_group, retries)
         if num_returns is None and limit is None:
             return method  # only a group chosen: its own number of values
         if n == STREAMING:

@@ -18,6 +18,7 @@ __all__ = [
     "FunctionOptions",
     "check_actor_name",
     "check_backpressure",
+    "check_method_retries",
     "check_num_returns",
 ]
 
@@ -241,6 +242,20 @@ def _check_label(label: object) -> None:
             f"label={label!r} is not a valid label: use letters, digits, '_', '.', '-' "
             "(starting with a letter or '_'), e.g. label='learner'."
         )
+
+
+def check_method_retries(value: object) -> int:
+    """``max_task_retries`` of a method or of one call (``@actorrt.method``, ``.options``).
+
+    Raises:
+        ValueError: Not an int >= -1.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(
+            f"max_task_retries={value!r} must be an int >= 0, or -1 for no limit, e.g. "
+            "max_task_retries=0 for a method that must never run twice."
+        )
+    return value
 
 
 def _check_retries(what: str, value: object, example: str) -> None:

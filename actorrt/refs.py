@@ -1133,6 +1133,7 @@ def send_call(
     num_returns: int = 1,
     *,
     parts: tuple[Any, ObjectRef[Any] | _Parts, str] | None = None,
+    retries: int | None = None,
 ) -> Any:
     """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
 
@@ -1152,6 +1153,8 @@ def send_call(
         parts: Instead of ``num_returns``: what to return, where the call's reply goes
             and the name to send (:func:`new_refs` with a group, or a streaming call's:
             see ``ref_generator``).
+        retries: The call's own ``max_task_retries`` (the method's, or its
+            ``.options``'); None: the actor's.
 
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
@@ -1171,7 +1174,7 @@ def send_call(
         if first._cancel_asked or (type(slot) is _Parts and any(r._cancel_asked for r in out)):
             give_up(cancelled(what, "before it was sent (it waited for its ref arguments)"))
             return None
-        rt.send(target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker)
+        rt.send(target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker, retries=retries)
         return first._sent
 
     def give_up(error: BaseException) -> None:

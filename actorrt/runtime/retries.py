@@ -91,6 +91,7 @@ class _Call:
     kwargs: dict[str, Any]
     reply: torch.futures.Future[Wire]  # what the ObjectRef waits on
     left: int  # retries left; -1: no limit
+    allowed: int  # its max_task_retries (the actor's, or its method's or options' own)
     worker: str  # where its current attempt went
     attempt: torch.futures.Future[Wire] | None = None
     keep: KeepAlive | None = None
@@ -133,8 +134,14 @@ class CallRetries:
         *,
         raise_now: bool,
         seq_worker: str | None = None,
+        left: int | None = None,
     ) -> None:
-        """Sends a call to an actor with retries (see ``Runtime.send`` for the arguments)."""
+        """Sends a call to an actor with retries (see ``Runtime.send`` for the arguments).
+
+        ``left``: how many times it may be sent again (its method's or its options'
+        ``max_task_retries``; None: the actor's; -1: without limit).
+        """
+        allowed = target.max_task_retries if left is None else left
         reply: torch.futures.Future[Wire] = torch.futures.Future()
         with self._actor_lock(target.actor_id):
             worker = target.worker
@@ -172,7 +179,8 @@ class CallRetries:
                 args=args,
                 kwargs=kwargs,
                 reply=reply,
-                left=target.max_task_retries,
+                left=allowed,
+                allowed=allowed,
                 worker=worker,
             )
             with self._lock:
@@ -283,7 +291,7 @@ class CallRetries:
         for call in calls:
             if call.failure is None:  # answered, or still out (it comes back on its own)
                 continue
-            retries = call.target.max_task_retries
+            retries = call.allowed
             lost = f"{call.what}: the actor's process {dead!r} died with the call in flight"
             if call.cancelled:
                 when = "before it was sent again (its actor's process had died)"

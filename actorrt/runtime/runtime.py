@@ -355,6 +355,7 @@ class Runtime:
         *,
         raise_now: bool,
         seq_worker: str | None = None,
+        retries: int | None = None,
     ) -> None:
         """Sends call ``seq`` of ``target.method``; its outcome goes to ``slot``.
 
@@ -370,10 +371,22 @@ class Runtime:
             seq_worker: The worker ``seq`` was numbered for; if the actor has moved since
                 (``target.worker`` differs), the call is numbered afresh for its new
                 instance, whose mailbox would otherwise wait for that number for ever.
+            retries: The call's own ``max_task_retries`` (its method's or its options');
+                None: the actor's. Only an actor with retries takes one (each of its
+                calls goes the retries' road, so they keep one order).
         """
         if target.max_task_retries:  # kept until answered, sent again if its process dies
+            left = target.max_task_retries if retries is None else retries
             self.retries.send(
-                target, seq, method, args, kwargs, slot, raise_now=raise_now, seq_worker=seq_worker
+                target,
+                seq,
+                method,
+                args,
+                kwargs,
+                slot,
+                raise_now=raise_now,
+                seq_worker=seq_worker,
+                left=left,
             )
             return
         worker = target.worker

@@ -45,6 +45,10 @@ class Log:
     def running(self):
         return self.started
 
+    @actorrt.method(max_task_retries=0)  # as Ray's: this one must never run twice
+    def once(self, path, s):
+        return self.block(path, s)
+
 
 @actorrt.actor
 class Caller:  # a caller in another process than the driver
@@ -58,6 +62,20 @@ class Caller:  # a caller in another process than the driver
 def start(num_workers):
     rt = actorrt.start(num_workers=num_workers, timeout=90, shutdown_timeout=5)
     return rt, list(rt.local_worker_pids)
+
+
+def start_retried(num_workers):
+    # A cluster, and a Log whose calls are retried twice, one call at a time.
+    rt, pids = start(num_workers)
+    return rt, pids, Log.options(max_task_retries=2, max_concurrency=1).remote()
+
+
+def kill_once_running(victim, gate):
+    # SIGKILLs the process `victim` once a call of `block` has begun there.
+    deadline = time.monotonic() + 30
+    while not os.path.exists(gate + ".running") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(victim, signal.SIGKILL)
 
 
 GATE = os.path.abspath("gate")  # the scripts run in the test's tmp_path; made on cue
@@ -107,9 +125,8 @@ def test_calls_in_flight_are_sent_again_in_order_to_the_restarted_actor(tmp_path
         tmp_path,
         HEADER,
         """
-        rt, pids = start(3)
+        rt, pids, r = start_retried(3)
         gate = GATE
-        r = Log.options(max_task_retries=2, max_concurrency=1).remote()
         plain = on(r.worker, Log.remote)  # max_restarts=1, no retries: on the victim too
         caller = on(None, Caller.remote, r)  # elsewhere: it must outlive the victim
         victim = actorrt.get(r.pid.remote(), timeout=30)
@@ -117,10 +134,7 @@ def test_calls_in_flight_are_sent_again_in_order_to_the_restarted_actor(tmp_path
         queued = [r.record.remote(i) for i in range(10)]  # queued behind it (a burst)
         plain_call = plain.block.remote(gate, 60)
         from_caller = caller.block.remote(gate)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(gate + ".running") and time.monotonic() < deadline:
-            time.sleep(0.02)
-        os.kill(victim, signal.SIGKILL)
+        kill_once_running(victim, gate)
         after = r.record.remote(100)  # made after the death: runs after the retried ones
         open(gate, "w").close()  # the retried `block` calls return at once
         first_value = died(first)
@@ -203,3 +217,39 @@ def test_unlimited_retries_follow_the_actor_through_two_deaths(tmp_path):
     )
     assert len({rep["pid1"], rep["pid2"], rep["pid3"]}) == 3
     assert rep["value"] == f"value: {rep['pid3']}", rep
+
+
+def test_a_methods_or_a_calls_own_max_task_retries_overrides_the_actors(tmp_path):
+    """As Ray's @ray.method(max_task_retries=) and .options(max_task_retries=): on an
+    actor with retries, a method marked 0 and a call made with 0 fail when the process
+    dies with them in flight; the others run again on the recreated actor, in order."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids, r = start_retried(2)
+        gate = GATE
+        victim = actorrt.get(r.pid.remote(), timeout=30)
+        first = r.block.remote(gate, 60)  # running when the process dies: retried
+        marked = r.once.remote(gate, 60)  # queued: its method says 0
+        chosen = r.record.options(max_task_retries=0).remote(1)  # queued: this call says 0
+        kept = r.record.remote(2)  # queued: the actor's retries
+        kill_once_running(victim, gate)
+        open(gate, "w").close()
+        report(pids=pids, victim=victim, first=died(first), marked=died(marked),
+               chosen=died(chosen), kept=died(kept),
+               log=actorrt.get(r.log.remote(), timeout=60),
+               new_pid=actorrt.get(r.pid.remote(), timeout=30),
+               again=died(r.once.remote(gate, 1)))  # the recreated actor runs it as ever
+        actorrt.shutdown()
+        """,
+    )
+    new_pid = rep["new_pid"]
+    assert new_pid != rep["victim"] and new_pid in rep["pids"]
+    assert rep["first"] == f"value: {new_pid}", rep["first"]
+    for ref in ("marked", "chosen"):
+        assert rep[ref].startswith("ActorDiedError"), rep[ref]
+        assert "its retries are used up (max_task_retries=0)" in rep[ref], rep[ref]
+    assert rep["kept"] == "value: 2", rep["kept"]
+    assert rep["log"] == [2], rep["log"]
+    assert rep["again"] == f"value: {new_pid}", rep["again"]

@@ -232,6 +232,51 @@ def test_num_returns_travels_in_the_method_table():
         table.check("Two", "pair", (), {})
 
 
+def test_a_methods_own_task_retries_travel_in_the_table_and_are_checked():
+    from actorrt.actor_class import ActorHandle, MethodTable, _method_specs
+
+    class Steps:
+        @actorrt.method(max_task_retries=0)  # not idempotent: never sent again
+        def apply(self, x):
+            return x
+
+        @actorrt.method(max_task_retries=-1, num_returns=2)
+        def pair(self):
+            return 1, 2
+
+        def read(self):
+            return 0
+
+    specs = _method_specs(Steps)
+    assert "apply!0:" in specs and "pair!-1#2:" in specs
+    table = MethodTable(specs)
+    assert table.retries == {"apply": 0, "pair": -1}
+    assert table.returns == {"pair": 2}
+    table.check("Steps", "apply", (1,), {})  # the signature is still checked
+    with pytest.raises(TypeError):
+        table.check("Steps", "apply", (), {})
+
+    for bad in (-2, True, "0", 1.0):
+        with pytest.raises(ValueError, match="max_task_retries=.* must be an int >= 0"):
+            actorrt.method(max_task_retries=bad)
+    # A method asking for retries on an actor without: refused at decoration and options.
+    with pytest.raises(ValueError, match="Steps.pair asks for max_task_retries=-1"):
+        actorrt.actor(max_restarts=1)(Steps)
+    A = actorrt.actor(max_restarts=1, max_task_retries=1)(Steps)  # 0 is fine anywhere
+    with pytest.raises(ValueError, match="max_restarts=1, max_task_retries=-1"):
+        A.options(max_task_retries=0)
+
+    plain = ActorHandle("a" * 32, "w", "Steps", table, None, max_task_retries=0)
+    retried = ActorHandle("a" * 32, "w", "Steps", table, None, max_task_retries=2)
+    assert plain.read.options(max_task_retries=0)._retries == 0  # never sent again: as ever
+    with pytest.raises(ValueError, match="made without max_task_retries"):
+        plain.read.options(max_task_retries=1)
+    assert retried.read.options(max_task_retries=-1)._retries == -1
+    assert retried.pair.options(max_task_retries=0, num_returns=2)._method._retries == 0
+    with pytest.raises(ValueError, match="must be an int >= 0"):
+        retried.read.options(max_task_retries=-3)
+
+
 def test_num_returns_options_are_checked():
     from actorrt.actor_class import ActorMethod
 
