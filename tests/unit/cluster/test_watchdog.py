@@ -14,15 +14,18 @@ from actorrt.cluster.local import exit_text
 _HEADER = """
 import ctypes, os, sys, time
 from actorrt.cluster.watchdog import Watchdog
-dog = Watchdog.arm(0.5)
+dog = Watchdog.arm({period})
 print("armed", dog is not None, flush=True)
 """
 
 
-def _run(body: str, timeout: float = 30) -> tuple[subprocess.CompletedProcess[str], float]:
+def _run(
+    body: str, period: float, timeout: float = 30
+) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Runs ``body`` in a fresh interpreter whose watchdog (``dog``) fires after ``period``."""
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", _HEADER + textwrap.dedent(body)],
+        [sys.executable, "-c", _HEADER.format(period=period) + textwrap.dedent(body)],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -38,7 +41,8 @@ def test_a_process_stuck_in_c_with_the_gil_writes_its_stacks_and_ends():
 
         stuck_here()
         print("ran on", flush=True)
-        """
+        """,
+        period=0.5,
     )
     assert done.stdout.splitlines() == ["armed True"], done
     assert done.returncode == -signal.SIGUSR2, done
@@ -52,9 +56,9 @@ def test_a_petted_watchdog_lets_the_process_run_and_a_fork_inherits_no_timer():
         """
         child = os.fork()
         if child == 0:  # an environment or a data loader forked by an actor
-            time.sleep(2.0)  # four of the parent's watchdog periods: nobody pets here
+            time.sleep(4.5)  # over twice the parent's watchdog period: nobody pets here
             os._exit(0)
-        while True:  # the parent pets, as the heartbeat thread does
+        while True:  # the parent pets, as the heartbeat thread does (20 times a period)
             pid, status = os.waitpid(child, os.WNOHANG)
             if pid:
                 break
@@ -62,9 +66,10 @@ def test_a_petted_watchdog_lets_the_process_run_and_a_fork_inherits_no_timer():
             time.sleep(0.1)
         print("child", os.waitstatus_to_exitcode(status), flush=True)
         dog.disarm()
-        time.sleep(1.0)  # disarmed: nothing ends it
+        time.sleep(2.5)  # disarmed: nothing ends it
         print("ran on", flush=True)
-        """
+        """,
+        period=2.0,
     )
     assert done.stdout.splitlines() == ["armed True", "child 0", "ran on"], done
     assert done.returncode == 0, done
