@@ -863,18 +863,17 @@ class ActorMethod:
         handle = self._handle
         what = f"{handle.class_name}.{self._name}"
         group = self._group
-        parts: Any = None
+        name = self._name
         if returns == STREAMING:
             limit = self._backpressure
             if limit is None:
-                limit = handle._table.backpressure.get(self._name, 0)
-            parts = streaming_refs(rt, what, handle.actor_id, self._name, limit, group)
-        elif group is not None:
-            parts = new_refs(what, handle.actor_id, self._name, cast("int", returns), group)
-        else:
-            returns_n = cast("int", returns)
-            return send_call(rt, handle, self._name, args, kwargs, returns_n, retries=retries)
-        return send_call(rt, handle, self._name, args, kwargs, parts=parts, retries=retries)
+                limit = handle._table.backpressure.get(name, 0)
+            parts = streaming_refs(rt, what, handle.actor_id, name, limit, group)
+            return send_call(rt, handle, name, args, kwargs, parts=parts, retries=retries)
+        if group is not None:
+            many = new_refs(what, handle.actor_id, name, cast("int", returns), group)
+            return send_call(rt, handle, name, args, kwargs, parts=many, retries=retries)
+        return send_call(rt, handle, name, args, kwargs, cast("int", returns), retries=retries)
 
     @overload
     def options(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from actorrt.placement.layout import LABEL_PATTERN
 from actorrt.placement.resources import Resources
@@ -250,12 +250,8 @@ def check_method_retries(value: object) -> int:
     Raises:
         ValueError: Not an int >= -1.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise ValueError(
-            f"max_task_retries={value!r} must be an int >= 0, or -1 for no limit, e.g. "
-            "max_task_retries=0 for a method that must never run twice."
-        )
-    return value
+    _check_retries("max_task_retries", value, "0")
+    return cast("int", value)
 
 
 def _check_retries(what: str, value: object, example: str) -> None:

@@ -25,9 +25,11 @@ import ctypes
 import threading
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
-__all__ = ["Interrupted", "Interruptible", "interrupt", "run", "run_coroutine", "serving"]
+from actorrt.runtime import lineage
+
+__all__ = ["Interrupted", "Interruptible", "interrupt", "run", "run_coroutine"]
 
 T = TypeVar("T")
 
@@ -46,23 +48,23 @@ class Interruptible(Protocol):
 
 
 _lock = threading.Lock()
-_local = threading.local()
 
 
-def serving(call: Interruptible | None) -> None:
-    """On an executor's thread: the call whose function the thread is about to run."""
-    _local.call = call
+def _served() -> Interruptible | None:
+    # The call the mailbox runs in this thread (lineage.serving); an executor's mailbox
+    # serves its own Call, which is Interruptible too.
+    return cast("Interruptible | None", lineage.serving.get())
 
 
 def run(work: Callable[[], T]) -> T:
-    """Runs ``work`` (the function of the call :func:`serving` named) so it can be interrupted.
+    """Runs ``work`` (the function of the call this thread serves) so it can be interrupted.
 
     Raises:
         Interrupted: The call was cancelled while (or before) ``work`` ran, and ``work``
             did not catch it.
     """
-    call: Interruptible | None = getattr(_local, "call", None)
-    if call is None:  # not an executor's call (a unit test's, a nested runner)
+    call = _served()
+    if call is None:  # not a call's (a unit test's, a nested runner)
         return work()
     try:
         try:
@@ -95,7 +97,7 @@ def run_coroutine(coro: Coroutine[object, object, T]) -> T:
     Raises:
         Interrupted: It was cancelled, and did not catch it.
     """
-    call: Interruptible | None = getattr(_local, "call", None)
+    call = _served()
     if call is None:
         return asyncio.run(coro)
     try:

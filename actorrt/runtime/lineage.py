@@ -44,7 +44,8 @@ serving: contextvars.ContextVar[Parent | None] = contextvars.ContextVar(
     "actorrt_serving", default=None
 )
 """The call the actor method or remote function running in this thread or task serves;
-None outside one (the driver's own code, a thread the method started)."""
+None outside one (the driver's own code, a thread the method started). Also where
+:mod:`actorrt.runtime.interrupts` finds the call of the function it may interrupt."""
 
 # Children are added on the call's own thread (or task) and read on the RPC thread a
 # cancel comes on: a WeakSet does not take both at once.

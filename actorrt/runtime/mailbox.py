@@ -364,9 +364,7 @@ class Mailbox:
             _trace.started(call)
         token = in_method.set(f"{self._class_name}.{name}")
         actor_token = in_actor.set(self.actor_id)
-        serving_token = lineage.serving.set(call)
-        if self._interruptible:
-            interrupts.serving(call)
+        serving_token = lineage.serving.set(call)  # also what interrupts.run reads
         try:
             method = getattr(self._instance, name)
             wire = call.wire
@@ -391,8 +389,6 @@ class Mailbox:
             in_method.reset(token)
             in_actor.reset(actor_token)
             lineage.serving.reset(serving_token)
-            if self._interruptible:
-                interrupts.serving(None)
         asked = exit_asked.get()  # not take_exit(): one read per call on this road
         if asked is not None:  # the method caught its exit_actor(): end anyway
             exit_asked.set(None)

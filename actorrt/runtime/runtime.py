@@ -376,7 +376,6 @@ class Runtime:
                 calls goes the retries' road, so they keep one order).
         """
         if target.max_task_retries:  # kept until answered, sent again if its process dies
-            left = target.max_task_retries if retries is None else retries
             self.retries.send(
                 target,
                 seq,
@@ -386,7 +385,7 @@ class Runtime:
                 slot,
                 raise_now=raise_now,
                 seq_worker=seq_worker,
-                left=left,
+                left=retries,
             )
             return
         worker = target.worker

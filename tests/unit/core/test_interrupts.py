@@ -12,7 +12,7 @@ from functools import partial
 
 import pytest
 
-from actorrt.runtime import interrupts
+from actorrt.runtime import interrupts, lineage
 from actorrt.runtime.interrupts import Interrupted
 
 
@@ -40,11 +40,11 @@ def _in_thread(target):
 
 
 def _serve(call, work):
-    interrupts.serving(call)
+    token = lineage.serving.set(call)  # as the mailbox does around each call
     try:
         return interrupts.run(work)
     finally:
-        interrupts.serving(None)
+        lineage.serving.reset(token)
 
 
 def test_a_running_function_is_interrupted_and_its_finally_runs():
