@@ -25,11 +25,14 @@
 #               tell the batch's share of the change from the rest. Each prints the raw
 #               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
 #               ratio kept and how busy the training thread was (about 3 x 2 min)
-#   graph       tests/gpu/test_gpu_dqn_learner.py (CUDA-graph steps against eager ones
-#               on the same batch, the graphed learner's thread among CUDA pushes), then
-#               the learner at batch 512, eager and --cuda-graph, alone and in its
-#               thread with 48 threads pushing (--pushers 48: the 12 collectors' pushes
-#               in flight) (about 2 min)
+#   graphtest   the CUDA-graph tests of tests/gpu/test_gpu_dqn_learner.py alone (a
+#               replayed step against an eager one on the same batch, the graphed
+#               learner's thread among CUDA pushes); when they fail, the later pong and
+#               timeline runs drop --cuda-graph (20 s)
+#   graph       tests/gpu/test_gpu_dqn_learner.py (the graph gate as above), then the
+#               learner at $GRAPH_BATCHES (default 512), $GRAPH_MODES (default eager and
+#               --cuda-graph), alone and in its thread with 48 threads pushing
+#               (--pushers 48: the 12 collectors' pushes in flight) (about 2 min)
 #   timeline    the example with $COLLECTORS collectors, --transport cuda and --trace,
 #               Pong, $TL_FRAMES frames (default 400,000): its timeline holds each
 #               gradient step on the learner's thread and on its GPU (cuda:0 track,
@@ -40,10 +43,12 @@
 #               issue's 4-collector cuda run (60,416 frames, with --trace: its
 #               timeline.json shows where the time goes): the final evaluation's
 #               share of the wall time (target: at most 15%) (about 2 min)
-#   pong        the one-GPU recipe of the README (12 collectors, --transport cuda,
-#               GPU shares fitted automatically, the learner's batch 512), $PONG_FRAMES
-#               frames (default 6M), cut at $PONG_S s (default 11 min); its learning
-#               curve is in $OUT/pong (metrics.csv, learning_curve.png)
+#   pong        the one-GPU recipe of the README (12 collectors, --transport
+#               $PONG_TRANSPORT (default cuda), GPU shares fitted automatically, the
+#               learner's batch 512), $PONG_FRAMES frames (default 6M), cut at $PONG_S s
+#               (default 11 min), or trained until $DEADLINE_S s after the script's start
+#               less $PONG_END_S; its learning curve is in $OUT/pong (metrics.csv,
+#               learning_curve.png)
 #   tcp         (not in the default STEPS) the throughput benchmark, --transport cpu, with
 #               ACTORRT_TP_TRANSPORTS=uv: TensorPipe's shm reactor busy-polls a core in
 #               every process that has it (docs/performance.md), and 12 collectors, the
@@ -67,34 +72,29 @@
 # 300,000 frames 40 s; the throughput step's cpu and cuda runs 100 s together at
 # TP_S=110; Pong 10M frames 427 s (docs/performance.md, "second loan").
 #
-# The next loan: does a CUDA-graph step (--cuda-graph, untried on a GPU) take the
-# learner off the host, how much did the learner's thread lose to the held pushes it
-# woke after every step (fixed since the second loan; the graph step's --pushers 48
-# runs, and the throughput runs against that loan's), and do TensorPipe's spinning shm
-# reactors take its core (tcp against cpu; on the 2-core VM they did not)? In one
-# command of about 6 minutes:
+# The third loan (docs/performance.md) answered the graph's questions: its tests pass on
+# an H200, a graphed step makes 1.50x the eager steps alone and 1.31x beside 48 pushing
+# threads, and in the example its GPU steps stretch 1.8x (the collectors acting on the
+# same GPU, likely). Its 10-minute Pong (--cuda-graph, batch 512) ended at -13.00. The
+# machine's start and the transfers took about 50 s; graphtest 20 s.
 #
-#   OUT=/tmp/gpu-out STEPS="graph throughput tcp timeline" \
-#       THROUGHPUT_RUNS="cpu cuda cuda-graph" \
-#       TP_S=110 TL_FRAMES=300000 TL_EXTRA=--cuda-graph PACK=$OUT_BACK/graph \
-#       bash examples/atari_dqn/gpu_check.sh
+# The next loan: do collectors on the CPU give the graphed learner its GPU back, and how
+# fast is a graphed step at batch 128 (4 times the steps per frame at the same replay
+# ratio, the likeliest way nearer +15)? Then Pong for the rest of the 10 minutes on
+# what was faster. Two commands, about 3 and 9.5 minutes:
 #
-# then, on the faster setting, the one-step Pong recipe over the 10 minutes
-# (STEPS=pong PONG_FRAMES=100000000 PONG_TRAIN_S=530 PONG_S=590
-# PONG_EXTRA="--eval-max-frames 0", plus --cuda-graph if it helped: 530 s of training
-# whatever the pace, then the final evaluation): `--n-step 3` did not learn at lr 4e-4 (performance.md); to try it again,
-# PONG_EXTRA="--n-step 3 --lr 1e-4 --eval-max-frames 0".
-# Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
+#   OUT=/tmp/g1 STEPS="graphtest graph throughput" GRAPH_MODES=graph \
+#       GRAPH_BATCHES=128,256,512 THROUGHPUT_RUNS="cuda-graph-b128 cpu-graph-b128" TP_S=110 \
+#       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
+#   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
+#       PONG_EXTRA="--cuda-graph --batch-size 128 --eval-max-frames 0" \
+#       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# A loan of 15 device minutes holds both questions only if nothing else runs (the
-# machine's start counts too, and each call is at most 10 minutes). Two commands, the
-# second only if the first's graph tests pass (else drop --cuda-graph from it):
-#
-#   OUT=/tmp/g1 STEPS="graph timeline" TL_FRAMES=300000 TL_EXTRA=--cuda-graph \
-#       PACK=$OUT_BACK/graph bash examples/atari_dqn/gpu_check.sh        # about 3 min
-#   OUT=/tmp/g2 STEPS=pong PONG_FRAMES=100000000 PONG_TRAIN_S=500 PONG_S=570 \
-#       PONG_EXTRA="--cuda-graph --eval-max-frames 0" PACK=$OUT_BACK/pong \
-#       bash examples/atari_dqn/gpu_check.sh                              # about 9.5 min
+# (PONG_TRANSPORT=cpu if cpu-graph-b128 collected faster than cuda-graph-b128). `--n-step
+# 3` did not learn at lr 4e-4 (performance.md); to try it again, PONG_EXTRA="--n-step 3
+# --lr 1e-4 --eval-max-frames 0". Each run's logdir holds its checkpoint.pt (27 MB for
+# Pong): PACK leaves those out. graphtest, and graph's own tests, drop --cuda-graph from the
+# later pong and timeline runs when they fail.
 #
 # Not --trace on the Pong run: 500 s of traced gradient steps (a span per part, and
 # its CUDA events) come near trace.MAX_EVENTS in the learner alone, and gathering and
@@ -124,9 +124,30 @@ PONG_FRAMES=${PONG_FRAMES:-6000000}
 # for a fixed time and still get the final evaluation, e.g. PONG_TRAIN_S=530 PONG_S=590
 PONG_TRAIN_S=${PONG_TRAIN_S:-}
 PONG_EXTRA=${PONG_EXTRA:-}  # more flags for the Pong run (e.g. --eval-max-frames 0)
+# DEADLINE_S: seconds after this script's start by which the Pong run must have ended;
+# its bound and its --train-seconds are then what is left when it starts (less
+# PONG_END_S for the start-up, the final evaluation's 8 whole games and the shutdown:
+# 40 s of them on an H200, 17 s the evaluation), so the earlier steps take what they take.
+DEADLINE_S=${DEADLINE_S:-}
+PONG_TRANSPORT=${PONG_TRANSPORT:-cuda}
+PONG_END_S=${PONG_END_S:-60}
+GRAPH_BATCHES=${GRAPH_BATCHES:-512}  # the graph step's learner batches (e.g. 128,256,512)
+GRAPH_MODES=${GRAPH_MODES:-eager graph}  # the graph step's learner runs
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$SUMMARY"; }
+T0=$(date +%s)
+
+# After the CUDA-graph tests (exit status, log): when they fail, the later steps run
+# eager, so that one broken capture does not cost the loan's Pong run.
+graph_gate() {
+    note "  tests/gpu/test_gpu_dqn_learner.py (exit $1): $(tail -1 "$2")"
+    if [ "$1" != 0 ]; then
+        PONG_EXTRA=${PONG_EXTRA//--cuda-graph/}
+        TL_EXTRA=${TL_EXTRA//--cuda-graph/}
+        note "  the graph tests failed: --cuda-graph dropped from the pong and timeline runs"
+    fi
+}
 
 # What each run took from its final line: "... wall=NNs (final evaluation X.Ys) ..."
 eval_share() {
@@ -173,7 +194,9 @@ for step in $STEPS; do
             cpu-b32) set -- cpu-b32 cpu --batch-size 32 ;;
             cuda-graph) set -- cuda-graph cuda --cuda-graph ;;
             cpu-graph) set -- cpu-graph cpu --cuda-graph ;;
-            *) note "  unknown throughput run $name (cpu, cuda, cpu-b32, cuda-graph, cpu-graph)"; continue ;;
+            cuda-graph-b128) set -- cuda-graph-b128 cuda --cuda-graph --batch-size 128 ;;
+            cpu-graph-b128) set -- cpu-graph-b128 cpu --cuda-graph --batch-size 128 ;;
+            *) note "  unknown throughput run $name (cpu, cuda, cpu-b32, cuda-graph, cpu-graph, cuda-graph-b128, cpu-graph-b128)"; continue ;;
             esac
             name=$1 transport=$2
             shift 2
@@ -192,14 +215,19 @@ for step in $STEPS; do
         note "  $COLLECTORS collectors, $TL_TRANSPORT, $TL_FRAMES frames, traced $TL_EXTRA (exit $?):"
         where_time_went "$OUT/timeline.log"
         ;;
+    graphtest)
+        timeout 120 $PYTHON -m pytest -p no:cacheprovider -q -rs -k graph \
+            tests/gpu/test_gpu_dqn_learner.py > "$OUT/graphtest.log" 2>&1
+        graph_gate $? "$OUT/graphtest.log"
+        ;;
     graph)
         timeout 240 $PYTHON -m pytest -p no:cacheprovider -q -rs tests/gpu/test_gpu_dqn_learner.py \
             > "$OUT/graph-test.log" 2>&1
-        note "  tests/gpu/test_gpu_dqn_learner.py (exit $?): $(tail -1 "$OUT/graph-test.log")"
-        for mode in eager graph; do
+        graph_gate $? "$OUT/graph-test.log"
+        for mode in $GRAPH_MODES; do
             flag=; [ $mode = graph ] && flag=--cuda-graph
-            timeout 150 $PYTHON -m benchmarks.dqn_learner --batch-sizes 512 --seconds 5 $flag \
-                --pushers 48 \
+            timeout 150 $PYTHON -m benchmarks.dqn_learner --batch-sizes "$GRAPH_BATCHES" \
+                --seconds 5 $flag --pushers 48 \
                 --json "$OUT/learner-$mode.json" > "$OUT/learner-$mode.log" 2>&1
             note "  the learner alone, $mode (exit $?):"
             grep -E '^batch' "$OUT/learner-$mode.log" | sed 's/^/    /' | tee -a "$SUMMARY"
@@ -220,10 +248,15 @@ for step in $STEPS; do
         where_time_went "$OUT/four-cuda.log"
         ;;
     pong)
+        if [ -n "$DEADLINE_S" ]; then  # fill the time left: the run's bound, less its end
+            PONG_S=$(( DEADLINE_S - ($(date +%s) - T0) ))
+            PONG_TRAIN_S=$(( PONG_S - PONG_END_S ))
+            [ "$PONG_TRAIN_S" -gt 0 ] || { note "  no time left for Pong (${PONG_S} s)"; continue; }
+        fi
         budget=; [ -n "$PONG_TRAIN_S" ] && budget="--train-seconds $PONG_TRAIN_S"
         # shellcheck disable=SC2086  # $budget and $PONG_EXTRA are lists of flags
         timeout "$PONG_S" $PYTHON -m examples.atari_dqn --env ALE/Pong-v5 \
-            --collectors "$COLLECTORS" --transport cuda --total-frames "$PONG_FRAMES" \
+            --collectors "$COLLECTORS" --transport "$PONG_TRANSPORT" --total-frames "$PONG_FRAMES" \
             --replay-capacity 1000000 --eval-every 500000 --eval-episodes 8 $budget \
             --no-progress --logdir "$OUT/pong" $PONG_EXTRA > "$OUT/pong.log" 2>&1
         note "  Pong recipe, $PONG_FRAMES frames $budget (exit $?; 124: cut at ${PONG_S} s):"
@@ -249,12 +282,14 @@ for step in $STEPS; do
         note "  tests/gpu (exit $?): $(tail -1 "$OUT/gputest.log")"
         ;;
     *)
-        note "  unknown step $step (machine, learner, graph, objects, throughput, timeline, eval, pong, tcp, gputest)"
+        note "  unknown step $step (machine, learner, graphtest, graph, objects, throughput, timeline, eval, pong, tcp, gputest)"
         ;;
     esac
 done
 note "== done $(date -u +%FT%TZ)"
 if [ -n "${PACK:-}" ]; then
-    tar -czf "$PACK.tar.gz" --exclude='checkpoint*.pt' --exclude='events.out.tfevents*' \
-        -C "$OUT" . && echo "packed: $PACK.tar.gz ($(du -h "$PACK.tar.gz" | cut -f1))"
+    # Packed beside, then moved: a PACK inside $OUT would otherwise be read as it grows.
+    part=$(mktemp)
+    tar -czf "$part" --exclude='checkpoint*.pt' --exclude='events.out.tfevents*' -C "$OUT" . \
+        && mv "$part" "$PACK.tar.gz" && echo "packed: $PACK.tar.gz ($(du -h "$PACK.tar.gz" | cut -f1))"
 fi
