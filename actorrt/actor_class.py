@@ -39,6 +39,7 @@ from actorrt.options import (
     check_backpressure,
     check_method_retries,
     check_num_returns,
+    check_retry_exceptions,
 )
 from actorrt.pending_calls import PendingCalls
 from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
@@ -47,6 +48,7 @@ from actorrt.runtime import group, shipping
 from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import CONCURRENCY_GROUP, ActorRecord
+from actorrt.runtime.raised import RetryOn, exception_names
 from actorrt.runtime.runtime import current, current_or_none
 
 __all__ = [
@@ -101,6 +103,9 @@ def _method_specs(cls: type) -> str:
         backpressure = getattr(member, _BACKPRESSURE, 0)
         if returns == STREAMING and backpressure:
             returns = f"{STREAMING}/{backpressure}"
+        on = getattr(member, _RETRY_EXCEPTIONS, False)
+        if on:
+            name = f"{name}?{'*' if on is True else ','.join(on)}"
         retries = getattr(member, _MAX_TASK_RETRIES, None)
         if retries is not None:
             name = f"{name}!{retries}"
@@ -128,11 +133,22 @@ class MethodTable:
             ``add(self, k=1)`` and ``value(self)``. A name may end in ``#N``: the
             method's ``num_returns`` (``#streaming``: a generator's values, as they come;
             ``#streaming/N``: with backpressure N), before that ``!N``: the method's
-            own ``max_task_retries``. An entry ``@io,cpu`` names the actor's concurrency
-            groups (a call may choose one).
+            own ``max_task_retries``, and before that ``?names``: its
+            ``retry_exceptions``, the classes' names separated by ``,`` (``?*``: any
+            ``Exception``; see ``runtime/raised.py``). An entry ``@io,cpu`` names the
+            actor's concurrency groups (a call may choose one).
     """
 
-    __slots__ = ("specs", "names", "returns", "backpressure", "retries", "groups", "_binders")
+    __slots__ = (
+        "specs",
+        "names",
+        "returns",
+        "backpressure",
+        "retries",
+        "retry_on",
+        "groups",
+        "_binders",
+    )
 
     def __init__(self, specs: str) -> None:
         self.specs = specs
@@ -140,6 +156,7 @@ class MethodTable:
         self.returns: dict[str, int | str] = {}  # num_returns of the methods that set one
         self.backpressure: dict[str, int] = {}  # of the streaming methods that set one
         self.retries: dict[str, int] = {}  # max_task_retries of the methods that set one
+        self.retry_on: dict[str, RetryOn] = {}  # retry_exceptions of those that set one
         self.groups: tuple[str, ...] = ()  # the actor's concurrency groups
         for entry in specs.split(";") if specs else ():
             if entry.startswith("@"):
@@ -148,8 +165,11 @@ class MethodTable:
             name, has_params, params = entry.partition(":")
             name, has_returns, returns = name.partition("#")
             name, has_retries, retries = name.partition("!")
+            name, has_on, on = name.partition("?")
             if has_retries:
                 self.retries[name] = int(retries)
+            if has_on:
+                self.retry_on[name] = True if on == "*" else tuple(on.split(","))
             if has_returns and returns.startswith(STREAMING):
                 self.returns[name] = STREAMING
                 if "/" in returns:
@@ -325,8 +345,15 @@ class StreamingMethod(Protocol[S_contra, Q, L_co, R_co]):
 _NUM_RETURNS = "__actorrt_num_returns__"
 _BACKPRESSURE = "__actorrt_backpressure__"
 _MAX_TASK_RETRIES = "__actorrt_max_task_retries__"
+_RETRY_EXCEPTIONS = "__actorrt_retry_exceptions__"
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _retry_on(value: object) -> RetryOn:
+    """A method's or a call's ``retry_exceptions``, checked, its classes as names."""
+    kinds = check_retry_exceptions(value)
+    return kinds if isinstance(kinds, bool) else exception_names(kinds)
 
 
 @overload
@@ -349,6 +376,7 @@ def method(
     num_returns: int | Literal["streaming"] = 1,
     concurrency_group: str | None = None,
     max_task_retries: int | None = None,
+    retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...] = False,
     _generator_backpressure_num_objects: int = -1,
 ) -> Callable[[_F], _F]: ...
 
@@ -360,6 +388,7 @@ def method(
     num_returns: int | Literal["streaming"] = 1,
     concurrency_group: str | None = None,
     max_task_retries: int | None = None,
+    retry_exceptions: bool | list[type[BaseException]] | tuple[type[BaseException], ...] = False,
     _generator_backpressure_num_objects: int = -1,
 ) -> Any:
     """Marks a method: for typed remote calls (static only), with ``num_returns``, or a group.
@@ -394,6 +423,14 @@ def method(
     without, its calls are never sent again, and a method asking for retries is
     refused when the class is decorated.
 
+    ``@actorrt.method(retry_exceptions=True)`` (as Ray's): a call of ``m`` that raises
+    is sent again to the actor, as many times as the call's ``max_task_retries`` (the
+    method's, or the actor's), and raises once they are used up; a list of exception
+    classes retries only those (and their subclasses, matched by class name, so that
+    classes of the user's script match in every process). Each retry spends one of the
+    retries a process death would; with ``max_task_retries=-1`` a call that always
+    raises is sent for ever. It too is for an actor made with ``max_task_retries``.
+
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
         num_returns: How many values the method returns (an int >= 1), or
@@ -402,6 +439,8 @@ def method(
             actor's own threads, ``max_concurrency`` of them).
         max_task_retries: How many times its calls are sent again to the recreated actor
             (-1: without limit; 0: never). None: the actor's ``max_task_retries``.
+        retry_exceptions: Whether a call that raises is sent again too: True for any
+            ``Exception``, or a list of the exception classes to retry.
         _generator_backpressure_num_objects: For a streaming method: how many values
             not yet taken by the caller it may run ahead by (-1: no limit).
 
@@ -415,11 +454,13 @@ def method(
             ``concurrency_group`` is not a string; or backpressure on a method that
             does not stream.
         ValueError: ``num_returns`` is less than 1, the backpressure less than 1 (other
-            than -1), or ``max_task_retries`` less than -1.
+            than -1), ``max_task_retries`` less than -1, or ``retry_exceptions`` neither
+            a bool nor a list of exception classes.
     """
     if fn is None:
         n = check_num_returns(num_returns)
         retries = None if max_task_retries is None else check_method_retries(max_task_retries)
+        on = _retry_on(retry_exceptions)
         backpressure = check_backpressure(_generator_backpressure_num_objects)
         if concurrency_group is not None and not isinstance(concurrency_group, str):
             raise TypeError(
@@ -446,6 +487,8 @@ def method(
                 setattr(f, CONCURRENCY_GROUP, concurrency_group)
             if retries is not None:
                 setattr(f, _MAX_TASK_RETRIES, retries)
+            if on:
+                setattr(f, _RETRY_EXCEPTIONS, on)
             return f
 
         return mark
@@ -614,8 +657,8 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
     """What the methods of ``cls`` ask of the actor, ``options`` must give.
 
     Every ``concurrency_group`` a method names is one of the actor's, and a method's own
-    ``max_task_retries`` other than 0 needs the actor's (calls are kept for a resend only
-    then).
+    ``max_task_retries`` other than 0, or its ``retry_exceptions``, needs the actor's
+    ``max_task_retries`` (calls are kept for a resend only then).
     """
     groups = dict(options.concurrency_groups)
     for name, member in inspect.getmembers(cls):
@@ -628,6 +671,12 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
                 "has none: give the actor max_restarts and max_task_retries (e.g. "
                 f"max_restarts=1, max_task_retries={retries}), then set 0 on the methods "
                 "that must never run twice."
+            )
+        if getattr(member, _RETRY_EXCEPTIONS, False) and not options.max_task_retries:
+            raise ValueError(
+                f"{cls.__name__}.{name} asks for retry_exceptions, and the actor has no "
+                "max_task_retries to spend on them: give the actor max_restarts and "
+                "max_task_retries (e.g. max_restarts=1, max_task_retries=3)."
             )
         group = getattr(member, CONCURRENCY_GROUP, None)
         if group is not None and group not in groups:
@@ -795,7 +844,7 @@ def _rebuild_handle(
 class ActorMethod:
     """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
 
-    __slots__ = ("_handle", "_name", "_returns", "_backpressure", "_group", "_retries")
+    __slots__ = ("_handle", "_name", "_returns", "_backpressure", "_group", "_retries", "_retry_on")
 
     def __init__(
         self,
@@ -805,6 +854,7 @@ class ActorMethod:
         backpressure: int | None = None,
         group: str | None = None,
         retries: int | None = None,
+        retry_on: RetryOn | None = None,
     ) -> None:
         self._handle = handle
         self._name = name
@@ -812,6 +862,7 @@ class ActorMethod:
         self._backpressure = backpressure  # None: the method's own (none unless it set one)
         self._group = group  # None: the method's own concurrency group
         self._retries = retries  # None: the method's own max_task_retries (or the actor's)
+        self._retry_on = retry_on  # None: the method's own retry_exceptions (or none)
 
     def remote(self, *args: Any, **kwargs: Any) -> ObjectRef[Any]:
         """Sends the call; returns an :class:`ObjectRef` for its result at once.
@@ -837,26 +888,32 @@ class ActorMethod:
         retries = self._retries
         if retries is None and table.retries:
             retries = table.retries.get(self._name)
+        on = self._retry_on
+        if on is None:
+            on = table.retry_on.get(self._name, False) if table.retry_on else False
         pending = handle._pending
         if pending is not None:  # max_pending_calls: counted here, per handle
             return cast(
                 "ObjectRef[Any]",
                 pending.send(
                     f"{handle.class_name}.{self._name}",
-                    lambda: self._send(rt, returns, retries, args, kwargs),
+                    lambda: self._send(rt, returns, retries, on, args, kwargs),
                 ),
             )
         if returns == 1 and self._group is None:
-            ref: ObjectRef[Any] = send_call(rt, handle, self._name, args, kwargs, retries=retries)
+            ref: ObjectRef[Any] = send_call(
+                rt, handle, self._name, args, kwargs, retries=retries, on=on
+            )
             return ref
         # refs of several values, typed as the class's own calls are (see the docstring)
-        return cast("ObjectRef[Any]", self._send(rt, returns, retries, args, kwargs))
+        return cast("ObjectRef[Any]", self._send(rt, returns, retries, on, args, kwargs))
 
     def _send(
         self,
         rt: Runtime,
         returns: int | str,
         retries: int | None,
+        on: RetryOn,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
@@ -869,11 +926,12 @@ class ActorMethod:
             if limit is None:
                 limit = handle._table.backpressure.get(name, 0)
             parts = streaming_refs(rt, what, handle.actor_id, name, limit, group)
-            return send_call(rt, handle, name, args, kwargs, parts=parts, retries=retries)
+            return send_call(rt, handle, name, args, kwargs, parts=parts, retries=retries, on=on)
         if group is not None:
             many = new_refs(what, handle.actor_id, name, cast("int", returns), group)
-            return send_call(rt, handle, name, args, kwargs, parts=many, retries=retries)
-        return send_call(rt, handle, name, args, kwargs, cast("int", returns), retries=retries)
+            return send_call(rt, handle, name, args, kwargs, parts=many, retries=retries, on=on)
+        n = cast("int", returns)
+        return send_call(rt, handle, name, args, kwargs, n, retries=retries, on=on)
 
     @overload
     def options(
@@ -883,6 +941,7 @@ class ActorMethod:
         num_returns: Literal["streaming"] | None = None,
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
     ) -> StreamingReturns: ...
     @overload
     def options(
@@ -891,6 +950,7 @@ class ActorMethod:
         num_returns: Literal["streaming"],
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
     ) -> StreamingReturns: ...
     @overload
     def options(
@@ -899,13 +959,25 @@ class ActorMethod:
         num_returns: int,
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
     ) -> ManyReturns: ...
     @overload
     def options(
-        self, *, concurrency_group: str, max_task_retries: int | None = None
+        self,
+        *,
+        concurrency_group: str,
+        max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
     ) -> ActorMethod: ...
     @overload
-    def options(self, *, max_task_retries: int) -> ActorMethod: ...
+    def options(
+        self,
+        *,
+        max_task_retries: int,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
+    ) -> ActorMethod: ...
+    @overload
+    def options(self, *, retry_exceptions: bool | list[type[BaseException]]) -> ActorMethod: ...
 
     def options(
         self,
@@ -913,6 +985,7 @@ class ActorMethod:
         num_returns: int | str | None = None,
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
         _generator_backpressure_num_objects: int | None = None,
     ) -> ManyReturns | StreamingReturns | ActorMethod:
         """The same method with options for its calls, as Ray's ``.options()``.
@@ -928,6 +1001,9 @@ class ActorMethod:
                 actor if its process dies with it in flight (-1: without limit; 0:
                 never), instead of the method's own (or the actor's); for an actor made
                 with ``max_task_retries``.
+            retry_exceptions: Whether the call is sent again when it raises (True: any
+                ``Exception``; a list: those classes), instead of the method's own (see
+                :func:`method`); for an actor made with ``max_task_retries``.
             _generator_backpressure_num_objects: For a streaming call (Ray's name): the
                 method is not asked for its next value while this many of its values
                 are not yet taken by the caller (-1: no limit).
@@ -943,20 +1019,32 @@ class ActorMethod:
             ValueError: ``num_returns`` is less than 1, the backpressure less than 1
                 (other than -1), the actor has no such concurrency group, or
                 ``max_task_retries`` is less than -1, or other than 0 for an actor
-                without retries.
+                without retries, or ``retry_exceptions`` is not a bool or a list of
+                exception classes, or asks for retries of an actor without.
         """
         given = (
             num_returns,
             concurrency_group,
             max_task_retries,
+            retry_exceptions,
             _generator_backpressure_num_objects,
         )
-        if given == (None, None, None, None):
+        if given == (None, None, None, None, None):
             raise TypeError(
                 f"{self._name}.options() takes num_returns=, concurrency_group=, "
-                f"max_task_retries= or {BACKPRESSURE}=, e.g. "
+                f"max_task_retries=, retry_exceptions= or {BACKPRESSURE}=, e.g. "
                 f"handle.{self._name}.options(num_returns=2).remote()."
             )
+        on = None
+        if retry_exceptions is not None:
+            on = _retry_on(retry_exceptions)
+            if on and not self._handle.max_task_retries:
+                raise ValueError(
+                    f"{self._handle.class_name}.{self._name}.options(retry_exceptions=...): "
+                    "the actor was made without max_task_retries, which its retries would "
+                    "spend; make it with max_restarts and max_task_retries (e.g. "
+                    "max_restarts=1, max_task_retries=3)."
+                )
         retries = None
         if max_task_retries is not None:
             retries = check_method_retries(max_task_retries)
@@ -988,7 +1076,7 @@ class ActorMethod:
                     f"{self._name}.options(): {BACKPRESSURE} is for streaming calls (a "
                     "generator method, or num_returns='streaming')."
                 )
-        method = ActorMethod(self._handle, self._name, n, limit, concurrency_group, retries)
+        method = ActorMethod(self._handle, self._name, n, limit, concurrency_group, retries, on)
         if num_returns is None and limit is None:
             return method  # only a group chosen: its own number of values
         if n == STREAMING:

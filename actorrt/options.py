@@ -20,6 +20,7 @@ __all__ = [
     "check_backpressure",
     "check_method_retries",
     "check_num_returns",
+    "check_retry_exceptions",
 ]
 
 BACKPRESSURE = "_generator_backpressure_num_objects"
@@ -254,6 +255,26 @@ def check_method_retries(value: object) -> int:
     return cast("int", value)
 
 
+def check_retry_exceptions(value: object) -> bool | tuple[type[BaseException], ...]:
+    """``retry_exceptions`` of a remote function, an actor method or one call, as Ray's.
+
+    Returns:
+        ``value`` if a bool, else its exception classes as a tuple.
+
+    Raises:
+        ValueError: Neither a bool nor a non-empty list or tuple of exception classes.
+    """
+    if isinstance(value, bool):
+        return value
+    kinds = tuple(value) if isinstance(value, (list, tuple)) else ()
+    if not kinds or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+        raise ValueError(
+            f"retry_exceptions={value!r} must be True, False or a list of exception "
+            "classes, e.g. retry_exceptions=[ConnectionError]."
+        )
+    return cast("tuple[type[BaseException], ...]", kinds)
+
+
 def _check_retries(what: str, value: object, example: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
         raise ValueError(
@@ -304,17 +325,8 @@ class FunctionOptions:
             check_num_returns(self.num_returns)
         check_backpressure(self._generator_backpressure_num_objects)
         _check_retries("max_retries", self.max_retries, "3")
-        retry = self.retry_exceptions
-        if not isinstance(retry, bool):
-            kinds = tuple(retry) if isinstance(retry, (list, tuple)) else ()
-            if not kinds or not all(
-                isinstance(k, type) and issubclass(k, BaseException) for k in kinds
-            ):
-                raise ValueError(
-                    f"retry_exceptions={retry!r} must be True, False or a list of exception "
-                    "classes, e.g. retry_exceptions=[ConnectionError]."
-                )
-            object.__setattr__(self, "retry_exceptions", kinds)  # frozen: set once here
+        # frozen: set once here, a list made a tuple
+        object.__setattr__(self, "retry_exceptions", check_retry_exceptions(self.retry_exceptions))
 
     @property
     def resources(self) -> Resources:

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
     from actorrt.runtime.payload import Wire
     from actorrt.runtime.protocol import CancelTicket, Target
+    from actorrt.runtime.raised import RetryOn
     from actorrt.runtime.runtime import Runtime
 
 __all__ = [
@@ -1134,6 +1135,7 @@ def send_call(
     *,
     parts: tuple[Any, ObjectRef[Any] | _Parts, str] | None = None,
     retries: int | None = None,
+    on: RetryOn = False,
 ) -> Any:
     """Sends ``target.method(*args, **kwargs)`` through ``rt``; returns its ref at once.
 
@@ -1155,6 +1157,7 @@ def send_call(
             see ``ref_generator``).
         retries: The call's own ``max_task_retries`` (the method's, or its
             ``.options``'); None: the actor's.
+        on: The exceptions it raises that send it again (``retry_exceptions``).
 
     Raises:
         TypeError: An argument cannot be sent (a call without ref arguments).
@@ -1174,7 +1177,9 @@ def send_call(
         if first._cancel_asked or (type(slot) is _Parts and any(r._cancel_asked for r in out)):
             give_up(cancelled(what, "before it was sent (it waited for its ref arguments)"))
             return None
-        rt.send(target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker, retries=retries)
+        rt.send(
+            target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker, retries=retries, on=on
+        )
         return first._sent
 
     def give_up(error: BaseException) -> None:

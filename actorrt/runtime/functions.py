@@ -33,16 +33,14 @@ from actorrt.logs import get_logger
 from actorrt.placement.functions import FunctionSpot
 from actorrt.runtime import torch_threads
 from actorrt.runtime.inflight import WorkerMarkedDead
-from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import (
-    ERROR,
-    OK,
     FunctionNotLoaded,
     Liveness,
     LocalFailure,
     cancelled,
     rpc_failure,
 )
+from actorrt.runtime.raised import error_of
 
 if TYPE_CHECKING:
     from actorrt.placement.resources import Resources
@@ -425,7 +423,7 @@ class FunctionCall:
 
     def _retried_on(self, wire: Wire) -> bool:
         """Whether ``wire`` is an error this call retries on (``retry_exceptions``)."""
-        failed, cause = _error_of(wire)
+        failed, cause = error_of(wire)
         if not failed or self._route.stopped.is_set():
             return False
         kinds = self._retry_on
@@ -448,20 +446,7 @@ class FunctionCall:
         )
 
 
-def _error_of(wire: Wire) -> tuple[bool, BaseException | None]:
-    """Whether ``wire`` is a raising function's reply, and what it raised (None: not sent)."""
-    if wire[0] is None and wire[1][0][0] == OK:  # a plain value: no error
-        return False, None
-    try:
-        status, payload = unpack(wire)
-    except Exception:  # an unreadable reply: the ref says so
-        return False, None
-    if status != ERROR:
-        return False, None
-    return True, payload[3]  # (what, summary, traceback, the exception if it pickled)
-
-
 def _not_loaded(wire: Wire) -> bool:
     """Whether ``wire`` is an executor's ``FunctionNotLoaded`` (sent the key alone)."""
-    failed, cause = _error_of(wire)
+    failed, cause = error_of(wire)
     return failed and isinstance(cause, FunctionNotLoaded)

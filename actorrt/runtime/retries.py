@@ -15,6 +15,10 @@ instance waits for rank 0, so the callback hands the failure to a thread of its 
 Order: a caller's calls to one actor that are retried are sent again in the order they
 were made, and before any call made through the same handle once the resend has begun
 (a send to the actor waits while its calls are being recovered).
+
+A call with ``retry_exceptions`` whose reply is an exception it retries on is sent
+again too, to the same actor, spending one of its retries; it then runs after the calls
+made meanwhile, as in Ray.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
 from actorrt.runtime import torch_threads
 from actorrt.runtime.protocol import Liveness, LocalFailure, actor_gone, cancelled, rpc_failure
+from actorrt.runtime.raised import RetryOn, retried
 
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
@@ -99,6 +104,7 @@ class _Call:
     sent_as: tuple[str, int] = ("", -1)  # (worker, seq) of the current attempt, set as one
     cancelled: bool = False  # actorrt.cancel(): never sent again
     recursive: bool = True  # and whether that cancel reaches the calls it made
+    on: RetryOn = False  # its retry_exceptions: the exceptions raised that send it again
 
     @property
     def what(self) -> str:
@@ -120,7 +126,8 @@ class CallRetries:
         self._actor_locks: dict[str, threading.Lock] = {}  # held while sending / recovering
         self._calls: dict[str, dict[int, _Call]] = {}  # actor id -> unanswered, by order
         self._order = itertools.count()
-        self._failed: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        # (actor id, dead worker): calls lost with a process; a call: raised, to send again
+        self._failed: queue.SimpleQueue[tuple[str, str] | _Call | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def send(
@@ -135,11 +142,13 @@ class CallRetries:
         raise_now: bool,
         seq_worker: str | None = None,
         left: int | None = None,
+        on: RetryOn = False,
     ) -> None:
         """Sends a call to an actor with retries (see ``Runtime.send`` for the arguments).
 
         ``left``: how many times it may be sent again (its method's or its options'
-        ``max_task_retries``; None: the actor's; -1: without limit).
+        ``max_task_retries``; None: the actor's; -1: without limit). ``on``: its
+        ``retry_exceptions``.
         """
         allowed = target.max_task_retries if left is None else left
         reply: torch.futures.Future[Wire] = torch.futures.Future()
@@ -182,6 +191,7 @@ class CallRetries:
                 left=allowed,
                 allowed=allowed,
                 worker=worker,
+                on=on,
             )
             with self._lock:
                 self._calls.setdefault(target.actor_id, {})[call.order] = call
@@ -230,18 +240,32 @@ class CallRetries:
                 self._done(call)
                 _fail(call.reply, exc)  # the caller's ObjectRef words it
             return
+        if (
+            call.on
+            and call.left != 0
+            and not call.cancelled
+            and not self._route.stopped.is_set()
+            and retried(wire, call.on)
+        ):
+            if call.left > 0:
+                call.left -= 1
+            self._wake(call)  # sent from the thread: packing may take long
+            return
         self._done(call)
         call.reply.set_result(wire)
 
     def _lost(self, call: _Call, exc: BaseException) -> None:
         """The attempt found no actor: the thread sends it again, or gives up."""
         call.failure = exc
+        self._wake((call.target.actor_id, call.worker))
+
+    def _wake(self, item: tuple[str, str] | _Call) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
                     # It ends at close; the exit waits for a send under way (torch_threads).
                     self._thread = torch_threads.start(self._loop, name="actorrt-retries")
-        self._failed.put((call.target.actor_id, call.worker))
+        self._failed.put(item)
 
     def _done(self, call: _Call) -> None:
         with self._lock:
@@ -266,7 +290,11 @@ class CallRetries:
         while True:
             item = self._failed.get()
             if item is None:
+                self._drain()
                 return
+            if isinstance(item, _Call):
+                self._raised(item)
+                continue
             actor_id, dead = item
             try:
                 with self._actor_lock(actor_id):
@@ -274,6 +302,36 @@ class CallRetries:
                         self._recover(actor_id, dead)
             except Exception:  # never lose the thread: its calls would wait for ever
                 log.exception("recovering the calls to actor %s failed", actor_id)
+
+    def _raised(self, call: _Call) -> None:
+        """Sends ``call`` again to its actor: it raised an exception it retries on."""
+        if call.keep is not None:  # the raising attempt is answered
+            call.keep.let_go()
+            call.keep = None
+        try:
+            with self._actor_lock(call.target.actor_id):
+                if call.cancelled:
+                    when = "before it was sent again (it had raised)"
+                    self._give_up(call, cancelled(call.what, when, call.target.actor_id))
+                    return
+                if self._route.stopped.is_set():
+                    self._give_up(call, _shut_before_resent(call))
+                    return
+                # where the actor lives now: a recovery may have moved it meanwhile
+                self._resend(call, call.target.worker)
+        except Exception as exc:  # never lose the thread, nor leave the call unanswered
+            log.exception("sending %s again failed", call.what)
+            self._give_up(call, exc)
+
+    def _drain(self) -> None:
+        """At close: the calls still waiting to be sent again after they raised fail."""
+        while True:
+            try:
+                item = self._failed.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Call):
+                self._give_up(item, _shut_before_resent(item))
 
     def _recover(self, actor_id: str, dead: str) -> tuple[str | None, str]:
         """Finds the actor away from ``dead`` and sends its calls that failed there again.
@@ -377,6 +435,13 @@ class CallRetries:
                         call.target.actor_id,
                     ),
                 )
+
+
+def _shut_before_resent(call: _Call) -> ActorDiedError:
+    return ActorDiedError(
+        f"{call.what} raised, and the cluster shut down before it was sent again",
+        call.target.actor_id,
+    )
 
 
 def _fail(future: torch.futures.Future[Wire], error: Exception) -> None:

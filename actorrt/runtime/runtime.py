@@ -77,6 +77,7 @@ from actorrt.runtime.protocol import (
     rpc_failure,
     unsendable_argument,
 )
+from actorrt.runtime.raised import RetryOn
 from actorrt.runtime.restarts import (
     Restarts,
     rpc_keep_recipe,
@@ -356,6 +357,7 @@ class Runtime:
         raise_now: bool,
         seq_worker: str | None = None,
         retries: int | None = None,
+        on: RetryOn = False,
     ) -> None:
         """Sends call ``seq`` of ``target.method``; its outcome goes to ``slot``.
 
@@ -374,6 +376,8 @@ class Runtime:
             retries: The call's own ``max_task_retries`` (its method's or its options');
                 None: the actor's. Only an actor with retries takes one (each of its
                 calls goes the retries' road, so they keep one order).
+            on: The exceptions it raises that send it again (``retry_exceptions``;
+                an actor with retries only).
         """
         if target.max_task_retries:  # kept until answered, sent again if its process dies
             self.retries.send(
@@ -386,6 +390,7 @@ class Runtime:
                 raise_now=raise_now,
                 seq_worker=seq_worker,
                 left=retries,
+                on=on,
             )
             return
         worker = target.worker

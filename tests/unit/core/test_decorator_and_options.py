@@ -312,3 +312,58 @@ def test_function_options_are_rays_and_fail_at_once():
             FunctionOptions.from_kwargs(bad)
     with pytest.raises(TypeError, match="unknown remote function option.*valid options are"):
         FunctionOptions.from_kwargs({"max_restarts": 1})
+
+
+class _Retried(ConnectionError):
+    pass
+
+
+def test_a_methods_retry_exceptions_travel_in_the_table_by_name_and_are_checked():
+    from actorrt.actor_class import ActorHandle, MethodTable, _method_specs
+
+    class Service:
+        @actorrt.method(retry_exceptions=True)
+        def any_error(self):
+            return 0
+
+        @actorrt.method(retry_exceptions=[ConnectionError, _Retried], max_task_retries=2)
+        def picky(self, x):
+            return x
+
+        def plain(self):
+            return 0
+
+    specs = _method_specs(Service)
+    names = f"builtins.ConnectionError,{__name__}._Retried"
+    assert "any_error?*:" in specs and f"picky?{names}!2:" in specs, specs
+    table = MethodTable(specs)
+    assert table.retry_on == {
+        "any_error": True,
+        "picky": ("builtins.ConnectionError", f"{__name__}._Retried"),
+    }
+    assert table.retries == {"picky": 2}
+    table.check("Service", "picky", (1,), {})  # the signature is still checked
+    with pytest.raises(TypeError):
+        table.check("Service", "picky", (), {})
+
+    for bad in ([], [ValueError, "x"], "ValueError", 1, [int]):
+        with pytest.raises(ValueError, match="retry_exceptions=.* must be True, False or a list"):
+            actorrt.method(retry_exceptions=bad)
+    # Its retries are the actor's max_task_retries: refused on an actor without.
+    with pytest.raises(ValueError, match="Service.any_error asks for retry_exceptions"):
+        actorrt.actor(max_restarts=1)(Service)
+    A = actorrt.actor(max_restarts=1, max_task_retries=1)(Service)
+    with pytest.raises(ValueError, match="Service.any_error asks for retry_exceptions"):
+        A.options(max_task_retries=0)
+
+    plain = ActorHandle("a" * 32, "w", "Service", table, None, max_task_retries=0)
+    retried = ActorHandle("a" * 32, "w", "Service", table, None, max_task_retries=2)
+    assert plain.plain.options(retry_exceptions=False)._retry_on is False
+    with pytest.raises(ValueError, match="made without max_task_retries"):
+        plain.plain.options(retry_exceptions=True)
+    assert retried.plain.options(retry_exceptions=[ValueError])._retry_on == (
+        "builtins.ValueError",
+    )
+    assert retried.plain._retry_on is None  # the method's own: read from the table per call
+    with pytest.raises(ValueError, match="must be True, False or a list"):
+        retried.plain.options(retry_exceptions=ValueError)

@@ -1,0 +1,79 @@
+"""What a reply raised, and whether a call retries on it (``retry_exceptions``).
+
+An actor method's ``retry_exceptions`` travels in its handle's method table, a string
+(``actor_class.MethodTable``), to every process that may call it, so the exception
+classes go by name: ``module.QualName``, matched against the names along the raised
+exception's class hierarchy. A name needs no import where the caller runs, and a class
+defined in the user's script (shipped by value) matches by its name as well.
+"""
+
+from __future__ import annotations
+
+import pickletools
+from typing import TYPE_CHECKING, TypeAlias
+
+from actorrt.runtime.payload import unpack
+from actorrt.runtime.protocol import ERROR
+
+if TYPE_CHECKING:
+    from actorrt.runtime.payload import Wire
+
+__all__ = ["RetryOn", "error_of", "exception_names", "retried"]
+
+RetryOn: TypeAlias = "bool | tuple[str, ...]"
+"""A call's ``retry_exceptions``: False, True (any ``Exception``), or class names."""
+
+
+def exception_names(kinds: tuple[type, ...]) -> tuple[str, ...]:
+    """The names that stand for ``kinds`` in a :data:`RetryOn` (``module.QualName``)."""
+    return tuple(f"{k.__module__}.{k.__qualname__}" for k in kinds)
+
+
+def error_of(wire: Wire) -> tuple[bool, BaseException | None]:
+    """Whether ``wire`` is a raising call's reply, and what it raised (None: not sent).
+
+    Only an error is unpacked: a value's reply is read as far as its status, so that a
+    large result (its tensors, the refs inside it) is not unpacked twice.
+    """
+    if _status(wire) != ERROR:
+        return False, None
+    try:
+        status, payload = unpack(wire)
+    except Exception:  # an unreadable reply: the ref says so
+        return False, None
+    if status != ERROR:
+        return False, None
+    return True, payload[3]  # (what, summary, traceback, the exception if it pickled)
+
+
+def _status(wire: Wire) -> int | None:
+    """The status of a packed reply ``(status, payload)``, without unpacking it."""
+    blob, side = wire
+    if blob is None:  # packed as it is
+        reply = side[0]
+        return reply[0] if type(reply) is tuple and reply else None
+    # A pickled tuple's first item comes first, after the protocol and frame opcodes.
+    for op, arg, _ in pickletools.genops(blob):
+        if op.name in ("PROTO", "FRAME", "MARK"):
+            continue
+        return arg if type(arg) is int else None
+    return None
+
+
+def retried(wire: Wire, on: RetryOn) -> bool:
+    """Whether ``wire`` raised an exception that ``on`` retries.
+
+    True retries any ``Exception``, and an exception that did not pickle (it reached the
+    caller as text alone); names retry an exception whose class, or a base of it, has
+    one of them, and never one that did not pickle.
+    """
+    if not on:
+        return False
+    failed, cause = error_of(wire)
+    if not failed:
+        return False
+    if isinstance(on, bool):
+        return cause is None or isinstance(cause, Exception)
+    if cause is None:
+        return False
+    return not set(exception_names(type(cause).__mro__)).isdisjoint(on)
