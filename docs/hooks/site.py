@@ -23,6 +23,7 @@ MIRRORED = {
     "examples/atari_dqn/README.md": "examples/atari_dqn/README.md",
     "examples/atari_dqn/cartpole_curve.png": "examples/atari_dqn/cartpole_curve.png",
     "examples/atari_dqn/pong_h200_curve.png": "examples/atari_dqn/pong_h200_curve.png",
+    "examples/atari_dqn/pong_h200_10min_curve.png": "examples/atari_dqn/pong_h200_10min_curve.png",
     "CHANGELOG.md": "changelog.md",
 }
 

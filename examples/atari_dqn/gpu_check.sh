@@ -8,7 +8,7 @@
 #   OUT=/tmp/gpu-out STEPS="throughput eval" bash examples/atari_dqn/gpu_check.sh
 #
 # Steps (each bounded by `timeout`, each writing under $OUT, each going on if one fails):
-#   machine     nvidia-smi, cores, versions
+#   machine     nvidia-smi, cores, versions, whether CUDA MPS is installed
 #   learner     tests/gpu/test_gpu_dqn_learner.py (the learner's GPU code paths, 1 min),
 #               then python -m benchmarks.dqn_learner: the learner alone on the GPU, gradient
 #               steps/s and samples/s at batch 32, 128, 512 and 1024 (the Pong preset's
@@ -83,7 +83,7 @@
 # ratio, the likeliest way nearer +15)? Then Pong for the rest of the 10 minutes on
 # what was faster. Two commands, about 3 and 9.5 minutes:
 #
-#   OUT=/tmp/g1 STEPS="graphtest graph throughput" GRAPH_MODES=graph \
+#   OUT=/tmp/g1 STEPS="machine graphtest graph throughput" GRAPH_MODES=graph \
 #       GRAPH_BATCHES=128,256,512 THROUGHPUT_RUNS="cuda-graph-b128 cpu-graph-b128" TP_S=110 \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
@@ -172,6 +172,9 @@ for step in $STEPS; do
     case $step in
     machine)
         nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+        # MPS would let the collectors' kernels and the learner's run at once instead of
+        # time-slicing the GPU between their processes (docs/performance.md, third loan)
+        note "  MPS control daemon: $(command -v nvidia-cuda-mps-control || echo 'not installed')"
         note "  cores $(nproc); $($PYTHON -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")')"
         ;;
     learner)
