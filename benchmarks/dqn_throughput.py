@@ -44,14 +44,16 @@ def dqn_config(
     batch_size: int | None = None,
     learner_gpus: float = 0.0,
     cuda_graph: bool = False,
+    replay_ratio: float | None = None,
 ) -> Any:
     """The example's Pong preset (its replay ratio), training starting within the warm-up.
 
     The batch is the example's choice (``driver.build_config``): ``batch_size`` if given,
     else the preset's ``gpu_batch_size`` with a learner GPU, else the preset's.
-    ``cuda_graph``: the learner's steps as CUDA graph replays (the example's flag).
+    ``cuda_graph``: the learner's steps as CUDA graph replays (the example's flag);
+    ``replay_ratio``: samples per transition at that batch (the example's flag).
     """
-    from examples.atari_dqn.config import config_for_env, with_batch_size
+    from examples.atari_dqn.config import config_for_env, with_batch_size, with_replay_ratio
 
     cfg = config_for_env(
         ENV_ID,
@@ -62,7 +64,8 @@ def dqn_config(
     )
     if batch_size is None and learner_gpus > 0:
         batch_size = cfg.gpu_batch_size
-    return with_batch_size(cfg, batch_size) if batch_size else cfg
+    cfg = with_batch_size(cfg, batch_size) if batch_size else cfg
+    return with_replay_ratio(cfg, replay_ratio) if replay_ratio else cfg
 
 
 def example_args(collectors: int, transport: str) -> Any:
@@ -194,10 +197,11 @@ def measure(
     transport: str = "cpu",
     batch_size: int | None = None,
     cuda_graph: bool = False,
+    replay_ratio: float | None = None,
 ) -> dict[str, Any]:
     """raw, dqn, raw; returns every figure and the ratio dqn / mean(raw)."""
     args = example_args(collectors, transport)
-    cfg = dqn_config(num_envs, batch_size, args.learner_gpus, cuda_graph)
+    cfg = dqn_config(num_envs, batch_size, args.learner_gpus, cuda_graph, replay_ratio)
     first = raw_rate(cfg, collectors, raw_seconds)
     print(f"raw ALE, {collectors} process(es): {first['frames_per_s']:,.0f} frames/s", flush=True)
     dqn = dqn_rate(cfg, args, frames)
@@ -269,6 +273,13 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the learner's steps as CUDA graph replays (the example's --cuda-graph)",
     )
+    p.add_argument(
+        "--replay-ratio",
+        type=float,
+        default=None,
+        help="samples per transition at the learner's batch (the example's --replay-ratio; "
+        "default: the preset's, 8)",
+    )
     p.add_argument("--json", default=None, help="also write the figures here")
     opts = p.parse_args(argv)
     result = measure(
@@ -279,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
         opts.transport,
         opts.batch_size,
         opts.cuda_graph,
+        opts.replay_ratio,
     )
     if opts.json:
         with open(opts.json, "w") as f:

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["DQNConfig", "config_for_env", "is_atari", "with_batch_size"]
+__all__ = ["DQNConfig", "config_for_env", "is_atari", "with_batch_size", "with_replay_ratio"]
 
 
 @dataclasses.dataclass
@@ -258,3 +258,29 @@ def with_batch_size(cfg: DQNConfig, batch_size: int) -> DQNConfig:
         target_update_every=max(1, round(cfg.target_update_every / scale)),
         lr=cfg.lr * math.sqrt(scale),
     )
+
+
+def with_replay_ratio(cfg: DQNConfig, ratio: float) -> DQNConfig:
+    """``cfg`` training on each transition ``ratio`` times on average, at the same batch.
+
+    The replay ratio is ``batch_size / train_every`` samples per transition (8 in the
+    Atari preset, as the Nature DQN's batch of 32 every 4 agent steps). A higher one makes
+    more gradient steps per frame: where the collectors, not the learner, set the pace
+    (a CUDA-graph learner on a GPU), the learner's spare steps go to learning instead of
+    waiting. The target period stays in gradient steps, as the literature counts it.
+
+    Raises:
+        ValueError: When ``batch_size / ratio`` is not a whole number of transitions of at
+            least 1; the message says which ratios work at this batch.
+    """
+    if not ratio > 0:
+        raise ValueError(f"replay ratio {ratio} must be > 0 (samples per transition)")
+    every = cfg.batch_size / ratio
+    if every < 1 or every != int(every):
+        fits = [cfg.batch_size // d for d in range(1, 9) if cfg.batch_size % d == 0]
+        raise ValueError(
+            f"replay ratio {ratio:g} at batch {cfg.batch_size} is not a whole number of "
+            f"transitions per gradient step: use one that divides the batch, e.g. "
+            f"{', '.join(str(f) for f in reversed(fits))}"
+        )
+    return dataclasses.replace(cfg, train_every=int(every))

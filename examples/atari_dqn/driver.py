@@ -41,7 +41,12 @@ from examples.atari_dqn.backend import BACKENDS, ActorSpec, Backend
 from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
-from examples.atari_dqn.config import DQNConfig, config_for_env, with_batch_size
+from examples.atari_dqn.config import (
+    DQNConfig,
+    config_for_env,
+    with_batch_size,
+    with_replay_ratio,
+)
 from examples.atari_dqn.gpus import GpuShares, share_gpus
 from examples.atari_dqn.learner import Learner, learner_concurrency
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
@@ -223,6 +228,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "the preset's, 32 on Atari, or with the learner on a GPU its gpu_batch_size, "
         "512 on Atari)",
     )
+    p.add_argument(
+        "--replay-ratio",
+        type=float,
+        default=None,
+        help="samples per transition: a gradient step per batch / R transitions, at the "
+        "run's batch (default: the preset's, 8 on Atari)",
+    )
     p.add_argument("--learning-starts", type=int, default=None)
     p.add_argument(
         "--n-step",
@@ -304,8 +316,9 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
 
     The batch: ``--batch-size``, else the preset's ``gpu_batch_size`` when the learner
     gets a GPU (:func:`resolve_gpus`), else the preset's; a batch other than the preset's
-    keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`). ``--lr``
-    then sets the learning rate at that batch.
+    keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`);
+    ``--replay-ratio`` then sets the ratio at that batch
+    (:func:`~examples.atari_dqn.config.with_replay_ratio`), and ``--lr`` its learning rate.
 
     Raises:
         ValueError: A batch size that cannot keep the replay ratio, or a bad override.
@@ -340,6 +353,9 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
             batch = cfg.gpu_batch_size
     if batch is not None:
         cfg = with_batch_size(cfg, batch)
+    ratio = getattr(args, "replay_ratio", None)
+    if ratio is not None:
+        cfg = with_replay_ratio(cfg, ratio)
     lr = getattr(args, "lr", None)
     if lr is not None:
         cfg.lr = lr

@@ -24,7 +24,10 @@
 #               --transport cpu at --batch-size 32 (the batch of the runs in issue 24), to
 #               tell the batch's share of the change from the rest. Each prints the raw
 #               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
-#               ratio kept and how busy the training thread was (about 3 x 2 min)
+#               ratio kept and how busy the training thread was (about 3 x 2 min).
+#               THROUGHPUT_RUNS names the runs, each name its flags: the transport, then
+#               any of graph (--cuda-graph), bN (--batch-size N), rN (--replay-ratio N),
+#               e.g. "cpu cuda cpu-b32" (the default) or "cpu-graph cpu-graph-r16"
 #   graphtest   the CUDA-graph tests of tests/gpu/test_gpu_dqn_learner.py alone (a
 #               replayed step against an eager one on the same batch, the graphed
 #               learner's thread among CUDA pushes); when they fail, the later pong and
@@ -74,27 +77,34 @@
 #
 # The third loan (docs/performance.md) answered the graph's questions: its tests pass on
 # an H200, a graphed step makes 1.50x the eager steps alone and 1.31x beside 48 pushing
-# threads, and in the example its GPU steps stretch 1.8x (the collectors acting on the
-# same GPU, likely). Its 10-minute Pong (--cuda-graph, batch 512) ended at -13.00. The
-# machine's start and the transfers took about 50 s; graphtest 20 s.
+# threads. In the example (--transport cuda) the steady state was the collectors' pace
+# (about 130 steps/s, no push held), the learner's GPU steps stretched to about 5 ms
+# against 2.6 alone (the 12 collectors acting on the same GPU, likely), and the learner
+# made at most about 165 steps/s while it caught up. Its 10-minute Pong (--cuda-graph,
+# batch 512, 8 samples per transition) ended at -13.00. The machine's start and the
+# transfers took about 50 s; graphtest 20 s.
 #
-# The next loan: do collectors on the CPU give the graphed learner its GPU back, and how
-# fast is a graphed step at batch 128 (4 times the steps per frame at the same replay
-# ratio, the likeliest way nearer +15)? Then Pong for the rest of the 10 minutes on
-# what was faster. Two commands, about 3 and 9.5 minutes:
+# The next loan: with the collectors acting on the CPU (--transport cpu; on the second
+# loan acting took them 6% of their time there against 13% on the GPU) the learner has
+# the GPU alone, so can it afford twice the gradient steps per frame (--replay-ratio 16,
+# a step per 32 transitions at 512)? Then Pong for the rest of the 10 minutes on what
+# kept the higher steps/s at its ratio. Two commands, about 3 and 9.5 minutes:
 #
-#   OUT=/tmp/g1 STEPS="machine graphtest graph throughput" GRAPH_MODES=graph \
-#       GRAPH_BATCHES=128,256,512 THROUGHPUT_RUNS="cuda-graph-b128 cpu-graph-b128" TP_S=110 \
+#   OUT=/tmp/g1 STEPS="machine graphtest throughput" TP_S=110 \
+#       THROUGHPUT_RUNS="cpu-graph cpu-graph-r16 cuda-graph-r16" \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
-#       PONG_EXTRA="--cuda-graph --batch-size 128 --eval-max-frames 0" \
+#       PONG_TRANSPORT=cpu PONG_EXTRA="--cuda-graph --replay-ratio 16 --eval-max-frames 0" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# (PONG_TRANSPORT=cpu if cpu-graph-b128 collected faster than cuda-graph-b128). `--n-step
+# (PONG_TRANSPORT=cuda if cuda-graph-r16 made more steps/s than cpu-graph-r16; the
+# replay ratio back to 8 if neither kept 16.) A smaller batch is the other way to more
+# steps per frame (--batch-size 256 at the same ratio: a step per 32 transitions, lr
+# 2.8e-4); `graph` with GRAPH_MODES=graph GRAPH_BATCHES=128,256,512 times it. `--n-step
 # 3` did not learn at lr 4e-4 (performance.md); to try it again, PONG_EXTRA="--n-step 3
 # --lr 1e-4 --eval-max-frames 0". Each run's logdir holds its checkpoint.pt (27 MB for
-# Pong): PACK leaves those out. graphtest, and graph's own tests, drop --cuda-graph from the
-# later pong and timeline runs when they fail.
+# Pong): PACK leaves those out. graphtest, and graph's own tests, drop --cuda-graph from
+# the later pong and timeline runs when they fail.
 #
 # Not --trace on the Pong run: 500 s of traced gradient steps (a span per part, and
 # its CUDA events) come near trace.MAX_EVENTS in the learner alone, and gathering and
@@ -188,21 +198,23 @@ for step in $STEPS; do
         grep -E '^(batch|profiled|    )' "$OUT/learner.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
     throughput)
-        # name transport extra-flags: the example's default batch on cpu and cuda, then
-        # the old batch of 32 (same code) for comparison
+        # A run's name says its flags: the transport (cpu, cuda), then any of "graph"
+        # (--cuda-graph), bN (--batch-size N), rN (--replay-ratio N): cpu-graph-r16.
         for name in $THROUGHPUT_RUNS; do
-            case $name in
-            cpu) set -- cpu cpu ;;
-            cuda) set -- cuda cuda ;;
-            cpu-b32) set -- cpu-b32 cpu --batch-size 32 ;;
-            cuda-graph) set -- cuda-graph cuda --cuda-graph ;;
-            cpu-graph) set -- cpu-graph cpu --cuda-graph ;;
-            cuda-graph-b128) set -- cuda-graph-b128 cuda --cuda-graph --batch-size 128 ;;
-            cpu-graph-b128) set -- cpu-graph-b128 cpu --cuda-graph --batch-size 128 ;;
-            *) note "  unknown throughput run $name (cpu, cuda, cpu-b32, cuda-graph, cpu-graph, cuda-graph-b128, cpu-graph-b128)"; continue ;;
+            transport=${name%%-*}
+            case $transport in
+            cpu | cuda) ;;
+            *) note "  throughput run $name: begin its name with cpu or cuda"; continue ;;
             esac
-            name=$1 transport=$2
-            shift 2
+            set --
+            for part in $(echo "${name#"$transport"}" | tr '-' ' '); do
+                case $part in
+                graph) set -- "$@" --cuda-graph ;;
+                b[0-9]*) set -- "$@" --batch-size "${part#b}" ;;
+                r[0-9]*) set -- "$@" --replay-ratio "${part#r}" ;;
+                *) note "  throughput run $name: unknown part $part (graph, bN, rN)"; continue 2 ;;
+                esac
+            done
             timeout "$TP_S" $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
                 --transport "$transport" --frames "$TP_FRAMES" --raw-seconds 10 "$@" \
                 --json "$OUT/throughput-$name.json" > "$OUT/throughput-$name.log" 2>&1

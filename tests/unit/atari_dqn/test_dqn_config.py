@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from examples.atari_dqn.config import DQNConfig, config_for_env, is_atari, with_batch_size
+from examples.atari_dqn.config import (
+    DQNConfig,
+    config_for_env,
+    is_atari,
+    with_batch_size,
+    with_replay_ratio,
+)
 from examples.atari_dqn.driver import batch_line, build_config, parse_args
 
 
@@ -96,6 +102,24 @@ def test_a_larger_batch_keeps_the_replay_ratio_and_the_target_period():
     assert with_batch_size(pong, 32) == pong and pong.batch_size == 32  # not changed
     with pytest.raises(ValueError, match="use a multiple of 8"):
         with_batch_size(pong, 100)
+
+
+def test_a_replay_ratio_sets_the_steps_per_transition_at_the_same_batch():
+    big = with_batch_size(config_for_env("ALE/Pong-v5"), 512)
+    twice = with_replay_ratio(big, 16)
+    assert (twice.batch_size, twice.train_every) == (512, 32)
+    assert (twice.lr, twice.target_update_every) == (big.lr, big.target_update_every)
+    assert with_replay_ratio(big, 8) == big and big.train_every == 64  # not changed
+    assert with_replay_ratio(big, 512).train_every == 1
+    for bad, why in ((3, "use one that divides the batch"), (1024, "not a whole"), (0, "> 0")):
+        with pytest.raises(ValueError, match=why):
+            with_replay_ratio(big, bad)
+    # the flag, after the batch the learner's device chose: a ratio at that batch
+    args = parse_args(["--learner-gpus", "1", "--replay-ratio", "16"])
+    cfg = build_config(args)
+    assert (cfg.batch_size, cfg.train_every) == (512, 32)
+    assert "(16 samples per transition)" in batch_line(cfg)
+    assert build_config(parse_args(["--replay-ratio", "4"])).train_every == 8  # batch 32
 
 
 def test_the_batch_follows_the_learners_device(capsys):

@@ -35,6 +35,8 @@ def test_it_trains_at_the_presets_replay_ratio_and_passes_learning_starts_in_the
     gpu = dqn_throughput.dqn_config(learner_gpus=0.5)
     assert (gpu.batch_size, gpu.train_every) == (preset.gpu_batch_size, 64)
     assert dqn_throughput.dqn_config(batch_size=128).train_every == 16
+    # --replay-ratio: at the learner's batch, as the example's flag
+    assert dqn_throughput.dqn_config(learner_gpus=0.5, replay_ratio=16).train_every == 32
     assert ("actorrt", "dqn-throughput") in JOBS
 
 
