@@ -173,7 +173,7 @@ eval_share() {
 
 # The lines a --trace run prints about where its time went (timeline_report.py).
 where_time_went() {
-    grep -E '^(timeline:|training phase|learner thread|learner GPU|collectors:|the limit)' "$1" \
+    grep -E '^(timeline:|training phase|learner thread|learner GPU|collectors:|second half|the limit)' "$1" \
         | sed 's/^/    /' | tee -a "$SUMMARY"
 }
 

@@ -11,7 +11,9 @@ the training phase (from the first gradient step to the last):
   limit);
 - the collectors: the share of their time spent collecting (emulators and acting) and
   waiting for the learner;
-- which of these looks like the limit.
+- which of these looks like the limit, read in the second half of the phase: its first
+  part holds the start-up's catch-up (the learner training on what was collected before
+  its first step, the collectors held meanwhile), which says little of the run's pace.
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
         phase in steps), ``parts`` (each part's share of the steps' time), ``gpu_busy``
         and ``gpu_lag_ms`` (median; None without a GPU track), ``collect_share`` and
         ``wait_share`` (means over collector processes, each over its own first to
-        last span in the phase; None without collectors),
-        ``limit`` (a sentence), all shares in [0, 1].
+        last span in the phase; None without collectors), ``late`` (the same shares
+        in the second half of the phase), ``limit`` (a sentence, read from ``late``),
+        all shares in [0, 1].
 
     Raises:
         ValueError: The timeline has no ``train step`` span (not a traced training run).
@@ -75,10 +78,29 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
         p: sum(e["dur"] for e in host if e["name"] == p) / max(step_time, 1e-9) for p in _PARTS
     }
     gpu_steps = [e for e in on_gpu if e["name"] == "train step"]
-    gpu_busy = _clipped(gpu_steps, lo, hi) / window if gpu_steps else None
     lags = [e["args"]["lag_ms"] for e in gpu_steps if "lag_ms" in e.get("args", {})]
-    gpu_lag = statistics.median(lags) if lags else None
-    # Each collector over its own part of the phase (its first span to its last): once
+    out: dict[str, Any] = {
+        "window_s": window / 1e6,
+        "steps": len(steps),
+        "parts": parts,
+        "gpu_lag_ms": statistics.median(lags) if lags else None,
+        **_shares(host, steps, gpu_steps, lo, hi),
+    }
+    out["late"] = _shares(host, steps, gpu_steps, lo + window / 2, hi)
+    out["limit"] = _limit({**out, **out["late"]}, step_time / len(steps) / 1000)
+    return out
+
+
+def _shares(
+    host: list[dict[str, Any]],
+    steps: list[dict[str, Any]],
+    gpu_steps: list[dict[str, Any]],
+    lo: float,
+    hi: float,
+) -> dict[str, float | None]:
+    """How busy the learner, its GPU and the collectors were in [lo, hi] (microseconds)."""
+    window = max(hi - lo, 1e-9)
+    # Each collector over its own part of the window (its first span to its last): once
     # it has collected its frames, the learner may still train on what it owes.
     per_pid: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in host:
@@ -94,18 +116,12 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
         for name, shares in (("collect", collect), ("wait for learner", wait)):
             spent = _clipped([e for e in mine if e["name"] == name], start, end)
             shares.append(spent / (end - start))
-    out: dict[str, Any] = {
-        "window_s": window / 1e6,
-        "steps": len(steps),
+    return {
         "learner_busy": _clipped(steps, lo, hi) / window,
-        "parts": parts,
-        "gpu_busy": gpu_busy,
-        "gpu_lag_ms": gpu_lag,
+        "gpu_busy": _clipped(gpu_steps, lo, hi) / window if gpu_steps else None,
         "collect_share": statistics.mean(collect) if collect else None,
         "wait_share": statistics.mean(wait) if wait else None,
     }
-    out["limit"] = _limit(out, step_time / len(steps) / 1000)
-    return out
 
 
 def _limit(f: dict[str, Any], step_ms: float) -> str:
@@ -145,7 +161,16 @@ def report(trace: dict[str, Any]) -> str:
             f"collectors: collecting {pct(f['collect_share'])}, waiting for the learner "
             f"{pct(f['wait_share'])} (mean over processes)"
         )
-    lines.append(f"the limit: {f['limit']}")
+    late = f["late"]
+    busy = [f"learner thread in steps {pct(late['learner_busy'])}"]
+    if late["gpu_busy"] is not None:
+        busy.append(f"GPU {pct(late['gpu_busy'])}")
+    if late["collect_share"] is not None:
+        busy.append(
+            f"collectors collecting {pct(late['collect_share'])}, waiting {pct(late['wait_share'])}"
+        )
+    lines.append(f"second half of the phase: {', '.join(busy)}")
+    lines.append(f"the limit (in the second half): {f['limit']}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -81,7 +82,37 @@ def test_a_trace_without_steps_says_what_is_missing(tmp_path, capsys):
         timeline_report.main([str(path)])
     path.write_text(json.dumps(_trace(10)))
     timeline_report.main([str(path)])
-    assert "the limit: the learner's gradient steps (on the CPU)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "the limit (in the second half): the learner's gradient steps (on the CPU)" in out
+
+
+def test_the_limit_is_read_past_the_start_ups_catch_up():
+    # First half: the learner trains flat out on what was collected before its first
+    # step while the collector waits; second half: the collector collects 19 of every
+    # 20 ms and the learner steps 3 of every 10 ms, waiting for its pushes.
+    trace = _trace(100, collect_ms=19, wait_ms=0.5, parts=False)
+    for e in trace["traceEvents"]:
+        if e.get("cat") != "span":
+            continue
+        if e["pid"] == LEARNER and e["ts"] >= 500_000:
+            e["dur"] = 3_000
+        elif e["pid"] == COLLECTOR and e["ts"] < 500_000:
+            if e["name"] == "collect":
+                e["dur"] = 1_000
+            else:
+                e["ts"], e["dur"] = e["ts"] - 18_000, 18_500  # right after its collect
+    f = timeline_report.summarize(trace)
+    assert f["learner_busy"] == pytest.approx(0.65, abs=0.02)  # the whole phase: neither
+    assert f["collect_share"] == pytest.approx(0.5, abs=0.02)
+    late = f["late"]
+    assert late["learner_busy"] == pytest.approx(0.3, abs=0.02)
+    assert late["collect_share"] == pytest.approx(0.95, abs=0.02)
+    assert late["wait_share"] == pytest.approx(0.025, abs=0.01)
+    assert f["limit"] == "the collectors (emulators and acting)"
+    text = timeline_report.report(trace)
+    assert re.search(r"second half of the phase: learner thread in steps 3\d%, collectors "
+                     r"collecting 9\d%, waiting [0-5]%", text), text  # fmt: skip
+    assert text.endswith("the limit (in the second half): the collectors (emulators and acting)")
 
 
 def test_a_collector_that_finished_early_is_measured_over_its_own_part():
