@@ -40,6 +40,7 @@ from actorrt.options import (
     check_method_retries,
     check_num_returns,
     check_retry_exceptions,
+    no_stream_retry,
 )
 from actorrt.pending_calls import PendingCalls
 from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
@@ -429,7 +430,8 @@ def method(
     classes retries only those (and their subclasses, matched by class name, so that
     classes of the user's script match in every process). Each retry spends one of the
     retries a process death would; with ``max_task_retries=-1`` a call that always
-    raises is sent for ever. It too is for an actor made with ``max_task_retries``.
+    raises is sent for ever. It too is for an actor made with ``max_task_retries``, and
+    not for a streaming method (its values reach the caller as they are made).
 
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
@@ -452,7 +454,7 @@ def method(
         TypeError: ``fn`` is not callable, ``num_returns`` is not an int or
             ``"streaming"``, or
             ``concurrency_group`` is not a string; or backpressure on a method that
-            does not stream.
+            does not stream, or ``retry_exceptions`` on one that does.
         ValueError: ``num_returns`` is less than 1, the backpressure less than 1 (other
             than -1), ``max_task_retries`` less than -1, or ``retry_exceptions`` neither
             a bool nor a list of exception classes.
@@ -473,10 +475,12 @@ def method(
                 raise TypeError(f"@actorrt.method decorates methods, not {f!r}.")
             if n != 1:
                 setattr(f, _NUM_RETURNS, n)
+            streams = n == STREAMING or (
+                n == 1 and (inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f))
+            )
+            if on and streams:
+                raise TypeError(no_stream_retry(f"@actorrt.method on {f!r}"))
             if backpressure:
-                streams = n == STREAMING or (
-                    n == 1 and (inspect.isgeneratorfunction(f) or inspect.isasyncgenfunction(f))
-                )
                 if not streams:
                     raise TypeError(
                         f"@actorrt.method: {BACKPRESSURE} is for streaming methods (a "
@@ -1015,7 +1019,8 @@ class ActorMethod:
 
         Raises:
             TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
-                given, or backpressure is asked of a call that does not stream.
+                given, backpressure is asked of a call that does not stream, or
+                ``retry_exceptions`` of one that does.
             ValueError: ``num_returns`` is less than 1, the backpressure less than 1
                 (other than -1), the actor has no such concurrency group, or
                 ``max_task_retries`` is less than -1, or other than 0 for an actor
@@ -1068,6 +1073,8 @@ class ActorMethod:
             if num_returns is not None
             else self._handle._table.returns.get(self._name, 1)
         )
+        if on and n == STREAMING:
+            raise TypeError(no_stream_retry(f"{self._handle.class_name}.{self._name}.options()"))
         limit = None
         if _generator_backpressure_num_objects is not None:
             limit = check_backpressure(_generator_backpressure_num_objects)

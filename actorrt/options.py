@@ -21,6 +21,7 @@ __all__ = [
     "check_method_retries",
     "check_num_returns",
     "check_retry_exceptions",
+    "no_stream_retry",
 ]
 
 BACKPRESSURE = "_generator_backpressure_num_objects"
@@ -273,6 +274,20 @@ def check_retry_exceptions(value: object) -> bool | tuple[type[BaseException], .
             "classes, e.g. retry_exceptions=[ConnectionError]."
         )
     return cast("tuple[type[BaseException], ...]", kinds)
+
+
+def no_stream_retry(what: str) -> str:
+    """The error of ``retry_exceptions`` asked of a streaming method, function or call.
+
+    A stream's values reach the caller as they are made, and one that raised partway has
+    given some already: sending the call again would not give the caller a clean stream.
+    """
+    return (
+        f"{what}: retry_exceptions is not for streaming calls (a generator, or "
+        "num_returns='streaming'): their values reach the caller as they are made, so a "
+        "stream that raised partway cannot be made again; catch and retry inside the "
+        "generator instead."
+    )
 
 
 def _check_retries(what: str, value: object, example: str) -> None:

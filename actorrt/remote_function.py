@@ -18,7 +18,7 @@ from typing import Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast, o
 
 from actorrt.actor_class import ActorClass, TypedActor, actor
 from actorrt.binding import Binder, params_of, signature_of
-from actorrt.options import FunctionOptions, check_backpressure
+from actorrt.options import FunctionOptions, check_backpressure, no_stream_retry
 from actorrt.ref_generator import streaming_refs
 from actorrt.refs import ObjectRef, new_refs, when_ready
 from actorrt.runtime import lineage, shipping
@@ -75,6 +75,8 @@ class RemoteFunction(Generic[P, R]):
                 f"{name}: _generator_backpressure_num_objects is for streaming calls: a "
                 "generator function, or num_returns='streaming'."
             )
+        if options.retry_exceptions and self._returns == STREAMING:
+            raise TypeError(no_stream_retry(name))
         functools.update_wrapper(self, fn)  # __name__, __doc__, __wrapped__...
 
     @functools.cached_property

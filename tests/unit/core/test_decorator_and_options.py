@@ -367,3 +367,44 @@ def test_a_methods_retry_exceptions_travel_in_the_table_by_name_and_are_checked(
     assert retried.plain._retry_on is None  # the method's own: read from the table per call
     with pytest.raises(ValueError, match="must be True, False or a list"):
         retried.plain.options(retry_exceptions=ValueError)
+
+
+def test_retry_exceptions_are_refused_on_streams():
+    from actorrt.actor_class import ActorHandle, MethodTable, _method_specs
+
+    for streaming in ({}, {"num_returns": "streaming"}):
+        with pytest.raises(TypeError, match="retry_exceptions is not for streaming calls"):
+
+            @actorrt.method(retry_exceptions=True, **streaming)
+            def gen(self):
+                yield 1
+
+    class Ticker:
+        def ticks(self):
+            yield 1
+
+        def many(self):
+            return iter([1, 2])
+
+    table = MethodTable(_method_specs(Ticker))
+    handle = ActorHandle("a" * 32, "w", "Ticker", table, None, max_task_retries=2)
+    with pytest.raises(TypeError, match="Ticker.ticks.options.*not for streaming calls"):
+        handle.ticks.options(retry_exceptions=True)
+    with pytest.raises(TypeError, match="Ticker.many.options.*not for streaming calls"):
+        handle.many.options(num_returns="streaming", retry_exceptions=[ValueError])
+    assert handle.ticks.options(retry_exceptions=False) is not None  # no retries: as ever
+
+    # remote functions, as well: a generator, or num_returns="streaming"
+    def ticks():
+        yield 1
+
+    def many():
+        return iter([1, 2])
+
+    with pytest.raises(TypeError, match="ticks: retry_exceptions is not for streaming calls"):
+        actorrt.remote(retry_exceptions=True)(ticks)
+    plain = actorrt.remote(retry_exceptions=[ValueError])(many)  # one value: retried as ever
+    with pytest.raises(TypeError, match="many: retry_exceptions is not for streaming calls"):
+        plain.options(num_returns="streaming")
+    with pytest.raises(TypeError, match="ticks: retry_exceptions is not for streaming calls"):
+        actorrt.remote(ticks).options(retry_exceptions=True)
