@@ -49,7 +49,7 @@ from actorrt.runtime import group, shipping
 from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import CONCURRENCY_GROUP, ActorRecord
-from actorrt.runtime.raised import RetryOn, exception_names
+from actorrt.runtime.raised import RetryOn, retry_on
 from actorrt.runtime.runtime import current, current_or_none
 
 __all__ = [
@@ -353,8 +353,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 def _retry_on(value: object) -> RetryOn:
     """A method's or a call's ``retry_exceptions``, checked, its classes as names."""
-    kinds = check_retry_exceptions(value)
-    return kinds if isinstance(kinds, bool) else exception_names(kinds)
+    return retry_on(check_retry_exceptions(value))
 
 
 @overload

@@ -25,6 +25,7 @@ from actorrt.runtime import lineage, shipping
 from actorrt.runtime.functions import FunctionCall, Shape
 from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.protocol import ReplySlot
+from actorrt.runtime.raised import retry_on
 from actorrt.runtime.runtime import current
 
 __all__ = ["RemoteFunction", "remote"]
@@ -77,6 +78,7 @@ class RemoteFunction(Generic[P, R]):
             )
         if options.retry_exceptions and self._returns == STREAMING:
             raise TypeError(no_stream_retry(name))
+        self._retry_on = retry_on(options.retry_exceptions)  # as names: one rule (raised.py)
         functools.update_wrapper(self, fn)  # __name__, __doc__, __wrapped__...
 
     @functools.cached_property
@@ -141,7 +143,7 @@ class RemoteFunction(Generic[P, R]):
             self._what,
             method,
             options.max_retries,
-            options.retry_exceptions,
+            self._retry_on,
         )
         slot.attach(call.reply, "", None, call.cancel)
         lineage.made(slot if type(slot) is ObjectRef else out[0])  # see refs.send_call

@@ -40,7 +40,7 @@ from actorrt.runtime.protocol import (
     cancelled,
     rpc_failure,
 )
-from actorrt.runtime.raised import error_of
+from actorrt.runtime.raised import RetryOn, error_of, retried
 
 if TYPE_CHECKING:
     from actorrt.placement.resources import Resources
@@ -243,7 +243,8 @@ class FunctionCall:
         what: ``remote function <name>``, for errors.
         method: The name the executor runs it under (a ``Returns`` for ``num_returns``).
         retries: Its ``max_retries`` (-1: no limit).
-        retry_on: Its ``retry_exceptions``: the exceptions raised that are retried too.
+        retry_on: Its ``retry_exceptions`` (as names, ``runtime/raised.py``): the exceptions
+            raised that are retried too.
     """
 
     __slots__ = (
@@ -275,7 +276,7 @@ class FunctionCall:
         what: str,
         method: str,
         retries: int,
-        retry_on: bool | tuple[type[BaseException], ...] = False,
+        retry_on: RetryOn = False,
     ) -> None:
         self._routes = routes
         self._route = route
@@ -423,13 +424,7 @@ class FunctionCall:
 
     def _retried_on(self, wire: Wire) -> bool:
         """Whether ``wire`` is an error this call retries on (``retry_exceptions``)."""
-        failed, cause = error_of(wire)
-        if not failed or self._route.stopped.is_set():
-            return False
-        kinds = self._retry_on
-        if isinstance(kinds, tuple):
-            return isinstance(cause, kinds)
-        return cause is None or isinstance(cause, Exception)  # True: any Exception
+        return not self._route.stopped.is_set() and retried(wire, self._retry_on)
 
     def died(self, worker: str, exc: BaseException) -> ActorDiedError:
         """The error of the call once its process ``worker`` died and it is not resent."""

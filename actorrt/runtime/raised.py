@@ -1,10 +1,11 @@
 """What a reply raised, and whether a call retries on it (``retry_exceptions``).
 
-An actor method's ``retry_exceptions`` travels in its handle's method table, a string
-(``actor_class.MethodTable``), to every process that may call it, so the exception
-classes go by name: ``module.QualName``, matched against the names along the raised
-exception's class hierarchy. A name needs no import where the caller runs, and a class
-defined in the user's script (shipped by value) matches by its name as well.
+One rule for actor calls and remote functions. An actor method's ``retry_exceptions``
+travels in its handle's method table, a string (``actor_class.MethodTable``), to every
+process that may call it, so the exception classes go by name: ``module.QualName``,
+matched against the names along the raised exception's class hierarchy. A name needs no
+import where the caller runs, and a class defined in the user's script (shipped by
+value) matches by its name as well. A remote function's classes are matched the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from actorrt.runtime.protocol import ERROR
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
 
-__all__ = ["RetryOn", "error_of", "exception_names", "retried"]
+__all__ = ["RetryOn", "error_of", "exception_names", "retried", "retry_on"]
 
 RetryOn: TypeAlias = "bool | tuple[str, ...]"
 """A call's ``retry_exceptions``: False, True (any ``Exception``), or class names."""
@@ -27,6 +28,11 @@ RetryOn: TypeAlias = "bool | tuple[str, ...]"
 def exception_names(kinds: tuple[type, ...]) -> tuple[str, ...]:
     """The names that stand for ``kinds`` in a :data:`RetryOn` (``module.QualName``)."""
     return tuple(f"{k.__module__}.{k.__qualname__}" for k in kinds)
+
+
+def retry_on(kinds: bool | tuple[type[BaseException], ...]) -> RetryOn:
+    """A checked ``retry_exceptions`` (``options.check_retry_exceptions``) as a RetryOn."""
+    return kinds if isinstance(kinds, bool) else exception_names(kinds)
 
 
 def error_of(wire: Wire) -> tuple[bool, BaseException | None]:
