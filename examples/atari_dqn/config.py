@@ -277,10 +277,10 @@ def with_replay_ratio(cfg: DQNConfig, ratio: float) -> DQNConfig:
         raise ValueError(f"replay ratio {ratio} must be > 0 (samples per transition)")
     every = cfg.batch_size / ratio
     if every < 1 or every != int(every):
-        fits = [cfg.batch_size // d for d in range(1, 9) if cfg.batch_size % d == 0]
+        fits = [r for r in range(1, 65) if cfg.batch_size % r == 0]  # the usual ratios
         raise ValueError(
             f"replay ratio {ratio:g} at batch {cfg.batch_size} is not a whole number of "
             f"transitions per gradient step: use one that divides the batch, e.g. "
-            f"{', '.join(str(f) for f in reversed(fits))}"
+            f"{', '.join(map(str, fits))}"
         )
     return dataclasses.replace(cfg, train_every=int(every))
