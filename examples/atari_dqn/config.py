@@ -222,13 +222,18 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
 
 
 def with_batch_size(cfg: DQNConfig, batch_size: int) -> DQNConfig:
-    """``cfg`` with another batch size, at the same replay ratio and target period.
+    """``cfg`` with another batch size, at the same replay ratio and target drift.
 
     A batch ``k`` times larger: one gradient step per ``k * train_every`` transitions (the
-    same samples per transition), a target copy every ``target_update_every / k`` steps
-    (the same transitions between copies), and a learning rate ``sqrt(k)`` times larger
-    (the square-root scaling usual for Adam; at ``k = 16``, 1e-4 becomes 4e-4). How
-    well a given game learns with it is for a run to show (examples/atari_dqn/README.md).
+    same samples per transition), a learning rate ``sqrt(k)`` times larger (the
+    square-root scaling usual for Adam; at ``k = 16``, 1e-4 becomes 4e-4), and a target
+    copy every ``target_update_every / sqrt(k)`` steps, so that the learning rate times
+    the steps between copies, how far the online network may move away from its target,
+    stays the preset's (at ``k = 16``, 1,000 steps become 250). Dividing the period by
+    ``k`` instead (the same transitions between copies: 62 steps at 512) left a step of
+    four times the preset's learning rate a target copied four times as often in
+    learning-rate terms, closer to no target network. How well a given game learns with
+    either is for a run to show (examples/atari_dqn/README.md).
 
     Args:
         cfg: The configuration to start from (not changed).
@@ -255,7 +260,7 @@ def with_batch_size(cfg: DQNConfig, batch_size: int) -> DQNConfig:
         cfg,
         batch_size=batch_size,
         train_every=every,
-        target_update_every=max(1, round(cfg.target_update_every / scale)),
+        target_update_every=max(1, round(cfg.target_update_every / math.sqrt(scale))),
         lr=cfg.lr * math.sqrt(scale),
     )
 

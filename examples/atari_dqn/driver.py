@@ -250,6 +250,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "32, scaled by the square root of a larger batch: 4e-4 at 512)",
     )
     p.add_argument(
+        "--target-update-every",
+        type=int,
+        default=None,
+        help="gradient steps between two target-network copies, at the run's batch "
+        "(default: the preset's 1000 at batch 32, divided by the square root of a larger "
+        "batch: 250 at 512)",
+    )
+    p.add_argument(
         "--cuda-graph",
         action="store_true",
         default=None,
@@ -290,6 +298,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--n-step must be >= 1 (1: one-step DQN)")
     if args.lr is not None and not args.lr > 0:
         p.error("--lr must be > 0")
+    if args.target_update_every is not None and args.target_update_every < 1:
+        p.error("--target-update-every must be >= 1 (gradient steps between two copies)")
     if args.train_seconds is not None and not args.train_seconds > 0:
         p.error("--train-seconds must be > 0 (leave it out for no time budget)")
     if args.backend == "ray":
@@ -318,7 +328,8 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     gets a GPU (:func:`resolve_gpus`), else the preset's; a batch other than the preset's
     keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`);
     ``--replay-ratio`` then sets the ratio at that batch
-    (:func:`~examples.atari_dqn.config.with_replay_ratio`), and ``--lr`` its learning rate.
+    (:func:`~examples.atari_dqn.config.with_replay_ratio`), ``--lr`` its learning rate
+    and ``--target-update-every`` its target period.
 
     Raises:
         ValueError: A batch size that cannot keep the replay ratio, or a bad override.
@@ -359,6 +370,9 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     lr = getattr(args, "lr", None)
     if lr is not None:
         cfg.lr = lr
+    period = getattr(args, "target_update_every", None)
+    if period is not None:
+        cfg.target_update_every = period
     return cfg
 
 

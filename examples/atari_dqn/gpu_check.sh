@@ -98,7 +98,10 @@
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
 # (PONG_TRANSPORT=cuda if cuda-graph-r16 made more steps/s than cpu-graph-r16; the
-# replay ratio back to 8 if neither kept 16.) A smaller batch is the other way to more
+# replay ratio back to 8 if neither kept 16.) The target period is new as well: at 512 a
+# copy every 250 steps (config.with_batch_size keeps the preset's learning rate times
+# steps between copies), where the three loans' runs copied every 62; add
+# --target-update-every 62 to PONG_EXTRA to repeat them. A smaller batch is the other way to more
 # steps per frame (--batch-size 256 at the same ratio: a step per 32 transitions, lr
 # 2.8e-4); `graph` with GRAPH_MODES=graph GRAPH_BATCHES=128,256,512 times it. `--n-step
 # 3` did not learn at lr 4e-4 (performance.md); to try it again, PONG_EXTRA="--n-step 3

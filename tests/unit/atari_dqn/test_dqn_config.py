@@ -91,14 +91,20 @@ def test_backend_and_learner_restart_flags(capsys):
         parse_args(["--backend", "torch"])
 
 
-def test_a_larger_batch_keeps_the_replay_ratio_and_the_target_period():
+def test_a_larger_batch_keeps_the_replay_ratio_and_the_target_drift():
     pong = config_for_env("ALE/Pong-v5")
     big = with_batch_size(pong, 512)
     assert (big.batch_size, big.train_every) == (512, 64)
     assert big.batch_size / big.train_every == pong.batch_size / pong.train_every == 8
-    # the same transitions between two target copies: 1000 x 4 = 62 x 64 (rounded)
-    assert big.target_update_every == 62
     assert big.lr == pytest.approx(4 * pong.lr)  # sqrt(16)
+    # lr x steps between two target copies kept: 1e-4 x 1000 = 4e-4 x 250
+    assert big.target_update_every == 250
+    assert big.lr * big.target_update_every == pytest.approx(pong.lr * pong.target_update_every)
+    assert with_batch_size(pong, 128).target_update_every == 500  # sqrt(4)
+    # the flag sets it at the run's batch, after the scaling
+    args = parse_args(["--learner-gpus", "1", "--target-update-every", "1000"])
+    assert build_config(args).target_update_every == 1000
+    assert "target copy every 1000 steps" in batch_line(build_config(args))
     assert with_batch_size(pong, 32) == pong and pong.batch_size == 32  # not changed
     with pytest.raises(ValueError, match="use a multiple of 8"):
         with_batch_size(pong, 100)
@@ -134,7 +140,7 @@ def test_the_batch_follows_the_learners_device(capsys):
     assert cart.batch_size == config_for_env("CartPole-v1").batch_size
     assert batch_line(gpu) == (
         "batch 512: one gradient step per 64 transitions (8 samples per transition), "
-        "lr 0.0004, target copy every 62 steps"
+        "lr 0.0004, target copy every 250 steps"
     )
 
 
@@ -192,3 +198,6 @@ def test_lr_sets_the_learning_rate_at_the_runs_batch(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--lr", "0"])
     assert "--lr must be > 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--target-update-every", "0"])
+    assert "--target-update-every must be >= 1" in capsys.readouterr().err
