@@ -86,28 +86,29 @@
 #
 # The next loan: with the collectors acting on the CPU (--transport cpu; on the second
 # loan acting took them 6% of their time there against 13% on the GPU) the learner has
-# the GPU alone, so can it afford twice the gradient steps per frame (--replay-ratio 16,
-# a step per 32 transitions at 512)? Then Pong for the rest of the 10 minutes on what
-# kept the higher steps/s at its ratio. Two commands, about 3 and 9.5 minutes:
+# the GPU alone, so how many more gradient steps per frame can it afford? The runs at
+# 512 made 16 times fewer steps per frame than the Nature DQN's batch of 32, the likely
+# first reason Pong learned slowly per frame. Two commands, about 3.5 and 9.5 minutes:
 #
 #   OUT=/tmp/g1 STEPS="machine graphtest throughput" TP_S=110 \
-#       THROUGHPUT_RUNS="cpu-graph cpu-graph-r16 cuda-graph-r16" \
+#       THROUGHPUT_RUNS="cpu-graph-r16 cpu-graph-b256-r16 cpu-graph-r32" \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
 #       PONG_TRANSPORT=cpu PONG_EXTRA="--cuda-graph --replay-ratio 16 --eval-max-frames 0" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# (PONG_TRANSPORT=cuda if cuda-graph-r16 made more steps/s than cpu-graph-r16; the
-# replay ratio back to 8 if neither kept 16.) The target period is new as well: at 512 a
-# copy every 250 steps (config.with_batch_size keeps the preset's learning rate times
-# steps between copies), where the three loans' runs copied every 62; add
-# --target-update-every 62 to PONG_EXTRA to repeat them. A smaller batch is the other way to more
-# steps per frame (--batch-size 256 at the same ratio: a step per 32 transitions, lr
-# 2.8e-4); `graph` with GRAPH_MODES=graph GRAPH_BATCHES=128,256,512 times it. `--n-step
-# 3` did not learn at lr 4e-4 (performance.md); to try it again, PONG_EXTRA="--n-step 3
-# --lr 1e-4 --eval-max-frames 0". Each run's logdir holds its checkpoint.pt (27 MB for
-# Pong): PACK leaves those out. graphtest, and graph's own tests, drop --cuda-graph from
-# the later pong and timeline runs when they fail.
+# Between the two, pick PONG_EXTRA's batch and ratio from the first: among the runs that
+# kept at least 15,000 frames/s, the one with the most updates/s x sqrt(batch) (a step
+# of 512 at 4e-4 counts as about two of 256 at 2.8e-4 under the square-root rule the
+# learning rates follow; a heuristic, not a measurement), batch 512 on a tie: add
+# "--batch-size 256" for b256, "--replay-ratio 32" for r32. The target period is new as
+# well: a copy every 250 steps at 512 (config.with_batch_size keeps the preset's
+# learning rate times steps between copies; 354 at 256), where the three loans' runs
+# copied every 62; --target-update-every 62 in PONG_EXTRA repeats them. `--n-step 3` did
+# not learn at lr 4e-4 with the old period (performance.md); to try it again,
+# PONG_EXTRA="--n-step 3 --eval-max-frames 0". Each run's logdir holds its checkpoint.pt
+# (27 MB for Pong): PACK leaves those out. graphtest, and graph's own tests, drop
+# --cuda-graph from the later pong and timeline runs when they fail.
 #
 # Not --trace on the Pong run: 500 s of traced gradient steps (a span per part, and
 # its CUDA events) come near trace.MAX_EVENTS in the learner alone, and gathering and
