@@ -154,18 +154,22 @@ def measure(
     cuda_graph: bool = False,
     env_id: str = ENV_ID,
     pushers: int = 0,
+    prioritized: bool = False,
 ) -> dict[str, Any]:
     """Every figure of the module docstring, per batch size (``fill`` records in replay);
     with ``profile_path``, also :func:`profile_steps` of the largest batch (``profile``);
     with ``cuda_graph``, the steps are a CUDA graph's replays on a GPU; with ``pushers``,
-    also :func:`with_pushers` (``steps_per_s_with_pushers``). ``env_id``: the preset."""
-    from examples.atari_dqn.config import config_for_env, with_batch_size
+    also :func:`with_pushers` (``steps_per_s_with_pushers``). ``env_id``: the preset;
+    ``prioritized``: the replay sampled by priority (the example's ``--prioritized``)."""
+    from examples.atari_dqn.config import APEX_PRIORITY_EXPONENT, config_for_env, with_batch_size
     from examples.atari_dqn.envs import obs_spec
     from examples.atari_dqn.learner import Learner
 
     overrides: dict[str, Any] = {"replay_capacity": fill + 1024, "learning_starts": 1 << 62}
     if cuda_graph:  # a captured step keeps one learning rate
         overrides.update(cuda_graph=True, lr_final_fraction=1.0)
+    if prioritized:
+        overrides.update(priority_exponent=APEX_PRIORITY_EXPONENT)
     preset = config_for_env(env_id, **overrides)
     n_actions = obs_spec(preset)[2]
     rng = np.random.default_rng(0)
@@ -325,6 +329,11 @@ def main(argv: list[str] | None = None) -> None:
         help="also time the learner training in its thread while N threads push to it "
         "(the example's 12 collectors x 4 pushes in flight: 48)",
     )
+    p.add_argument(
+        "--prioritized",
+        action="store_true",
+        help="the replay sampled by priority (the example's --prioritized)",
+    )
     opts = p.parse_args(argv)
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -337,6 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         cuda_graph=opts.cuda_graph,
         env_id=opts.env,
         pushers=opts.pushers,
+        prioritized=opts.prioritized,
     )
     if opts.json:
         with open(opts.json, "w") as f:

@@ -45,15 +45,22 @@ def dqn_config(
     learner_gpus: float = 0.0,
     cuda_graph: bool = False,
     replay_ratio: float | None = None,
+    prioritized: bool = False,
 ) -> Any:
     """The example's Pong preset (its replay ratio), training starting within the warm-up.
 
     The batch is the example's choice (``driver.build_config``): ``batch_size`` if given,
     else the preset's ``gpu_batch_size`` with a learner GPU, else the preset's.
     ``cuda_graph``: the learner's steps as CUDA graph replays (the example's flag);
-    ``replay_ratio``: samples per transition at that batch (the example's flag).
+    ``replay_ratio``: samples per transition at that batch (the example's flag);
+    ``prioritized``: Ape-X's prioritized replay (the example's ``--prioritized``).
     """
-    from examples.atari_dqn.config import config_for_env, with_batch_size, with_replay_ratio
+    from examples.atari_dqn.config import (
+        APEX_PRIORITY_EXPONENT,
+        config_for_env,
+        with_batch_size,
+        with_replay_ratio,
+    )
 
     cfg = config_for_env(
         ENV_ID,
@@ -61,6 +68,7 @@ def dqn_config(
         replay_capacity=REPLAY_CAPACITY,
         num_envs_per_collector=num_envs,
         cuda_graph=cuda_graph,
+        priority_exponent=APEX_PRIORITY_EXPONENT if prioritized else None,
     )
     if batch_size is None and learner_gpus > 0:
         batch_size = cfg.gpu_batch_size
@@ -198,10 +206,11 @@ def measure(
     batch_size: int | None = None,
     cuda_graph: bool = False,
     replay_ratio: float | None = None,
+    prioritized: bool = False,
 ) -> dict[str, Any]:
     """raw, dqn, raw; returns every figure and the ratio dqn / mean(raw)."""
     args = example_args(collectors, transport)
-    cfg = dqn_config(num_envs, batch_size, args.learner_gpus, cuda_graph, replay_ratio)
+    cfg = dqn_config(num_envs, batch_size, args.learner_gpus, cuda_graph, replay_ratio, prioritized)
     first = raw_rate(cfg, collectors, raw_seconds)
     print(f"raw ALE, {collectors} process(es): {first['frames_per_s']:,.0f} frames/s", flush=True)
     dqn = dqn_rate(cfg, args, frames)
@@ -280,6 +289,11 @@ def main(argv: list[str] | None = None) -> None:
         help="samples per transition at the learner's batch (the example's --replay-ratio; "
         "default: the preset's, 8)",
     )
+    p.add_argument(
+        "--prioritized",
+        action="store_true",
+        help="the learner samples by priority (the example's --prioritized)",
+    )
     p.add_argument("--json", default=None, help="also write the figures here")
     opts = p.parse_args(argv)
     result = measure(
@@ -291,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
         opts.batch_size,
         opts.cuda_graph,
         opts.replay_ratio,
+        opts.prioritized,
     )
     if opts.json:
         with open(opts.json, "w") as f:

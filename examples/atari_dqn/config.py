@@ -12,7 +12,18 @@ import dataclasses
 import math
 from typing import Any
 
-__all__ = ["DQNConfig", "config_for_env", "is_atari", "with_batch_size", "with_replay_ratio"]
+__all__ = [
+    "APEX_PRIORITY_EXPONENT",
+    "DQNConfig",
+    "config_for_env",
+    "is_atari",
+    "with_batch_size",
+    "with_replay_ratio",
+]
+
+#: The priority exponent of Ape-X's (and Rainbow's) prioritized replay, which
+#: ``--prioritized`` turns on (with :attr:`DQNConfig.priority_weight`'s 0.4).
+APEX_PRIORITY_EXPONENT = 0.6
 
 
 @dataclasses.dataclass
@@ -56,6 +67,12 @@ class DQNConfig:
             and Rainbow use; 1: plain one-step DQN). A sample stops early at a terminal
             frame or at the newest frame of its stream, and bootstraps with ``gamma``
             to the power of the steps it took (:meth:`FrameReplay.sample`).
+        priority_exponent: 0: the replay is sampled uniformly. Above 0: prioritized
+            replay (Schaul et al. 2016), each transition drawn in proportion to its
+            latest absolute TD error to this power (Ape-X and Rainbow: 0.6), new ones at
+            the highest error seen (:class:`~examples.atari_dqn.replay.FrameReplay`).
+        priority_weight: Importance-sampling exponent of prioritized samples (Ape-X: 0.4,
+            constant, which a CUDA-graph step needs).
         lr: Adam learning rate.
         lr_final_fraction: Learning rate at ``total_frames`` as a fraction of ``lr``; it
             decays linearly in between (1.0: constant). Annealing lets a small problem
@@ -101,6 +118,8 @@ class DQNConfig:
     max_train_lag: int = 1_024
     gamma: float = 0.99
     n_step: int = 1
+    priority_exponent: float = 0.0
+    priority_weight: float = 0.4
     lr: float = 1e-4
     lr_final_fraction: float = 1.0
     adam_eps: float = 1.5e-4
@@ -212,6 +231,12 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
         raise ValueError(f"train_seconds={seconds} must be > 0 (or None: no time budget)")
     if int(preset.get("n_step", 1)) < 1:
         raise ValueError(f"n_step={preset['n_step']} must be >= 1 (1: one-step DQN)")
+    if not float(preset.get("priority_exponent", 0.0)) >= 0:
+        raise ValueError(
+            f"priority_exponent={preset['priority_exponent']} must be >= 0 (0: uniform replay)"
+        )
+    if not 0 <= float(preset.get("priority_weight", 0.4)) <= 1:
+        raise ValueError(f"priority_weight={preset['priority_weight']} must be in [0, 1]")
     if preset.get("cuda_graph") and float(preset.get("lr_final_fraction", 1.0)) != 1.0:
         raise ValueError(
             "cuda_graph needs a constant learning rate (a captured step keeps the one it "

@@ -42,6 +42,7 @@ from examples.atari_dqn.backend import backend as make_backend
 from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
 from examples.atari_dqn.config import (
+    APEX_PRIORITY_EXPONENT,
     DQNConfig,
     config_for_env,
     with_batch_size,
@@ -250,6 +251,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "32, scaled by the square root of a larger batch: 4e-4 at 512)",
     )
     p.add_argument(
+        "--prioritized",
+        action="store_true",
+        default=None,
+        help="prioritized replay as Ape-X's: transitions drawn by their TD error to the "
+        "power 0.6, importance-sampling exponent 0.4 (default: uniform)",
+    )
+    p.add_argument(
         "--target-update-every",
         type=int,
         default=None,
@@ -345,6 +353,7 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         replay_capacity=args.replay_capacity,
         n_step=getattr(args, "n_step", None),
         cuda_graph=getattr(args, "cuda_graph", None),
+        priority_exponent=APEX_PRIORITY_EXPONENT if getattr(args, "prioritized", None) else None,
     )
     eval_max_frames = getattr(args, "eval_max_frames", None)
     if eval_max_frames is not None:
@@ -384,6 +393,12 @@ def batch_line(cfg: DQNConfig) -> str:
         f"({cfg.batch_size / cfg.train_every:g} samples per transition), lr {cfg.lr:.3g}, "
         f"target copy every {cfg.target_update_every} steps"
         + (f", {cfg.n_step}-step returns" if cfg.n_step > 1 else "")
+        + (
+            f", prioritized replay (exponent {cfg.priority_exponent:g}, "
+            f"importance weights {cfg.priority_weight:g})"
+            if cfg.priority_exponent > 0
+            else ""
+        )
         + (", steps as a CUDA graph on a GPU" if cfg.cuda_graph else "")
     )
 

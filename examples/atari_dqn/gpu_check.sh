@@ -26,7 +26,8 @@
 #               ALE rate, the DQN's rate, their ratio, updates/s, the batch, the replay
 #               ratio kept and how busy the training thread was (about 3 x 2 min).
 #               THROUGHPUT_RUNS names the runs, each name its flags: the transport, then
-#               any of graph (--cuda-graph), bN (--batch-size N), rN (--replay-ratio N),
+#               any of graph (--cuda-graph), per (--prioritized), bN (--batch-size N),
+#               rN (--replay-ratio N),
 #               e.g. "cpu cuda cpu-b32" (the default) or "cpu-graph cpu-graph-r16"
 #   graphtest   the CUDA-graph tests of tests/gpu/test_gpu_dqn_learner.py alone (a
 #               replayed step against an eager one on the same batch, the graphed
@@ -34,7 +35,7 @@
 #               timeline runs drop --cuda-graph (20 s)
 #   graph       tests/gpu/test_gpu_dqn_learner.py (the graph gate as above), then the
 #               learner at $GRAPH_BATCHES (default 512), $GRAPH_MODES (default eager and
-#               --cuda-graph), alone and in its thread with 48 threads pushing
+#               graph: --cuda-graph; -per adds --prioritized, e.g. graph-per), alone and in its thread with 48 threads pushing
 #               (--pushers 48: the 12 collectors' pushes in flight) (about 2 min)
 #   timeline    the example with $COLLECTORS collectors, --transport cuda and --trace,
 #               Pong, $TL_FRAMES frames (default 400,000): its timeline holds each
@@ -106,7 +107,10 @@
 # learning rate times steps between copies; 354 at 256), where the three loans' runs
 # copied every 62; --target-update-every 62 in PONG_EXTRA repeats them. `--n-step 3` did
 # not learn at lr 4e-4 with the old period (performance.md); to try it again,
-# PONG_EXTRA="--n-step 3 --eval-max-frames 0". Each run's logdir holds its checkpoint.pt
+# PONG_EXTRA="--n-step 3 --eval-max-frames 0". `--prioritized` (Ape-X's prioritized
+# replay) is new and has not run on a GPU: graphtest checks its graphed step against an
+# eager one, and `graph` with GRAPH_MODES="graph graph-per" times its cost (about 1 min);
+# keep it out of a Pong run until both are known. Each run's logdir holds its checkpoint.pt
 # (27 MB for Pong): PACK leaves those out. graphtest, and graph's own tests, drop
 # --cuda-graph from the later pong and timeline runs when they fail.
 #
@@ -203,7 +207,7 @@ for step in $STEPS; do
         ;;
     throughput)
         # A run's name says its flags: the transport (cpu, cuda), then any of "graph"
-        # (--cuda-graph), bN (--batch-size N), rN (--replay-ratio N): cpu-graph-r16.
+        # (--cuda-graph), per (--prioritized), bN (--batch-size N), rN (--replay-ratio N).
         for name in $THROUGHPUT_RUNS; do
             transport=${name%%-*}
             case $transport in
@@ -216,7 +220,8 @@ for step in $STEPS; do
                 graph) set -- "$@" --cuda-graph ;;
                 b[0-9]*) set -- "$@" --batch-size "${part#b}" ;;
                 r[0-9]*) set -- "$@" --replay-ratio "${part#r}" ;;
-                *) note "  throughput run $name: unknown part $part (graph, bN, rN)"; continue 2 ;;
+                per) set -- "$@" --prioritized ;;
+                *) note "  throughput run $name: unknown part $part (graph, per, bN, rN)"; continue 2 ;;
                 esac
             done
             timeout "$TP_S" $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \
@@ -243,10 +248,13 @@ for step in $STEPS; do
         timeout 240 $PYTHON -m pytest -p no:cacheprovider -q -rs tests/gpu/test_gpu_dqn_learner.py \
             > "$OUT/graph-test.log" 2>&1
         graph_gate $? "$OUT/graph-test.log"
-        for mode in $GRAPH_MODES; do
-            flag=; [ $mode = graph ] && flag=--cuda-graph
+        for mode in $GRAPH_MODES; do  # eager, graph, eager-per, graph-per
+            flags=
+            case $mode in *graph*) flags="$flags --cuda-graph" ;; esac
+            case $mode in *per*) flags="$flags --prioritized" ;; esac
+            # shellcheck disable=SC2086  # $flags is a list of flags
             timeout 150 $PYTHON -m benchmarks.dqn_learner --batch-sizes "$GRAPH_BATCHES" \
-                --seconds 5 $flag --pushers 48 \
+                --seconds 5 $flags --pushers 48 \
                 --json "$OUT/learner-$mode.json" > "$OUT/learner-$mode.log" 2>&1
             note "  the learner alone, $mode (exit $?):"
             grep -E '^batch' "$OUT/learner-$mode.log" | sed 's/^/    /' | tee -a "$SUMMARY"

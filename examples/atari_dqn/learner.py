@@ -162,6 +162,8 @@ class Learner:
             cfg.frame_stack,
             self.device,
             seed=cfg.seed,
+            priority_exponent=cfg.priority_exponent,
+            priority_weight=cfg.priority_weight,
         )
 
         self.updates = 0
@@ -392,7 +394,8 @@ class Learner:
 
     # ----------------------------------------------------------------- training
     def train_step(self) -> torch.Tensor:
-        """One gradient step on a uniformly sampled batch.
+        """One gradient step on a sampled batch (uniformly, or by priority: then the
+        batch's TD errors become its transitions' new priorities).
 
         On actorrt's timeline (``--trace``) each step is a ``train step`` span of the
         training thread, its parts (``sample``, ``loss and backward``, ``optimizer``)
@@ -424,7 +427,10 @@ class Learner:
                     cfg.batch_size, check=False, n_step=cfg.n_step, gamma=cfg.gamma
                 )
             with actorrt.profile("loss and backward"):
-                loss, q_taken = self._loss_and_backward(batch)
+                loss, q_taken, td_error = self._loss_and_backward(batch)
+            if self.replay.prioritized:
+                with actorrt.profile("priorities"), self._replay_lock:
+                    self.replay.update_priorities(batch["index"], td_error)
             with actorrt.profile("optimizer"):
                 self._clip_gradients()
                 with self._param_lock:
@@ -442,11 +448,11 @@ class Learner:
 
     def _loss_and_backward(
         self, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, q_taken = dqn_loss(self.q_net, self.target_net, batch, self.cfg.gamma)
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        loss, q_taken, td_error = dqn_loss(self.q_net, self.target_net, batch, self.cfg.gamma)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        return loss, q_taken
+        return loss, q_taken, td_error
 
     def _clip_gradients(self) -> None:
         if self.cfg.max_grad_norm:
@@ -479,7 +485,9 @@ class Learner:
             cfg.batch_size, n_step=cfg.n_step, gamma=cfg.gamma, graph_safe=True
         )
         self.graph_batch = batch  # after capture: the last replay's batch (for tests)
-        loss, q_taken = self._loss_and_backward(batch)
+        loss, q_taken, td_error = self._loss_and_backward(batch)
+        if self.replay.prioritized:
+            self.replay.update_priorities(batch["index"], td_error)
         self._clip_gradients()
         self.optimizer.step()
         return loss.detach(), q_taken.mean()

@@ -45,19 +45,22 @@ def dqn_loss(
     target_net: nn.Module,
     batch: dict[str, torch.Tensor],
     gamma: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Huber (smooth L1) loss between Q(s, a) and double-DQN targets.
 
     Args:
         q_net: Online network (gets the gradient).
         target_net: Target network.
         batch: ``obs``, ``action``, ``reward``, ``next_obs``, ``terminated`` (and, for
-            n-step samples, ``discount``) as returned by :meth:`FrameReplay.sample`.
+            n-step samples, ``discount``; from a prioritized replay, ``weight``, each
+            sample's importance-sampling weight) as returned by :meth:`FrameReplay.sample`.
         gamma: Discount (of one step; n-step samples carry their own ``discount``).
 
     Returns:
-        ``(loss, q_taken)``: the scalar loss and the (B,) Q-values of the taken actions
-        (detached; logged as a sanity signal).
+        ``(loss, q_taken, td_error)``: the scalar loss (the mean of the samples' Huber
+        losses, each times its ``weight`` when the batch has one), the (B,) Q-values of
+        the taken actions (detached; logged as a sanity signal) and the (B,) absolute
+        TD errors (detached; a prioritized replay's new priorities).
     """
     q_all = q_net(batch["obs"])
     q_taken = q_all.gather(1, batch["action"].long().unsqueeze(1)).squeeze(1)
@@ -70,5 +73,8 @@ def dqn_loss(
             batch.get("discount", gamma),
         )
     # Huber with delta 1: the Nature paper's "error clipping" expressed as a loss.
-    loss = F.smooth_l1_loss(q_taken, targets)
-    return loss, q_taken.detach()
+    per_sample = F.smooth_l1_loss(q_taken, targets, reduction="none")
+    weight = batch.get("weight")
+    loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()
+    q_taken = q_taken.detach()
+    return loss, q_taken, (targets - q_taken).abs()

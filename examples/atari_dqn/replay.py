@@ -29,6 +29,14 @@ or at the newest frame of its stream; its ``next_obs`` is the stack ending where
 stopped, its reward the discounted sum of the rewards on the way, and its ``discount``
 ``gamma ** m`` for the ``m`` steps it took.
 
+With ``priority_exponent`` above 0 the ring is a prioritized replay (Schaul et al. 2016,
+as Ape-X's learner keeps it): each record that is a transition destination holds a
+priority, ``(|TD error| + floor) ** priority_exponent`` once the learner has trained on
+it (:meth:`FrameReplay.update_priorities`) and the highest error seen so far until
+then, and candidates are drawn in proportion to it by inverse-CDF sampling over the
+ring (a cumulative sum and a binary search: device ops that a CUDA graph can capture,
+no sum tree walked from Python). Each sample carries its importance-sampling weight.
+
 Because records carry their own ``prev`` pointer, many collectors and environments can
 push interleaved batches into one ring: each push only names, per record, the previous
 record of the same stream (inside the push, or "the stream's last record" from an
@@ -67,7 +75,16 @@ class FrameReplay:
         device: Where everything lives; the learner's GPU when it has one, so pushes that
             arrive as CUDA tensors are copied device-to-device.
         seed: Seed of the sampling generator.
+        priority_exponent: 0: uniform sampling. Above 0: prioritized sampling, each
+            transition drawn in proportion to its priority to this power (Ape-X: 0.6).
+        priority_weight: The importance-sampling exponent of a prioritized replay's
+            samples: a sample drawn with probability ``P`` weighs ``(N * P) ** -beta``,
+            divided by its batch's largest (Ape-X: 0.4, kept constant).
     """
+
+    #: Added to an absolute TD error before it becomes a priority, so that a transition
+    #: the network already predicts exactly can still be drawn.
+    PRIORITY_FLOOR = 1e-6
 
     def __init__(
         self,
@@ -77,11 +94,17 @@ class FrameReplay:
         stack: int,
         device: torch.device | str = "cpu",
         seed: int = 0,
+        priority_exponent: float = 0.0,
+        priority_weight: float = 0.4,
     ) -> None:
         if capacity < 2:
             raise ValueError(f"capacity={capacity} must be >= 2")
         if stack < 1:
             raise ValueError(f"stack={stack} must be >= 1")
+        if not priority_exponent >= 0:
+            raise ValueError(f"priority_exponent={priority_exponent} must be >= 0 (0: uniform)")
+        if not 0 <= priority_weight <= 1:
+            raise ValueError(f"priority_weight={priority_weight} must be in [0, 1]")
         self.capacity = int(capacity)
         self.stack = int(stack)
         self.device = torch.device(device)
@@ -105,6 +128,26 @@ class FrameReplay:
         # the first such sample, so that pushes to an eager learner skip its update.
         self._span: torch.Tensor | None = None
         self._gen.manual_seed(seed)
+        self.priority_exponent = float(priority_exponent)
+        self.priority_weight = float(priority_weight)
+        # Each slot's priority to the exponent (0: not a transition, or not written yet),
+        # and the highest raw priority seen, which new transitions get: both stay on the
+        # device, so a graphed step updates them without a sync.
+        self.priority: torch.Tensor | None = None
+        self._max_priority = torch.ones((), dtype=torch.float32, device=self.device)
+        if self.priority_exponent > 0:
+            # One slot more than the ring: updates for records overwritten since they
+            # were drawn are written there, where nothing reads them (dropping them would
+            # need their count on the host, which a graphed step cannot read).
+            self._priorities = torch.zeros(
+                self.capacity + 1, dtype=torch.float32, device=self.device
+            )
+            self.priority = self._priorities[: self.capacity]
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether transitions are drawn by priority (``priority_exponent`` above 0)."""
+        return self.priority is not None
 
     def __len__(self) -> int:
         """Records currently held."""
@@ -164,7 +207,13 @@ class FrameReplay:
         self.next[slots] = -1
         linked = (prev_ids != ids) & (prev_ids >= max(0, self.total + n - self.capacity))
         self.next[self._put(prev_ids[linked] % self.capacity)] = self._put(ids[linked])
-        self.first[slots] = self._put(first)
+        first_here = self._put(first)
+        self.first[slots] = first_here
+        if self.priority is not None:
+            # A new transition is drawn as readily as the worst-predicted one so far, so
+            # it is trained on soon; an episode's first frame is no transition's end.
+            fresh = self._max_priority.pow(self.priority_exponent)
+            self.priority[slots] = torch.where(first_here, 0.0, fresh)
         self.actions[slots] = self._put(batch["action"], torch.int64)
         self.rewards[slots] = self._put(batch["reward"], torch.float32)
         self.terminated[slots] = self._put(batch["terminated"], torch.float32)
@@ -187,44 +236,64 @@ class FrameReplay:
             t = t.pin_memory()
         return t.to(device=self.device, dtype=dtype, non_blocking=True)
 
-    def _chains(self, batch_size: int, max_tries: int = 100) -> torch.Tensor:
-        """Samples ``batch_size`` valid destinations; returns chains ``(stack+1, B)``."""
+    def _chains(
+        self, batch_size: int, max_tries: int = 100
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Samples ``batch_size`` valid destinations; returns chains ``(stack+1, B)`` and,
+        from a prioritized ring, each one's probability of being drawn (else None)."""
         if self.total == 0:
             raise RuntimeError("cannot sample from an empty replay")
         found: list[torch.Tensor] = []
+        probs: list[torch.Tensor] = []
         have = 0
         for _ in range(max_tries):
             # Rejection sampling from uniform ids gives uniform valid transitions;
             # invalid ids (episode starts, chains running off the ring's tail) are rare.
-            chains, ok = self._candidates(2 * batch_size)
-            chains = chains[:, ok]
-            found.append(chains)
-            have += chains.shape[1]
+            # By priority: each valid one in proportion to its priority.
+            chains, ok, prob = self._candidates(2 * batch_size)
+            found.append(chains[:, ok])
+            if prob is not None:
+                probs.append(prob[ok])
+            have += found[-1].shape[1]
             if have >= batch_size:
-                return torch.cat(found, dim=1)[:, :batch_size]
+                prob = torch.cat(probs)[:batch_size] if probs else None
+                return torch.cat(found, dim=1)[:, :batch_size], prob
         raise RuntimeError(
             f"replay has too few valid transitions to sample {batch_size} "
             f"({have} found in {max_tries} tries); wait for more data before sampling"
         )
 
-    def _candidates(self, n: int, graph_safe: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """``n`` uniform candidate ids with their chains ``(stack+1, n)``, and which are valid.
+    def _bounds(self, graph_safe: bool) -> tuple[int | torch.Tensor, int | torch.Tensor]:
+        """``(oldest, total)``: Python ints, or with ``graph_safe`` 0-d device tensors."""
+        if not graph_safe:
+            return self.oldest, self.total
+        if self._span is None:  # an eager first call (a graph's warm-up) makes it
+            self._span = self._put(torch.tensor([self.oldest, self.total]))
+        return self._span[0], self._span[1]
+
+    def _candidates(
+        self, n: int, graph_safe: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``n`` candidate ids with their chains ``(stack+1, n)``, which are valid, and
+        (prioritized) their probabilities: drawn uniformly, or by priority.
 
         Reads nothing back from the device. ``graph_safe``: the bounds come from the
         device and the draw from the default generator (see :meth:`sample`).
         """
-        oldest: int | torch.Tensor
-        if graph_safe:
-            if self._span is None:  # an eager first call (a graph's warm-up) makes it
-                self._span = self._put(torch.tensor([self.oldest, self.total]))
-            oldest, total = self._span[0], self._span[1]
+        oldest, total = self._bounds(graph_safe)
+        gen = None if graph_safe else self._gen
+        prob: torch.Tensor | None = None
+        if self.priority is not None:
+            cand, prob = self._by_priority(n, total, gen)
+        elif graph_safe:
             u = torch.rand(n, dtype=torch.float64, device=self.device)
             cand = oldest + (u * (total - oldest)).long()
         else:
-            oldest = self.oldest
-            cand = torch.randint(oldest, self.total, (n,), device=self.device, generator=self._gen)
+            cand = torch.randint(self.oldest, self.total, (n,), device=self.device, generator=gen)
         chain = [cand]
         ok = ~self.first[cand % self.capacity]
+        if prob is not None:
+            ok &= prob > 0  # a slot not written yet (reached only by rounding)
         cur = cand
         for _ in range(self.stack):
             # Read a pointer, then check it still names a live frame. A garbage pointer
@@ -233,27 +302,47 @@ class FrameReplay:
             cur = self.prev[cur % self.capacity]
             ok &= cur >= oldest
             chain.append(cur)
-        return torch.stack(chain), ok
+        return torch.stack(chain), ok, prob
 
-    def _draw(self, batch_size: int, graph_safe: bool = False) -> torch.Tensor:
+    def _by_priority(
+        self, n: int, total: int | torch.Tensor, gen: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` ids drawn in proportion to their slots' priorities, and their probabilities.
+
+        Inverse-CDF sampling: uniform points on the priorities' running sum (float64, so
+        a million slots add up without losing the small ones), each mapped to the slot
+        whose interval holds it by a binary search. A slot's global id is the newest one
+        below ``total`` that lives there.
+        """
+        assert self.priority is not None
+        cdf = torch.cumsum(self.priority, 0, dtype=torch.float64)
+        mass = cdf[-1]
+        u = torch.rand(n, dtype=torch.float64, device=self.device, generator=gen) * mass
+        slot = torch.searchsorted(cdf, u, right=True).clamp_(max=self.capacity - 1)
+        laps = torch.div(total - 1 - slot, self.capacity, rounding_mode="floor")
+        return slot + self.capacity * laps, self.priority[slot].double() / mass
+
+    def _draw(
+        self, batch_size: int, graph_safe: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Like :meth:`_chains`, without reading anything back from the device.
 
         Draws ``2 * batch_size`` candidates and keeps the first ``batch_size`` valid ones
-        in draw order (a stable sort puts valid candidates first), which are uniform over
-        valid transitions as the candidates are independent. Should fewer than
-        ``batch_size`` of them be valid (for Atari or CartPole episodes, with a replay past
-        a few hundred transitions, a chance far below 1e-9), the valid ones are reused
-        in turn. The caller must know that the ring holds at least one valid transition
-        (the learner samples only past ``learning_starts``): nothing here can check it
-        without waiting for the device.
+        in draw order (a stable sort puts valid candidates first), which are distributed
+        as valid transitions are drawn (uniformly, or by priority) as the candidates are
+        independent. Should fewer than ``batch_size`` of them be valid (for Atari or
+        CartPole episodes, with a replay past a few hundred transitions, a chance far
+        below 1e-9), the valid ones are reused in turn. The caller must know that the
+        ring holds at least one valid transition (the learner samples only past
+        ``learning_starts``): nothing here can check it without waiting for the device.
         """
         if self.total == 0:
             raise RuntimeError("cannot sample from an empty replay")
-        chains, ok = self._candidates(2 * batch_size, graph_safe)  # (stack+1, n), (n,)
+        chains, ok, prob = self._candidates(2 * batch_size, graph_safe)  # (stack+1, n), (n,)
         order = torch.argsort((~ok).to(torch.int32), stable=True)
         count = ok.sum().clamp_(min=1)
         pick = order[torch.arange(batch_size, device=self.device) % count]
-        return chains[:, pick]
+        return chains[:, pick], None if prob is None else prob[pick]
 
     def sample(
         self,
@@ -264,7 +353,7 @@ class FrameReplay:
         gamma: float = 0.99,
         graph_safe: bool = False,
     ) -> dict[str, torch.Tensor]:
-        """Uniformly samples transitions (n-step ones with ``n_step`` above 1).
+        """Samples transitions (n-step ones with ``n_step`` above 1), uniformly or by priority.
 
         Args:
             batch_size: Transitions to sample.
@@ -284,7 +373,9 @@ class FrameReplay:
             ``obs`` and ``next_obs`` (B, stack, *frame_shape) (or (B, *frame_shape) when
             ``stack == 1``), ``action`` (B,) int64, ``reward`` (B,) float32,
             ``terminated`` (B,) float32, and ``index`` (B,) the global ids of the
-            destination frames of the first steps (for tests and debugging); with
+            destination frames of the first steps (what :meth:`update_priorities` takes);
+            from a prioritized ring also ``weight`` (B,) float32, the samples'
+            importance-sampling weights (see ``priority_weight``); with
             ``n_step`` above 1 also ``discount`` (B,) float32, ``gamma`` to the power of
             the steps each sample took, and ``last`` (B,) the global ids of the frames
             ``next_obs`` ends at. All on the replay's device.
@@ -292,9 +383,9 @@ class FrameReplay:
         if n_step < 1:
             raise ValueError(f"n_step={n_step} must be >= 1")
         if graph_safe:
-            chains = self._draw(batch_size, graph_safe=True)
+            chains, prob = self._draw(batch_size, graph_safe=True)
         else:
-            chains = self._chains(batch_size) if check else self._draw(batch_size)
+            chains, prob = self._chains(batch_size) if check else self._draw(batch_size)
         slots = chains % self.capacity  # (stack+1, B)
         dest = slots[0]
         # chains[k] is k frames back from the destination. One gather of stack+1 frames
@@ -312,9 +403,41 @@ class FrameReplay:
             "terminated": self.terminated[dest],
             "index": chains[0],
         }
+        if prob is not None:
+            oldest, total = self._bounds(graph_safe)
+            # (N P)^-beta over the records held, divided by the batch's largest, so that
+            # weights only ever scale a loss down (as Schaul et al. and Ape-X do).
+            weight = (prob * (total - oldest)).pow(-self.priority_weight)
+            out["weight"] = (weight / weight.max()).float()
         if n_step > 1:
             out.update(self._onwards(chains[0], out["reward"], out["terminated"], n_step, gamma))
         return out
+
+    def update_priorities(self, index: torch.Tensor, td_error: torch.Tensor) -> None:
+        """Sets the priorities of the transitions a batch trained on.
+
+        Reads nothing back from the device, so a graphed step can include it. A sample
+        whose record a push has overwritten since it was drawn keeps the newcomer's
+        priority. Of a record drawn twice in one batch, either error may stay.
+
+        Args:
+            index: (B,) the samples' global ids (``sample()["index"]``).
+            td_error: (B,) their absolute TD errors (``dqn_loss``'s third value).
+
+        Raises:
+            RuntimeError: On a uniform replay (``priority_exponent`` 0).
+        """
+        if self.priority is None:
+            raise RuntimeError(
+                "update_priorities needs a prioritized replay (priority_exponent > 0)"
+            )
+        raw = td_error.detach().float().abs() + self.PRIORITY_FLOOR
+        oldest = self._span[0] if self._span is not None else self.oldest
+        # A stale sample's slot may also be in this batch under its newcomer's id: its
+        # write goes to the spare slot, so it cannot win over the newcomer's.
+        slot = torch.where(index >= oldest, index % self.capacity, self.capacity)
+        self._priorities[slot] = raw.pow(self.priority_exponent)
+        torch.maximum(self._max_priority, raw.max(), out=self._max_priority)
 
     def _onwards(
         self,

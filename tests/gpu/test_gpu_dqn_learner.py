@@ -131,14 +131,21 @@ def test_the_learner_trains_in_its_thread_on_the_gpu():
         core.close()
 
 
-@pytest.mark.parametrize("n_step", [1, 3])
-def test_a_graphed_step_updates_the_weights_as_an_eager_step_on_its_batch(n_step):
-    from dqn_reference import eager_update, snapshot
+@pytest.mark.parametrize(("n_step", "priority_exponent"), [(1, 0.0), (3, 0.0), (1, 0.6)])
+def test_a_graphed_step_updates_the_weights_as_an_eager_step_on_its_batch(
+    n_step, priority_exponent
+):
+    from dqn_reference import eager_update, priorities_after, snapshot
 
     from examples.atari_dqn.collector import CollectorCore
     from examples.atari_dqn.learner import Learner
 
-    cfg = _cartpole_cfg(n_step=n_step, target_update_every=10_000, **_GRAPHED)
+    cfg = _cartpole_cfg(
+        n_step=n_step,
+        priority_exponent=priority_exponent,
+        target_update_every=10_000,
+        **_GRAPHED,
+    )
     learner = Learner(cfg, transport="cuda")  # inline: each push trains what it paid for
     core = CollectorCore(cfg, device="cuda")
     try:
@@ -153,12 +160,18 @@ def test_a_graphed_step_updates_the_weights_as_an_eager_step_on_its_batch(n_step
         batch = {k: v.clone() for k, v in learner.graph_batch.items()}
         assert not torch.equal(batch["index"], index_before), "the replay drew the same batch"
         assert int(batch["index"].min()) >= learner.replay.oldest
-        want_loss, want = eager_update(learner, before, batch, capturable=True)
+        assert ("weight" in batch) == (priority_exponent > 0)
+        want_loss, want, td_error = eager_update(learner, before, batch, capturable=True)
         assert torch.allclose(loss, want_loss, rtol=1e-5, atol=1e-6)
         got = learner.q_net.state_dict()
         for k, v in want.items():
             assert not torch.equal(got[k], before["q_net"][k]), f"{k} did not change"
             assert torch.allclose(got[k], v, rtol=1e-4, atol=1e-6), k
+        if priority_exponent > 0:  # the replay set the batch's priorities on the GPU
+            slots = batch["index"] % learner.replay.capacity
+            got_priority = learner.replay.priority[slots]
+            want_priority = priorities_after(learner, td_error)
+            assert torch.allclose(got_priority, want_priority, rtol=1e-3, atol=1e-3)
     finally:
         learner.close()
         core.close()

@@ -22,18 +22,25 @@ def snapshot(learner: Learner) -> dict[str, Any]:
 
 def eager_update(
     learner: Learner, before: dict[str, Any], batch: dict[str, torch.Tensor], capturable: bool
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The loss and the weights one eager step from ``before`` on ``batch`` gives."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+    """The loss, the weights and the absolute TD errors one eager step from ``before`` on
+    ``batch`` gives."""
     net = copy.deepcopy(learner.q_net)
     net.load_state_dict(before["q_net"])
     target = copy.deepcopy(learner.target_net)
     target.load_state_dict(before["target_net"])
     opt = _adam(net.parameters(), learner.cfg, capturable=capturable)
     opt.load_state_dict(before["optimizer"])
-    loss, _ = dqn_loss(net, target, batch, learner.cfg.gamma)
+    loss, _, td_error = dqn_loss(net, target, batch, learner.cfg.gamma)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if learner.cfg.max_grad_norm:
         torch.nn.utils.clip_grad_norm_(net.parameters(), learner.cfg.max_grad_norm)
     opt.step()
-    return loss.detach(), net.state_dict()
+    return loss.detach(), net.state_dict(), td_error
+
+
+def priorities_after(learner: Learner, td_error: torch.Tensor) -> torch.Tensor:
+    """The priorities a prioritized replay must hold after training on ``td_error``."""
+    replay = learner.replay
+    return (td_error.float() + replay.PRIORITY_FLOOR).pow(replay.priority_exponent)

@@ -375,10 +375,13 @@ class _EagerGraph:
         return body()
 
 
-def test_the_graphed_path_makes_the_eager_update_on_its_own_batch():
-    from dqn_reference import eager_update, snapshot
+@pytest.mark.parametrize("priority_exponent", [0.0, 0.6])
+def test_the_graphed_path_makes_the_eager_update_on_its_own_batch(priority_exponent):
+    from dqn_reference import eager_update, priorities_after, snapshot
 
-    cfg = _cfg(cuda_graph=True, lr_final_fraction=1.0, n_step=3)
+    cfg = _cfg(
+        cuda_graph=True, lr_final_fraction=1.0, n_step=3, priority_exponent=priority_exponent
+    )
     learner = Learner(cfg)
     stand_in = _EagerGraph()
     learner._graphed = stand_in
@@ -391,11 +394,18 @@ def test_the_graphed_path_makes_the_eager_update_on_its_own_batch():
     assert learner.updates == updates + 1 and learner.weight_version == updates + 1
     batch = learner.graph_batch
     assert int(batch["index"].min()) >= learner.replay.oldest
-    want_loss, want = eager_update(learner, before, batch, capturable=False)
+    assert ("weight" in batch) == (priority_exponent > 0)
+    want_loss, want, td_error = eager_update(learner, before, batch, capturable=False)
     assert torch.allclose(loss, want_loss)
     got = learner.q_net.state_dict()
     for k, v in want.items():
         assert not torch.equal(got[k], before["q_net"][k]), f"{k} did not change"
         assert torch.allclose(got[k], v, atol=1e-6), k
+    if priority_exponent > 0:  # the body set the batch's priorities from its TD errors
+        slots = batch["index"] % learner.replay.capacity
+        assert learner.replay.priority is not None
+        torch.testing.assert_close(
+            learner.replay.priority[slots], priorities_after(learner, td_error)
+        )
     stats = learner.stats()
     assert math.isfinite(stats["loss_mean"]) and math.isfinite(stats["q_mean"])

@@ -30,6 +30,23 @@ def test_it_times_steps_per_batch_and_the_frames_they_pay_for():
         assert r["frames_per_s_paid"] == pytest.approx(r["samples_per_s"] / 8 * 4)
 
 
+def test_prioritized_times_steps_that_sample_and_update_priorities(monkeypatch):
+    from examples.atari_dqn.replay import FrameReplay
+
+    updates = []
+    update = FrameReplay.update_priorities
+
+    def counted(self, index, td_error):
+        updates.append(len(index))
+        update(self, index, td_error)
+
+    monkeypatch.setattr(FrameReplay, "update_priorities", counted)
+    got = dqn_learner.measure([8], seconds=0.2, device="cpu", fill=2_000, prioritized=True)
+    (row,) = got["rows"]
+    assert row["steps_per_s_no_sync"] > 0
+    assert updates and set(updates) == {8}  # each timed step set its batch's priorities
+
+
 def test_pushers_time_the_learner_in_its_thread_while_threads_push_to_it():
     got = dqn_learner.measure(
         [64], seconds=0.5, device="cpu", fill=500, env_id="CartPole-v1", pushers=4

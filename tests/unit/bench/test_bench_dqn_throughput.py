@@ -37,6 +37,9 @@ def test_it_trains_at_the_presets_replay_ratio_and_passes_learning_starts_in_the
     assert dqn_throughput.dqn_config(batch_size=128).train_every == 16
     # --replay-ratio: at the learner's batch, as the example's flag
     assert dqn_throughput.dqn_config(learner_gpus=0.5, replay_ratio=16).train_every == 32
+    # --prioritized: Ape-X's priorities, as the example's flag
+    assert dqn_throughput.dqn_config(prioritized=True).priority_exponent == 0.6
+    assert dqn_throughput.dqn_config().priority_exponent == 0.0
     assert ("actorrt", "dqn-throughput") in JOBS
 
 
