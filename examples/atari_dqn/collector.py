@@ -28,7 +28,7 @@ import actorrt
 from examples.atari_dqn.backend import backend
 from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.envs import AleVectorPool, EnvPool, make_pool, newest_frame
-from examples.atari_dqn.exploration import epsilon_greedy, linear_epsilon
+from examples.atari_dqn.exploration import apex_epsilons, epsilon_greedy, linear_epsilon
 from examples.atari_dqn.networks import build_q_network
 from examples.atari_dqn.replay import PREV_EARLIER_PUSH, PREV_NONE
 
@@ -90,6 +90,13 @@ class CollectorCore:
         self.act_seconds = 0.0  # choosing actions (the policy's forward pass)
         self.env_seconds = 0.0  # stepping the emulators
         self._streams = [(collector_id << _STREAM_SHIFT) + j for j in range(len(self.pool))]
+        # Ape-X: each env's own fixed epsilon, by its index among all the run's envs.
+        envs = len(self.pool)
+        self._fixed_epsilons = (
+            apex_epsilons(collector_id * envs, envs, self.num_collectors * envs)
+            if cfg.exploration == "ape-x"
+            else None
+        )
         self.new_push_order()
         self._new_push()
         # The first observation of every env starts an episode: it goes out in the first
@@ -156,10 +163,18 @@ class CollectorCore:
 
     # ----------------------------------------------------------------- acting
     def epsilon(self) -> float:
-        """Current exploration epsilon (linear schedule over estimated global frames)."""
+        """Current exploration epsilon: the linear schedule's over estimated global
+        frames, or the mean of this collector's fixed Ape-X epsilons."""
+        if self._fixed_epsilons is not None:
+            return float(self._fixed_epsilons.mean())
         global_frames = self.frame_offset + self.frames * self.num_collectors
         cfg = self.cfg
         return linear_epsilon(global_frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames)
+
+    def epsilons(self) -> float | np.ndarray:
+        """What the next step explores with: one epsilon for all envs (linear), or one
+        per env (Ape-X)."""
+        return self._fixed_epsilons if self._fixed_epsilons is not None else self.epsilon()
 
     def collect(self, steps: int) -> dict[str, torch.Tensor]:
         """Steps every env ``steps`` times and returns the push payload.
@@ -173,7 +188,7 @@ class CollectorCore:
         for _ in range(steps):
             t0 = clock()
             actions = epsilon_greedy(
-                self.q_net, pool.obs, self.epsilon(), self.n_actions, self.rng, self.device
+                self.q_net, pool.obs, self.epsilons(), self.n_actions, self.rng, self.device
             )
             t1 = clock()
             next_obs, rewards, term, trunc, reset_obs, infos = pool.step(actions)

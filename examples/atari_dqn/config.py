@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "APEX_PRIORITY_EXPONENT",
+    "EXPLORATIONS",
     "DQNConfig",
     "config_for_env",
     "is_atari",
@@ -24,6 +25,8 @@ __all__ = [
 #: The priority exponent of Ape-X's (and Rainbow's) prioritized replay, which
 #: ``--prioritized`` turns on (with :attr:`DQNConfig.priority_weight`'s 0.4).
 APEX_PRIORITY_EXPONENT = 0.6
+#: What :attr:`DQNConfig.exploration` may name (examples/atari_dqn/exploration.py).
+EXPLORATIONS = ("linear", "ape-x")
 
 
 @dataclasses.dataclass
@@ -80,6 +83,13 @@ class DQNConfig:
         adam_eps: Adam epsilon (1.5e-4 for Atari as in Dopamine's Rainbow/DQN-Adam).
         max_grad_norm: Global gradient-norm clip (None: no clipping).
         hidden_sizes: MLP hidden layers (non-Atari envs).
+        dueling: The Q-network ends in a dueling head, a value and an advantage stream
+            (:class:`~examples.atari_dqn.networks.DuelingHead`); False: one linear head.
+        exploration: ``"linear"``: one epsilon for every environment, from ``eps_start``
+            to ``eps_end`` over ``eps_decay_frames``. ``"ape-x"``: a fixed epsilon per
+            environment, 0.4 down to 0.4 ** 8 across the run's environments
+            (:func:`~examples.atari_dqn.exploration.apex_epsilons`); the ``eps_*``
+            fields are then unused.
         eps_start: Exploration epsilon at frame 0.
         eps_end: Exploration epsilon after ``eps_decay_frames``.
         eps_decay_frames: Frames over which epsilon decays linearly.
@@ -125,6 +135,8 @@ class DQNConfig:
     adam_eps: float = 1.5e-4
     max_grad_norm: float | None = 10.0
     hidden_sizes: tuple[int, ...] = (256, 256)
+    dueling: bool = False
+    exploration: str = "linear"
     eps_start: float = 1.0
     eps_end: float = 0.01
     eps_decay_frames: int = 1_000_000
@@ -234,6 +246,10 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
     if not float(preset.get("priority_exponent", 0.0)) >= 0:
         raise ValueError(
             f"priority_exponent={preset['priority_exponent']} must be >= 0 (0: uniform replay)"
+        )
+    if preset.get("exploration", "linear") not in EXPLORATIONS:
+        raise ValueError(
+            f"exploration={preset['exploration']!r} must be one of {', '.join(EXPLORATIONS)}"
         )
     if not 0 <= float(preset.get("priority_weight", 0.4)) <= 1:
         raise ValueError(f"priority_weight={preset['priority_weight']} must be in [0, 1]")

@@ -43,6 +43,7 @@ from examples.atari_dqn.checkpoint import load_checkpoint, save_checkpoint
 from examples.atari_dqn.collector import Collector
 from examples.atari_dqn.config import (
     APEX_PRIORITY_EXPONENT,
+    EXPLORATIONS,
     DQNConfig,
     config_for_env,
     with_batch_size,
@@ -258,6 +259,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "power 0.6, importance-sampling exponent 0.4 (default: uniform)",
     )
     p.add_argument(
+        "--dueling",
+        action="store_true",
+        default=None,
+        help="a dueling Q-network: value and advantage streams, Q = V + A - mean(A) "
+        "(default: one linear head)",
+    )
+    p.add_argument(
+        "--exploration",
+        choices=EXPLORATIONS,
+        default=None,
+        help="linear: one epsilon for all envs, decayed over the run (the preset's); "
+        "ape-x: a fixed epsilon per env, 0.4 down to 0.4**8 across all the run's envs",
+    )
+    p.add_argument(
         "--target-update-every",
         type=int,
         default=None,
@@ -354,6 +369,8 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         n_step=getattr(args, "n_step", None),
         cuda_graph=getattr(args, "cuda_graph", None),
         priority_exponent=APEX_PRIORITY_EXPONENT if getattr(args, "prioritized", None) else None,
+        exploration=getattr(args, "exploration", None),
+        dueling=getattr(args, "dueling", None),
     )
     eval_max_frames = getattr(args, "eval_max_frames", None)
     if eval_max_frames is not None:
@@ -387,7 +404,8 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
 
 def batch_line(cfg: DQNConfig) -> str:
     """One line: the batch, the replay ratio it keeps, the learning rate, the target period
-    (and the n-step returns, when above one step)."""
+    (and the n-step returns, prioritized replay, the dueling network, Ape-X exploration
+    and the CUDA graph, when used)."""
     return (
         f"batch {cfg.batch_size}: one gradient step per {cfg.train_every} transitions "
         f"({cfg.batch_size / cfg.train_every:g} samples per transition), lr {cfg.lr:.3g}, "
@@ -399,6 +417,8 @@ def batch_line(cfg: DQNConfig) -> str:
             if cfg.priority_exponent > 0
             else ""
         )
+        + (", dueling network" if cfg.dueling else "")
+        + (", Ape-X exploration (a fixed epsilon per env)" if cfg.exploration == "ape-x" else "")
         + (", steps as a CUDA graph on a GPU" if cfg.cuda_graph else "")
     )
 

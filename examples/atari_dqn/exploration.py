@@ -1,4 +1,10 @@
-"""Epsilon schedule and epsilon-greedy action choice."""
+"""Epsilon schedules and epsilon-greedy action choice.
+
+Two ways to explore (``DQNConfig.exploration``): ``"linear"``, one epsilon for every
+environment, decayed over the run's frames (the Nature DQN's); ``"ape-x"``, a fixed
+epsilon per environment spread from 0.4 down to 0.4 ** 8 across all the run's
+environments (Horgan et al. 2018), so some always explore and most mostly exploit.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,49 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["epsilon_greedy", "linear_epsilon"]
+__all__ = [
+    "APEX_ALPHA",
+    "APEX_BASE",
+    "apex_epsilons",
+    "epsilon_greedy",
+    "linear_epsilon",
+    "run_epsilon",
+]
+
+#: Ape-X's epsilon of environment ``i`` of ``N``: ``APEX_BASE ** (1 + APEX_ALPHA * i / (N - 1))``.
+APEX_BASE = 0.4
+APEX_ALPHA = 7.0
+
+
+def apex_epsilons(first: int, count: int, total: int) -> np.ndarray:
+    """The fixed epsilons of environments ``first .. first + count - 1`` of ``total``.
+
+    Environment ``i`` explores with ``0.4 ** (1 + 7 * i / (total - 1))``: 0.4 for the
+    first, 0.4 ** 8 (about 0.00066) for the last (one environment alone: 0.4). An
+    index past ``total - 1`` (a collector recreated under a new id) continues the curve
+    below the last.
+
+    Args:
+        first: Global index of the first environment (``collector_id * envs``).
+        count: Environments wanted.
+        total: Environments in the whole run (``collectors * envs``).
+    """
+    if count < 0 or first < 0 or total < 1:
+        raise ValueError(
+            f"apex_epsilons({first}, {count}, {total}): first and count must be >= 0, total >= 1"
+        )
+    spread = np.arange(first, first + count, dtype=np.float64) / max(total - 1, 1)
+    return APEX_BASE ** (1.0 + APEX_ALPHA * spread)
+
+
+def run_epsilon(
+    exploration: str, frame: int, start: float, end: float, decay_frames: int, total_envs: int
+) -> float:
+    """The run's epsilon for its metrics: the linear schedule's value at ``frame``, or
+    the mean of Ape-X's fixed epsilons over ``total_envs`` environments."""
+    if exploration == "ape-x":
+        return float(apex_epsilons(0, total_envs, total_envs).mean())
+    return linear_epsilon(frame, start, end, decay_frames)
 
 
 def linear_epsilon(frame: int, start: float, end: float, decay_frames: int) -> float:
@@ -27,7 +75,7 @@ def linear_epsilon(frame: int, start: float, end: float, decay_frames: int) -> f
 def epsilon_greedy(
     q_net: nn.Module,
     obs: np.ndarray,
-    epsilon: float,
+    epsilon: float | np.ndarray,
     n_actions: int,
     rng: np.random.Generator,
     device: torch.device | str = "cpu",
@@ -40,7 +88,7 @@ def epsilon_greedy(
     Args:
         q_net: Q-network (in eval mode or without dropout/batch norm).
         obs: (N, *obs_shape) observations.
-        epsilon: Exploration probability.
+        epsilon: Exploration probability, one for all rows or (N,) one per row.
         n_actions: Number of discrete actions.
         rng: Random generator (per collector, seeded).
         device: Where ``q_net`` lives.

@@ -110,7 +110,8 @@
 # PONG_EXTRA="--n-step 3 --eval-max-frames 0". `--prioritized` (Ape-X's prioritized
 # replay) is new and has not run on a GPU: graphtest checks its graphed step against an
 # eager one, and `graph` with GRAPH_MODES="graph graph-per" times its cost (about 1 min);
-# keep it out of a Pong run until both are known. Each run's logdir holds its checkpoint.pt
+# keep it out of a Pong run until both are known; `--dueling` and `--exploration ape-x`
+# (the rest of Ape-X's DQN) are new too and unrun on Atari. Each run's logdir holds its checkpoint.pt
 # (27 MB for Pong): PACK leaves those out. graphtest, and graph's own tests, drop
 # --cuda-graph from the later pong and timeline runs when they fail.
 #

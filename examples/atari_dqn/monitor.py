@@ -19,7 +19,7 @@ from examples.atari_dqn.checkpoint import save_checkpoint
 from examples.atari_dqn.config import DQNConfig, is_atari
 from examples.atari_dqn.envs import AleVectorPool, EnvPool, obs_spec
 from examples.atari_dqn.evaluation import eval_pool, evaluate
-from examples.atari_dqn.exploration import linear_epsilon
+from examples.atari_dqn.exploration import run_epsilon
 from examples.atari_dqn.metrics import MetricsLogger
 from examples.atari_dqn.networks import build_q_network
 from examples.atari_dqn.recovery import Crew, rerun_collector
@@ -203,7 +203,14 @@ class Monitor:
                 "return_mean": float(np.mean(self.recent)) if self.recent else math.nan,
                 "loss_mean": stats["loss_mean"],
                 "q_mean": stats["q_mean"],
-                "epsilon": linear_epsilon(frames, cfg.eps_start, cfg.eps_end, cfg.eps_decay_frames),
+                "epsilon": run_epsilon(
+                    cfg.exploration,
+                    frames,
+                    cfg.eps_start,
+                    cfg.eps_end,
+                    cfg.eps_decay_frames,
+                    args.collectors * cfg.num_envs_per_collector,
+                ),  # fmt: skip
                 "updates": stats["updates"],
                 "replay_size": stats["replay_size"],
             }

@@ -1,4 +1,5 @@
-"""Q-networks: the Nature-DQN CNN for Atari and a small MLP for vector observations."""
+"""Q-networks: the Nature-DQN CNN for Atari and a small MLP for vector observations,
+each with a plain or a dueling head (``DQNConfig.dueling``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,28 @@ from torch import nn
 
 from examples.atari_dqn.config import DQNConfig
 
-__all__ = ["MLPQNetwork", "NatureQNetwork", "build_q_network"]
+__all__ = ["DuelingHead", "MLPQNetwork", "NatureQNetwork", "build_q_network"]
+
+
+class DuelingHead(nn.Module):
+    """``Q = V + A - mean(A)`` from a value stream and an advantage stream (Wang et al.
+    2016, as Ape-X's and Rainbow's networks): the value of a state is learned from every
+    action's update, not only the taken one's, and subtracting the mean advantage makes
+    the split identifiable.
+
+    Args:
+        value: Maps features to ``(B, 1)`` state values.
+        advantage: Maps the same features to ``(B, A)`` advantages.
+    """
+
+    def __init__(self, value: nn.Module, advantage: nn.Module) -> None:
+        super().__init__()
+        self.value = value
+        self.advantage = advantage
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        advantage = self.advantage(features)
+        return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
 
 
 class NatureQNetwork(nn.Module):
@@ -19,7 +41,7 @@ class NatureQNetwork(nn.Module):
     observations stay uint8 everywhere outside the network (replay, wire, env).
     """
 
-    def __init__(self, in_channels: int, n_actions: int) -> None:
+    def __init__(self, in_channels: int, n_actions: int, dueling: bool = False) -> None:
         super().__init__()
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, 32, kernel_size=8, stride=4),
@@ -30,23 +52,37 @@ class NatureQNetwork(nn.Module):
             nn.ReLU(),
             nn.Flatten(),
         )
-        self.head = nn.Sequential(nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, n_actions))
+        self.head: nn.Module = (
+            DuelingHead(_hidden_then(1), _hidden_then(n_actions))  # a 512 layer in each
+            if dueling
+            else _hidden_then(n_actions)
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(obs.float() / 255.0))
 
 
+def _hidden_then(outputs: int) -> nn.Module:
+    """The Nature CNN's fully connected part: 3,136 features, 512 ReLUs, ``outputs``."""
+    return nn.Sequential(nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, outputs))
+
+
 class MLPQNetwork(nn.Module):
     """A ReLU MLP over flat float observations (CartPole and friends)."""
 
-    def __init__(self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int]) -> None:
+    def __init__(
+        self, obs_dim: int, n_actions: int, hidden_sizes: Sequence[int], dueling: bool = False
+    ) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         last = obs_dim
         for h in hidden_sizes:
             layers += [nn.Linear(last, h), nn.ReLU()]
             last = h
-        layers.append(nn.Linear(last, n_actions))
+        if dueling:
+            layers.append(DuelingHead(nn.Linear(last, 1), nn.Linear(last, n_actions)))
+        else:
+            layers.append(nn.Linear(last, n_actions))
         self.net = nn.Sequential(*layers)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -64,8 +100,8 @@ def build_q_network(cfg: DQNConfig, obs_shape: Sequence[int], n_actions: int) ->
     if cfg.atari:
         if tuple(obs_shape[1:]) != (84, 84):
             raise ValueError(f"the Nature CNN expects (C, 84, 84) observations, got {obs_shape}")
-        return NatureQNetwork(obs_shape[0], n_actions)
+        return NatureQNetwork(obs_shape[0], n_actions, cfg.dueling)
     obs_dim = 1
     for d in obs_shape:
         obs_dim *= int(d)
-    return MLPQNetwork(obs_dim, n_actions, cfg.hidden_sizes)
+    return MLPQNetwork(obs_dim, n_actions, cfg.hidden_sizes, cfg.dueling)
