@@ -46,6 +46,7 @@ def dqn_config(
     cuda_graph: bool = False,
     replay_ratio: float | None = None,
     prioritized: bool = False,
+    max_replay_ratio: float | None = None,
 ) -> Any:
     """The example's Pong preset (its replay ratio), training starting within the warm-up.
 
@@ -53,7 +54,9 @@ def dqn_config(
     else the preset's ``gpu_batch_size`` with a learner GPU, else the preset's.
     ``cuda_graph``: the learner's steps as CUDA graph replays (the example's flag);
     ``replay_ratio``: samples per transition at that batch (the example's flag);
-    ``prioritized``: Ape-X's prioritized replay (the example's ``--prioritized``).
+    ``prioritized``: Ape-X's prioritized replay (the example's ``--prioritized``);
+    ``max_replay_ratio``: the ratio the learner's spare steps may reach (the example's
+    ``--max-replay-ratio``).
     """
     from examples.atari_dqn.config import (
         APEX_PRIORITY_EXPONENT,
@@ -73,7 +76,10 @@ def dqn_config(
     if batch_size is None and learner_gpus > 0:
         batch_size = cfg.gpu_batch_size
     cfg = with_batch_size(cfg, batch_size) if batch_size else cfg
-    return with_replay_ratio(cfg, replay_ratio) if replay_ratio else cfg
+    cfg = with_replay_ratio(cfg, replay_ratio) if replay_ratio else cfg
+    if max_replay_ratio is not None:
+        cfg.max_replay_ratio = max_replay_ratio
+    return cfg
 
 
 def example_args(collectors: int, transport: str) -> Any:
@@ -207,10 +213,19 @@ def measure(
     cuda_graph: bool = False,
     replay_ratio: float | None = None,
     prioritized: bool = False,
+    max_replay_ratio: float | None = None,
 ) -> dict[str, Any]:
     """raw, dqn, raw; returns every figure and the ratio dqn / mean(raw)."""
     args = example_args(collectors, transport)
-    cfg = dqn_config(num_envs, batch_size, args.learner_gpus, cuda_graph, replay_ratio, prioritized)
+    cfg = dqn_config(
+        num_envs,
+        batch_size,
+        args.learner_gpus,
+        cuda_graph,
+        replay_ratio,
+        prioritized,
+        max_replay_ratio,
+    )
     first = raw_rate(cfg, collectors, raw_seconds)
     print(f"raw ALE, {collectors} process(es): {first['frames_per_s']:,.0f} frames/s", flush=True)
     dqn = dqn_rate(cfg, args, frames)
@@ -294,6 +309,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the learner samples by priority (the example's --prioritized)",
     )
+    p.add_argument(
+        "--max-replay-ratio",
+        type=float,
+        default=None,
+        help="the ratio the learner's spare steps may reach (the example's flag)",
+    )
     p.add_argument("--json", default=None, help="also write the figures here")
     opts = p.parse_args(argv)
     result = measure(
@@ -306,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         opts.cuda_graph,
         opts.replay_ratio,
         opts.prioritized,
+        opts.max_replay_ratio,
     )
     if opts.json:
         with open(opts.json, "w") as f:

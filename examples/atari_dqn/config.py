@@ -61,6 +61,13 @@ class DQNConfig:
         learning_starts: Transitions in replay before the first gradient step.
         train_every: Transitions received per gradient step (sets the replay ratio:
             ``batch_size / train_every`` samples per transition, independent of speed).
+        max_replay_ratio: None: the learner makes exactly one step per ``train_every``
+            transitions. A ratio (samples per transition, at least the replay ratio):
+            the learner's training thread also steps while it owes nothing, until its
+            steps reach this ratio, so a learner faster than the collectors spends its
+            spare time learning instead of waiting, and collectors faster than it still
+            wait for the replay ratio (the floor). Ape-X's learner runs free; this
+            bounds it. Only for a learner that trains in its own thread (the actor).
         target_update_every: Gradient steps between two hard target-network copies.
         max_train_lag: Transitions the learner's training thread may trail the data by
             before pushes wait for it (the backpressure that keeps the replay ratio; see
@@ -124,6 +131,7 @@ class DQNConfig:
     gpu_batch_size: int | None = 512
     learning_starts: int = 2_000
     train_every: int = 4
+    max_replay_ratio: float | None = None
     target_update_every: int = 1_000
     max_train_lag: int = 1_024
     gamma: float = 0.99
@@ -247,6 +255,9 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
         raise ValueError(
             f"priority_exponent={preset['priority_exponent']} must be >= 0 (0: uniform replay)"
         )
+    most = preset.get("max_replay_ratio")
+    if most is not None and not float(most) > 0:
+        raise ValueError(f"max_replay_ratio={most} must be > 0 (or None: no spare steps)")
     if preset.get("exploration", "linear") not in EXPLORATIONS:
         raise ValueError(
             f"exploration={preset['exploration']!r} must be one of {', '.join(EXPLORATIONS)}"

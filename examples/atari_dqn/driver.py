@@ -237,6 +237,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="samples per transition: a gradient step per batch / R transitions, at the "
         "run's batch (default: the preset's, 8 on Atari)",
     )
+    p.add_argument(
+        "--max-replay-ratio",
+        type=float,
+        default=None,
+        metavar="M",
+        help="let the learner take spare steps, while it owes none, up to M samples per "
+        "transition; the replay ratio stays the floor the collectors wait for (default: "
+        "none, exactly the replay ratio)",
+    )
     p.add_argument("--learning-starts", type=int, default=None)
     p.add_argument(
         "--n-step",
@@ -351,8 +360,9 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     gets a GPU (:func:`resolve_gpus`), else the preset's; a batch other than the preset's
     keeps its replay ratio (:func:`~examples.atari_dqn.config.with_batch_size`);
     ``--replay-ratio`` then sets the ratio at that batch
-    (:func:`~examples.atari_dqn.config.with_replay_ratio`), ``--lr`` its learning rate
-    and ``--target-update-every`` its target period.
+    (:func:`~examples.atari_dqn.config.with_replay_ratio`), ``--lr`` its learning rate,
+    ``--target-update-every`` its target period and ``--max-replay-ratio`` the ratio
+    the learner's spare steps may reach.
 
     Raises:
         ValueError: A batch size that cannot keep the replay ratio, or a bad override.
@@ -399,28 +409,43 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
     period = getattr(args, "target_update_every", None)
     if period is not None:
         cfg.target_update_every = period
+    most = getattr(args, "max_replay_ratio", None)
+    if most is not None:
+        ratio_now = cfg.batch_size / cfg.train_every
+        if most < ratio_now:
+            raise ValueError(
+                f"--max-replay-ratio {most:g} is below the run's replay ratio {ratio_now:g} "
+                "(the floor): give one at least as high, or lower --replay-ratio"
+            )
+        cfg.max_replay_ratio = most
     return cfg
 
 
 def batch_line(cfg: DQNConfig) -> str:
     """One line: the batch, the replay ratio it keeps, the learning rate, the target period
-    (and the n-step returns, prioritized replay, the dueling network, Ape-X exploration
-    and the CUDA graph, when used)."""
-    return (
+    (and the spare steps' ratio, the n-step returns, prioritized replay, the dueling
+    network, Ape-X exploration and the CUDA graph, when used)."""
+    ratio = f"{cfg.batch_size / cfg.train_every:g} samples per transition"
+    if cfg.max_replay_ratio is not None:
+        ratio += f", up to {cfg.max_replay_ratio:g} with spare steps"
+    parts = [
         f"batch {cfg.batch_size}: one gradient step per {cfg.train_every} transitions "
-        f"({cfg.batch_size / cfg.train_every:g} samples per transition), lr {cfg.lr:.3g}, "
-        f"target copy every {cfg.target_update_every} steps"
-        + (f", {cfg.n_step}-step returns" if cfg.n_step > 1 else "")
-        + (
-            f", prioritized replay (exponent {cfg.priority_exponent:g}, "
+        f"({ratio}), lr {cfg.lr:.3g}, target copy every {cfg.target_update_every} steps"
+    ]
+    if cfg.n_step > 1:
+        parts.append(f"{cfg.n_step}-step returns")
+    if cfg.priority_exponent > 0:
+        parts.append(
+            f"prioritized replay (exponent {cfg.priority_exponent:g}, "
             f"importance weights {cfg.priority_weight:g})"
-            if cfg.priority_exponent > 0
-            else ""
         )
-        + (", dueling network" if cfg.dueling else "")
-        + (", Ape-X exploration (a fixed epsilon per env)" if cfg.exploration == "ape-x" else "")
-        + (", steps as a CUDA graph on a GPU" if cfg.cuda_graph else "")
-    )
+    if cfg.dueling:
+        parts.append("dueling network")
+    if cfg.exploration == "ape-x":
+        parts.append("Ape-X exploration (a fixed epsilon per env)")
+    if cfg.cuda_graph:
+        parts.append("steps as a CUDA graph on a GPU")
+    return ", ".join(parts)
 
 
 def resolve_gpus(

@@ -27,7 +27,7 @@
 #               ratio kept and how busy the training thread was (about 3 x 2 min).
 #               THROUGHPUT_RUNS names the runs, each name its flags: the transport, then
 #               any of graph (--cuda-graph), per (--prioritized), bN (--batch-size N),
-#               rN (--replay-ratio N),
+#               rN (--replay-ratio N), mN (--max-replay-ratio N),
 #               e.g. "cpu cuda cpu-b32" (the default) or "cpu-graph cpu-graph-r16"
 #   graphtest   the CUDA-graph tests of tests/gpu/test_gpu_dqn_learner.py alone (a
 #               replayed step against an eager one on the same batch, the graphed
@@ -87,33 +87,38 @@
 #
 # The next loan: with the collectors acting on the CPU (--transport cpu; on the second
 # loan acting took them 6% of their time there against 13% on the GPU) the learner has
-# the GPU alone, so how many more gradient steps per frame can it afford? The runs at
-# 512 made 16 times fewer steps per frame than the Nature DQN's batch of 32, the likely
-# first reason Pong learned slowly per frame. Two commands, about 3.5 and 9.5 minutes:
+# the GPU alone, and --max-replay-ratio 32 lets it take every step it has time for, up
+# to 32 samples per transition, while the collectors never wait below the preset's 8.
+# The runs at 512 made 16 times fewer steps per frame than the Nature DQN's batch of
+# 32, the likely first reason Pong learned slowly per frame; this spends all the
+# learner's room on steps without throttling collection. Two commands, about 3.5 and
+# 9.5 minutes:
 #
 #   OUT=/tmp/g1 STEPS="machine graphtest throughput" TP_S=110 \
-#       THROUGHPUT_RUNS="cpu-graph-r16 cpu-graph-b256-r16 cpu-graph-r32" \
+#       THROUGHPUT_RUNS="cpu-graph-m32 cpu-graph-b256-m32 cuda-graph-m32" \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
-#       PONG_TRANSPORT=cpu PONG_EXTRA="--cuda-graph --replay-ratio 16 --eval-max-frames 0" \
+#       PONG_TRANSPORT=cpu \
+#       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# Between the two, pick PONG_EXTRA's batch and ratio from the first: among the runs that
-# kept at least 15,000 frames/s, the one with the most updates/s x sqrt(batch) (a step
-# of 512 at 4e-4 counts as about two of 256 at 2.8e-4 under the square-root rule the
-# learning rates follow; a heuristic, not a measurement), batch 512 on a tie: add
-# "--batch-size 256" for b256, "--replay-ratio 32" for r32. The target period is new as
-# well: a copy every 250 steps at 512 (config.with_batch_size keeps the preset's
-# learning rate times steps between copies; 354 at 256), where the three loans' runs
-# copied every 62; --target-update-every 62 in PONG_EXTRA repeats them. `--n-step 3` did
-# not learn at lr 4e-4 with the old period (performance.md); to try it again,
-# PONG_EXTRA="--n-step 3 --eval-max-frames 0". `--prioritized` (Ape-X's prioritized
-# replay) is new and has not run on a GPU: graphtest checks its graphed step against an
-# eager one, and `graph` with GRAPH_MODES="graph graph-per" times its cost (about 1 min);
-# keep it out of a Pong run until both are known; `--dueling` and `--exploration ape-x`
-# (the rest of Ape-X's DQN) are new too and unrun on Atari. Each run's logdir holds its checkpoint.pt
-# (27 MB for Pong): PACK leaves those out. graphtest, and graph's own tests, drop
-# --cuda-graph from the later pong and timeline runs when they fail.
+# Between the two, pick the Pong run's transport and batch from the first: among the
+# runs that kept at least 15,000 frames/s, the one with the most updates/s x
+# sqrt(batch) (a step of 512 at 4e-4 counts as about two of 256 at 2.8e-4 under the
+# square-root rule the learning rates follow; a heuristic, not a measurement), batch
+# 512 and cpu on a tie: PONG_TRANSPORT=cuda for cuda-graph-m32, "--batch-size 256" in
+# PONG_EXTRA for b256. The target period is new as well: a copy every 250 steps at 512
+# (config.with_batch_size keeps the preset's learning rate times steps between copies;
+# 354 at 256), where the three loans' runs copied every 62; --target-update-every 62
+# in PONG_EXTRA repeats them. `--n-step 3` did not learn at lr 4e-4 with the old period
+# (performance.md); to try it again, add "--n-step 3". `--prioritized` (Ape-X's
+# prioritized replay) is new and has not run on a GPU: graphtest checks its graphed
+# step against an eager one, and `graph` with GRAPH_MODES="graph graph-per" times its
+# cost (about 1 min); keep it out of a Pong run until both are known. `--dueling` and
+# `--exploration ape-x` (the rest of Ape-X's DQN) are new too and unrun on Atari.
+# Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
+# graphtest, and graph's own tests, drop --cuda-graph from the later pong and
+# timeline runs when they fail.
 #
 # Not --trace on the Pong run: 500 s of traced gradient steps (a span per part, and
 # its CUDA events) come near trace.MAX_EVENTS in the learner alone, and gathering and
@@ -208,7 +213,8 @@ for step in $STEPS; do
         ;;
     throughput)
         # A run's name says its flags: the transport (cpu, cuda), then any of "graph"
-        # (--cuda-graph), per (--prioritized), bN (--batch-size N), rN (--replay-ratio N).
+        # (--cuda-graph), per (--prioritized), bN (--batch-size N), rN (--replay-ratio N),
+        # mN (--max-replay-ratio N).
         for name in $THROUGHPUT_RUNS; do
             transport=${name%%-*}
             case $transport in
@@ -221,8 +227,9 @@ for step in $STEPS; do
                 graph) set -- "$@" --cuda-graph ;;
                 b[0-9]*) set -- "$@" --batch-size "${part#b}" ;;
                 r[0-9]*) set -- "$@" --replay-ratio "${part#r}" ;;
+                m[0-9]*) set -- "$@" --max-replay-ratio "${part#m}" ;;
                 per) set -- "$@" --prioritized ;;
-                *) note "  throughput run $name: unknown part $part (graph, per, bN, rN)"; continue 2 ;;
+                *) note "  throughput run $name: unknown part $part (graph, per, bN, rN, mN)"; continue 2 ;;
                 esac
             done
             timeout "$TP_S" $PYTHON -m benchmarks.dqn_throughput --collectors "$COLLECTORS" \

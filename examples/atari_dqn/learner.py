@@ -195,6 +195,21 @@ class Learner:
         self._paid_cv = threading.Condition(self._lock)  # pushes held, drain(): steps done
         self._turn_cv = threading.Condition(self._lock)  # pushes awaiting their turn
         self._owed = 0  # transitions past learning_starts not yet paid for with a step
+        # With max_replay_ratio, the training thread also steps while nothing is owed,
+        # until the steps reach that ratio of the transitions past learning_starts: the
+        # learner's spare time spent on learning. _owed then goes below 0 (steps ahead).
+        self._paying = 0  # transitions past learning_starts received
+        self._steps_paid = 0  # steps taken against them
+        if cfg.max_replay_ratio is not None and (
+            cfg.max_replay_ratio < cfg.batch_size / cfg.train_every
+        ):
+            raise ValueError(
+                f"max_replay_ratio={cfg.max_replay_ratio:g} is below the replay ratio "
+                f"{cfg.batch_size / cfg.train_every:g} (batch_size / train_every)"
+            )
+        self._spare_every = (
+            cfg.batch_size / cfg.max_replay_ratio if cfg.max_replay_ratio is not None else None
+        )
         self._order: dict[int, tuple[int, int]] = {}  # collector -> (nonce, next seq)
         zero = torch.zeros((), device=self.device)
         self._loss_sum, self._q_sum = zero, zero  # on the device, since the last stats()
@@ -262,7 +277,8 @@ class Learner:
             self.pushes += 1
             if paying:
                 self._owed += added
-                if self._owed >= self.cfg.train_every:
+                self._paying += added
+                if self._owed >= self.cfg.train_every or self._spare_step():
                     self._owed_cv.notify()  # the training thread, its only waiter
         if self._thread is None:
             self._train_owed()
@@ -314,6 +330,7 @@ class Learner:
                 if self._owed < self.cfg.train_every:
                     break
                 self._owed -= self.cfg.train_every
+                self._steps_paid += 1
             self.train_step()
         self.train_seconds += time.perf_counter() - t0
 
@@ -336,19 +353,27 @@ class Learner:
                 return
             del learner  # between steps the thread must not keep the learner alive
 
+    def _spare_step(self) -> bool:
+        """Whether one more step stays within ``max_replay_ratio`` (under ``_lock``)."""
+        every = self._spare_every
+        return every is not None and (self._steps_paid + 1) * every <= self._paying
+
     def _train_once(self, wait: float) -> bool:
-        """One step if one is owed, else waits up to ``wait`` s; False once stopped."""
+        """One step if one is owed (or spare, below ``max_replay_ratio``), else waits up
+        to ``wait`` s; False once stopped."""
         with self._lock:
             if self._stop:
                 return False
-            if self._owed < self.cfg.train_every:
+            if self._owed < self.cfg.train_every and not self._spare_step():
                 self._owed_cv.wait(wait)
                 return not self._stop
         t0 = time.perf_counter()
         self.train_step()
         self.train_seconds += time.perf_counter() - t0
         with self._lock:
+            # A spare step pays ahead: the pushes after it owe that much less.
             self._owed -= self.cfg.train_every
+            self._steps_paid += 1
             if self._owed <= self.cfg.max_train_lag or self._owed < self.cfg.train_every:
                 # Held pushes may go on (and drain() may return): not before, so a step
                 # that leaves them waiting wakes nobody.
@@ -546,7 +571,8 @@ class Learner:
             ``last_loss``, ``loss_mean`` and ``q_mean`` (means over the gradient steps
             since the previous ``stats()`` call; NaN when none), ``episodes_total``,
             ``episodes`` (list of ``(frame, return, length)``), ``train_seconds``,
-            ``train_lag`` (transitions received and not yet trained on),
+            ``train_lag`` (transitions received and not yet trained on; 0 when spare
+            steps, below ``max_replay_ratio``, are ahead),
             ``push_wait_seconds`` (summed over pushes: held until training caught up),
             ``batch_size``, ``uptime_s``, ``device``, ``pid`` (of the learner's process).
         """
@@ -554,7 +580,7 @@ class Learner:
         with self._lock:
             loss_sum, q_sum, steps = self._loss_sum, self._q_sum, self._stat_steps
             self._loss_sum, self._q_sum, self._stat_steps = zero, zero, 0
-            last, lag = self._last_loss, self._owed
+            last, lag = self._last_loss, max(0, self._owed)
         # Read back here, outside the lock: the one wait for the device per call.
         if last is not None:
             self.last_loss = float(last)

@@ -128,6 +128,18 @@ def test_a_replay_ratio_sets_the_steps_per_transition_at_the_same_batch():
     assert build_config(parse_args(["--replay-ratio", "4"])).train_every == 8  # batch 32
 
 
+def test_a_max_replay_ratio_is_a_ceiling_above_the_runs_ratio():
+    cfg = build_config(parse_args(["--learner-gpus", "1", "--max-replay-ratio", "32"]))
+    assert (cfg.batch_size, cfg.train_every, cfg.max_replay_ratio) == (512, 64, 32.0)
+    assert "(8 samples per transition, up to 32 with spare steps)" in batch_line(cfg)
+    assert build_config(parse_args([])).max_replay_ratio is None
+    with pytest.raises(ValueError, match="--max-replay-ratio 4 is below the run's replay ratio 8"):
+        build_config(parse_args(["--max-replay-ratio", "4"]))
+    # at the ratio --replay-ratio set, not the preset's
+    cfg = build_config(parse_args(["--replay-ratio", "16", "--max-replay-ratio", "16"]))
+    assert cfg.max_replay_ratio == 16.0
+
+
 def test_the_batch_follows_the_learners_device(capsys):
     # No flag: the preset's batch on a CPU learner, its gpu_batch_size on a GPU one.
     assert build_config(parse_args(["--learner-gpus", "0"])).batch_size == 32

@@ -176,6 +176,50 @@ def test_background_training_keeps_the_replay_ratio_once_drained():
         learner.close()
 
 
+def _updates_settle(learner: Learner, quiet_s: float = 0.5) -> int:
+    """The learner's updates once they stop changing for ``quiet_s`` (bounded)."""
+    deadline = time.monotonic() + _BOUND_S
+    last, since = learner.updates, time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = learner.updates
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+    raise AssertionError(f"the learner kept stepping for {_BOUND_S} s")
+
+
+@pytest.mark.parametrize("most", [None, 32.0])
+def test_spare_steps_reach_the_max_replay_ratio_and_never_pass_it(most):
+    # replay ratio 8 (16 every 2); spare steps up to 32 samples: one per half transition
+    cfg = _cfg(max_train_lag=64, max_replay_ratio=most)
+    learner, core = _background(cfg)
+    try:
+        while learner.transitions < 400:
+            learner.push(core.collect(cfg.steps_per_push))
+        paying = learner.transitions - 96  # from the push that crossed learning_starts
+        updates = _updates_settle(learner)
+        if most is None:
+            assert updates == paying // cfg.train_every  # the floor, exactly
+        else:
+            assert updates == int(paying * most / cfg.batch_size)  # the cap, exactly
+            assert updates == 4 * (paying // cfg.train_every)
+        assert learner.stats()["train_lag"] == 0 or most is None
+        learner.push(core.collect(cfg.steps_per_push))  # 16 more transitions
+        more = _updates_settle(learner) - updates
+        assert more == (16 // cfg.train_every) * (4 if most else 1)
+    finally:
+        learner.close()
+
+
+def test_a_max_replay_ratio_below_the_replay_ratio_is_refused():
+    with pytest.raises(ValueError, match="max_replay_ratio=4 is below the replay ratio 8"):
+        Learner(_cfg(max_replay_ratio=4.0))
+    with pytest.raises(ValueError, match="must be > 0"):
+        _cfg(max_replay_ratio=0)
+
+
 class _SlowSteps(Learner):
     """A learner whose steps block until the test lets them go."""
 

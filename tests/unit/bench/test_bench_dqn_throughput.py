@@ -40,6 +40,8 @@ def test_it_trains_at_the_presets_replay_ratio_and_passes_learning_starts_in_the
     # --prioritized: Ape-X's priorities, as the example's flag
     assert dqn_throughput.dqn_config(prioritized=True).priority_exponent == 0.6
     assert dqn_throughput.dqn_config().priority_exponent == 0.0
+    # --max-replay-ratio: the learner's spare steps, as the example's flag
+    assert dqn_throughput.dqn_config(max_replay_ratio=32).max_replay_ratio == 32
     assert ("actorrt", "dqn-throughput") in JOBS
 
 
