@@ -22,6 +22,10 @@ collectors and learner. Where the steps run:
   at once: each carries its collector's sequence number (``order``), and the learner
   adds them to replay in that order, as the ring's back pointers require.
 
+With ``max_replay_ratio`` the replay ratio becomes a floor: the training thread also takes
+spare steps while nothing is owed, until its steps reach that ratio of the transitions
+received, and those steps count against the pushes that follow.
+
 A step reads nothing back from the device (no ``.item()``, sampling without rejection
 loop): on a GPU the training thread only queues kernels, and the losses are summed on
 the device and read when :meth:`Learner.stats` is called.
