@@ -94,20 +94,22 @@
 # learner's room on steps without throttling collection. Two commands, about 3.5 and
 # 9.5 minutes:
 #
-#   OUT=/tmp/g1 STEPS="machine graphtest throughput" TP_S=110 \
-#       THROUGHPUT_RUNS="cpu-graph-m32 cpu-graph-b256-m32 cuda-graph-m32" \
+#   OUT=/tmp/g1 STEPS="machine graphtest throughput timeline" TP_S=110 \
+#       THROUGHPUT_RUNS="cpu-graph-m32 cpu-graph-b256-m32" TL_TRANSPORT=cpu \
+#       TL_EXTRA="--cuda-graph --max-replay-ratio 32" TL_FRAMES=300000 \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
 #       PONG_TRANSPORT=cpu \
 #       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# Between the two, pick the Pong run's transport and batch from the first: among the
-# runs that kept at least 15,000 frames/s, the one with the most updates/s x
-# sqrt(batch) (a step of 512 at 4e-4 counts as about two of 256 at 2.8e-4 under the
-# square-root rule the learning rates follow; a heuristic, not a measurement), batch
-# 512 and cpu on a tie: PONG_TRANSPORT=cuda for cuda-graph-m32, "--batch-size 256" in
-# PONG_EXTRA for b256. The target period is new as well: a copy every 250 steps at 512
+# The timeline run shows where the time goes with the learner free to step: its GPU
+# should be the limit, which is the issue's goal for the timeline. Between the two
+# commands, pick the Pong run's batch from the first: of the two throughput runs, if
+# both kept at least 15,000 frames/s, the one with the most updates/s x sqrt(batch) (a
+# step of 512 at 4e-4 counts as about two of 256 at 2.8e-4 under the square-root rule
+# the learning rates follow; a heuristic, not a measurement), 512 on a tie: add
+# "--batch-size 256" to PONG_EXTRA for b256. The target period is new as well: a copy every 250 steps at 512
 # (config.with_batch_size keeps the preset's learning rate times steps between copies;
 # 354 at 256), where the three loans' runs copied every 62; --target-update-every 62
 # in PONG_EXTRA repeats them. `--n-step 3` did not learn at lr 4e-4 with the old period
@@ -131,7 +133,7 @@ COLLECTORS=${COLLECTORS:-12}
 THROUGHPUT_RUNS=${THROUGHPUT_RUNS:-cpu cuda cpu-b32}  # the throughput step's runs
 TP_FRAMES=${TP_FRAMES:-120000}  # the DQN phase of each throughput run
 TL_FRAMES=${TL_FRAMES:-400000}  # the timeline step's run
-TL_TRANSPORT=${TL_TRANSPORT:-cuda}  # cpu: the same step on a machine without a GPU
+TL_TRANSPORT=${TL_TRANSPORT:-cuda}  # cpu: collectors on the CPU (a learner takes the GPU if any)
 TL_EXTRA=${TL_EXTRA:-}  # more flags for the timeline run (e.g. --cuda-graph)
 PONG_S=${PONG_S:-660}
 # Each run's bound in seconds. Bound a loan's steps here, not with an outer `timeout`:
