@@ -1,0 +1,80 @@
+"""examples/atari_dqn/gpu_check.sh, the script a GPU loan runs, with a stand-in Python.
+
+A loan is rare and short: a script that passes the wrong flags wastes it. These run the
+script's own logic (run names parsed into flags, the graph gate, the Pong run's time
+budget) with ``$PYTHON`` replaced by a stub that records its arguments and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "examples" / "atari_dqn" / "gpu_check.sh"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("timeout") is None,
+    reason="gpu_check.sh needs bash and coreutils' timeout",
+)
+
+_STUB = """#!/usr/bin/env bash
+echo "$*" >> "$STUB_LOG"
+case "$*" in *pytest*) echo "1 failed"; exit "${STUB_PYTEST_RC:-0}" ;; esac
+exit 0
+"""
+
+
+def _run(tmp_path: Path, **env: str) -> tuple[list[str], str]:
+    """Runs the script; returns the stub's calls (one line each) and the summary."""
+    stub = tmp_path / "python"
+    stub.write_text(_STUB)
+    stub.chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.touch()
+    out = tmp_path / "out"
+    full = {**os.environ, "OUT": str(out), "PYTHON": str(stub), "STUB_LOG": str(log), **env}
+    subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full, check=True, timeout=60)
+    return log.read_text().splitlines(), (out / "summary.txt").read_text()
+
+
+def test_throughput_run_names_become_the_benchmarks_flags(tmp_path):
+    calls, summary = _run(
+        tmp_path,
+        STEPS="throughput",
+        THROUGHPUT_RUNS="cpu-graph-b256-r16-m32-per cuda gpu-graph cpu-zzz",
+    )
+    assert len(calls) == 2, calls  # the two well-named runs, no more
+    first, second = calls
+    assert "-m benchmarks.dqn_throughput" in first and "--transport cpu" in first
+    assert first.endswith(
+        "--cuda-graph --batch-size 256 --replay-ratio 16 --max-replay-ratio 32 --prioritized "
+        f"--json {tmp_path}/out/throughput-cpu-graph-b256-r16-m32-per.json"
+    )
+    assert "--transport cuda" in second and "--cuda-graph" not in second
+    assert "throughput run gpu-graph: begin its name with cpu or cuda" in summary
+    assert "throughput run cpu-zzz: unknown part zzz" in summary
+
+
+@pytest.mark.parametrize("graph_tests_rc", [0, 1])
+def test_failed_graph_tests_drop_the_graph_from_the_pong_run_only(tmp_path, graph_tests_rc):
+    calls, summary = _run(
+        tmp_path,
+        STEPS="graphtest pong",
+        STUB_PYTEST_RC=str(graph_tests_rc),
+        DEADLINE_S="200",
+        PONG_TRANSPORT="cpu",
+        PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0",
+    )
+    (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
+    assert ("--cuda-graph" in pong) == (graph_tests_rc == 0)
+    assert "--max-replay-ratio 32 --eval-max-frames 0" in pong and "--transport cpu" in pong
+    # the run fills the command's time: DEADLINE_S less what ran before, less its end (60)
+    train_s = int(pong.split("--train-seconds ")[1].split()[0])
+    assert 130 <= train_s <= 140
+    dropped = "--cuda-graph dropped from the pong and timeline runs" in summary
+    assert dropped == (graph_tests_rc != 0)
