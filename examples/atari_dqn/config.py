@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "APEX_PRIORITY_EXPONENT",
     "EXPLORATIONS",
+    "RECIPES",
     "DQNConfig",
     "config_for_env",
     "is_atari",
@@ -27,6 +28,28 @@ __all__ = [
 APEX_PRIORITY_EXPONENT = 0.6
 #: What :attr:`DQNConfig.exploration` may name (examples/atari_dqn/exploration.py).
 EXPLORATIONS = ("linear", "ape-x")
+
+#: Named runs: the command-line defaults ``python -m examples.atari_dqn --recipe NAME``
+#: takes (flags given beside it still win). Keys are the flags' names, dashes as
+#: underscores; the hyperparameters they do not name are the env preset's below.
+RECIPES: dict[str, dict[str, Any]] = {
+    # Issue 24: Pong on one H100/H200 with 16 cores, within 10 minutes of wall time.
+    "pong-10min": {
+        "env": "ALE/Pong-v5",
+        "collectors": 12,  # 48 emulators on 16 cores, beside the learner and the driver
+        "transport": "cpu",  # the collectors act on the CPU: the learner has the GPU alone
+        "total_frames": 100_000_000,  # more than 10 minutes hold: the time bound ends it
+        "train_seconds": 508,  # start-up and the final evaluation fit the rest
+        "replay_capacity": 1_000_000,
+        "eval_every": 500_000,
+        "eval_episodes": 8,
+        "eval_max_frames": 0,  # each evaluation game to its end
+        "cuda_graph": True,
+        # the learner steps whenever it has time, up to 32 samples per transition; the
+        # collectors never wait below the preset's 8
+        "max_replay_ratio": 32.0,
+    },
+}
 
 
 @dataclasses.dataclass

@@ -44,6 +44,7 @@ from examples.atari_dqn.collector import Collector
 from examples.atari_dqn.config import (
     APEX_PRIORITY_EXPONENT,
     EXPLORATIONS,
+    RECIPES,
     DQNConfig,
     config_for_env,
     with_batch_size,
@@ -71,6 +72,7 @@ __all__ = [
     "parse_args",
     "placement_line",
     "progress_fields",
+    "recipe_line",
     "resolve_gpus",
     "show_plan",
     "train",
@@ -84,6 +86,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         prog="python -m examples.atari_dqn",
         description="Distributed DQN with actorrt: collector actors stream transitions to a "
         "learner actor. With no flags: Pong, 2 collectors, a short frame budget, local cluster.",
+    )
+    p.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default=None,
+        help="a named run from config.RECIPES (its flags as defaults; flags given beside "
+        "it win): pong-10min is issue 24's Pong on one GPU in 10 minutes",
     )
     p.add_argument(
         "--env",
@@ -313,6 +322,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="start the cluster, print where the layout's slots went (a table, or 'json': "
         "the plan.json form) and exit without training",
     )
+    recipe = p.parse_known_args(argv)[0].recipe
+    if recipe is not None:
+        flags = {a.dest for a in p._actions}
+        unknown = sorted(set(RECIPES[recipe]) - flags)
+        if unknown:  # a recipe naming a flag that does not exist would be silently ignored
+            raise ValueError(f"recipe {recipe!r} names no flag {', '.join(unknown)}")
+        p.set_defaults(**RECIPES[recipe])
     args = p.parse_args(argv)
     if args.collectors < 1:
         p.error("--collectors must be >= 1")
@@ -419,6 +435,15 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
             )
         cfg.max_replay_ratio = most
     return cfg
+
+
+def recipe_line(name: str) -> str:
+    """One line: the flags a recipe stands for (``config.RECIPES``)."""
+    flags = []
+    for key, value in RECIPES[name].items():
+        flag = "--" + key.replace("_", "-")
+        flags.append(flag if value is True else f"{flag} {value}")
+    return f"recipe {name}: " + " ".join(flags) + " (flags given beside it win)"
 
 
 def batch_line(cfg: DQNConfig) -> str:
@@ -963,6 +988,8 @@ def _write_collector_pids(path: Path, rt: Backend, collectors: list[Any]) -> Non
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m examples.atari_dqn``; returns the exit status."""
     args = parse_args(argv)
+    if args.recipe:
+        print(recipe_line(args.recipe), flush=True)
     try:
         if args.plan:
             return show_plan(args)

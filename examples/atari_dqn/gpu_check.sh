@@ -103,7 +103,9 @@
 #       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# The timeline run shows where the time goes with the learner free to step: its GPU
+# The second command is `python -m examples.atari_dqn --recipe pong-10min` (config.RECIPES)
+# with its flags spelled out, so that the graph gate can drop --cuda-graph, and its
+# training time fitted to the command's. The timeline run shows where the time goes with the learner free to step: its GPU
 # should be the limit, which is the goal for the timeline. Between the two
 # commands, pick the Pong run's batch from the first: of the two throughput runs, if
 # both kept at least 15,000 frames/s, the one with the most updates/s x sqrt(batch) (a

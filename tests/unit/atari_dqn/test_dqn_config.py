@@ -140,6 +140,32 @@ def test_a_max_replay_ratio_is_a_ceiling_above_the_runs_ratio():
     assert cfg.max_replay_ratio == 16.0
 
 
+def test_a_recipe_sets_its_flags_as_defaults_and_given_flags_win():
+    from examples.atari_dqn.config import RECIPES
+    from examples.atari_dqn.driver import recipe_line
+
+    args = parse_args(["--recipe", "pong-10min"])
+    for key, value in RECIPES["pong-10min"].items():
+        assert getattr(args, key) == value, key
+    cfg = build_config(parse_args(["--recipe", "pong-10min", "--learner-gpus", "1"]))
+    assert cfg.cuda_graph and cfg.max_replay_ratio == 32 and cfg.train_seconds == 508
+    assert (cfg.batch_size, cfg.target_update_every, cfg.eval_max_frames) == (512, 250, None)
+    mine = parse_args(["--recipe", "pong-10min", "--collectors", "4", "--transport", "cuda"])
+    assert (mine.collectors, mine.transport, mine.eval_episodes) == (4, "cuda", 8)
+    assert parse_args([]).collectors == 2  # no recipe: the plain defaults
+    line = recipe_line("pong-10min")
+    assert line.startswith("recipe pong-10min: --env ALE/Pong-v5 --collectors 12")
+    assert "--cuda-graph --max-replay-ratio 32.0" in line
+
+
+def test_a_recipe_naming_a_missing_flag_is_caught(monkeypatch):
+    from examples.atari_dqn import driver
+
+    monkeypatch.setitem(driver.RECIPES, "typo", {"colectors": 12})
+    with pytest.raises(ValueError, match="recipe 'typo' names no flag colectors"):
+        parse_args(["--recipe", "typo"])
+
+
 def test_the_batch_follows_the_learners_device(capsys):
     # No flag: the preset's batch on a CPU learner, its gpu_batch_size on a GPU one.
     assert build_config(parse_args(["--learner-gpus", "0"])).batch_size == 32
