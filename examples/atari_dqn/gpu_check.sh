@@ -103,23 +103,25 @@
 #       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
-# The second command is `python -m examples.atari_dqn --recipe pong-10min` (config.RECIPES)
-# with its flags spelled out, so that the graph gate can drop --cuda-graph, and its
-# training time fitted to the command's. The timeline run shows where the time goes with the learner free to step: its GPU
-# should be the limit, which is the issue's goal for the timeline. Between the two
-# commands, pick the Pong run's batch from the first: of the two throughput runs, if
-# both kept at least 15,000 frames/s, the one with the most updates/s x sqrt(batch) (a
-# step of 512 at 4e-4 counts as about two of 256 at 2.8e-4 under the square-root rule
-# the learning rates follow; a heuristic, not a measurement), 512 on a tie: add
-# "--batch-size 256" to PONG_EXTRA for b256. The target period is new as well: a copy every 250 steps at 512
-# (config.with_batch_size keeps the preset's learning rate times steps between copies;
-# 354 at 256), where the three loans' runs copied every 62; --target-update-every 62
-# in PONG_EXTRA repeats them. `--n-step 3` did not learn at lr 4e-4 with the old period
-# (performance.md); to try it again, add "--n-step 3". `--prioritized` (Ape-X's
-# prioritized replay) is new and has not run on a GPU: graphtest checks its graphed
-# step against an eager one, and `graph` with GRAPH_MODES="graph graph-per" times its
-# cost (about 1 min); keep it out of a Pong run until both are known. `--dueling` and
-# `--exploration ape-x` (the rest of Ape-X's DQN) are new too and unrun on Atari.
+# The second command is `python -m examples.atari_dqn --recipe pong-10min`
+# (config.RECIPES) with its flags spelled out, so that the graph gate can drop
+# --cuda-graph, and with its training time fitted to the command's. The timeline run
+# shows where the time goes with the learner free to step: its GPU should be the limit,
+# the issue's goal for the timeline. Between the two commands, pick the Pong run's batch
+# from the first: of the two throughput runs, if both kept at least 15,000 frames/s, the
+# one with the most updates/s x sqrt(batch) (a step of 512 at 4e-4 counts as about two
+# of 256 at 2.8e-4 under the square-root rule the learning rates follow; a heuristic,
+# not a measurement), 512 on a tie: add "--batch-size 256" to PONG_EXTRA for b256.
+#
+# The target period is new as well: a copy every 250 steps at 512 (config.with_batch_size
+# keeps the preset's learning rate times steps between copies; 354 at 256), where the
+# three loans' runs copied every 62; --target-update-every 62 in PONG_EXTRA repeats
+# them. `--n-step 3` did not learn at lr 4e-4 with the old period (performance.md); to
+# try it again, add "--n-step 3". `--prioritized` (Ape-X's prioritized replay) is new
+# and has not run on a GPU: graphtest checks its graphed step against an eager one, and
+# `graph` with GRAPH_MODES="graph graph-per" times its cost (about 1 min); keep it out
+# of a Pong run until both are known. `--dueling` and `--exploration ape-x` (the rest
+# of Ape-X's DQN) are new too and unrun on Atari.
 # Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
 # graphtest, and graph's own tests, drop --cuda-graph from the later pong and
 # timeline runs when they fail.
