@@ -35,9 +35,11 @@
 #               timeline runs drop --cuda-graph (20 s)
 #   graph       tests/gpu/test_gpu_dqn_learner.py (the graph gate as above), then the
 #               learner at $GRAPH_BATCHES (default 512), $GRAPH_MODES (default eager and
-#               graph: --cuda-graph; -per adds --prioritized, e.g. graph-per), alone and in its thread with 48 threads pushing
-#               (--pushers 48: the 12 collectors' pushes in flight) (about 2 min)
-#   timeline    the example with $COLLECTORS collectors, --transport cuda and --trace,
+#               graph: --cuda-graph; -per adds --prioritized, e.g. graph-per), alone
+#               and in its thread with 48 threads pushing (--pushers 48: the 12
+#               collectors' pushes in flight) (about 2 min)
+#   timeline    the example with $COLLECTORS collectors, --transport $TL_TRANSPORT
+#               (default cuda), $TL_EXTRA and --trace,
 #               Pong, $TL_FRAMES frames (default 400,000): its timeline holds each
 #               gradient step on the learner's thread and on its GPU (cuda:0 track,
 #               with how far the GPU trails the thread), and each collector's collection
