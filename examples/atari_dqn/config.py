@@ -305,10 +305,10 @@ def with_batch_size(cfg: DQNConfig, batch_size: int) -> DQNConfig:
     copy every ``target_update_every / sqrt(k)`` steps, so that the learning rate times
     the steps between copies, how far the online network may move away from its target,
     stays the preset's (at ``k = 16``, 1,000 steps become 250). Dividing the period by
-    ``k`` instead (the same transitions between copies: 62 steps at 512) left a step of
-    four times the preset's learning rate a target copied four times as often in
-    learning-rate terms, closer to no target network. How well a given game learns with
-    either is for a run to show (examples/atari_dqn/README.md).
+    ``k`` instead (the same transitions between copies: 62 steps at 512, the rule until
+    2026-11-27) let the online network move only a quarter as far from its target
+    between copies as the preset's does, nearer to having no target network. How well a
+    given game learns with either is for a run to show (examples/atari_dqn/README.md).
 
     Args:
         cfg: The configuration to start from (not changed).
