@@ -202,8 +202,7 @@ class Learner:
         # With max_replay_ratio, the training thread also steps while nothing is owed,
         # until the steps reach that ratio of the transitions past learning_starts: the
         # learner's spare time spent on learning. _owed then goes below 0 (steps ahead).
-        self._paying = 0  # transitions past learning_starts received
-        self._steps_paid = 0  # steps taken against them
+        self._steps_paid = 0  # steps taken against the transitions past learning_starts
         if cfg.max_replay_ratio is not None and (
             cfg.max_replay_ratio < cfg.batch_size / cfg.train_every
         ):
@@ -281,7 +280,6 @@ class Learner:
             self.pushes += 1
             if paying:
                 self._owed += added
-                self._paying += added
                 if self._owed >= self.cfg.train_every or self._spare_step():
                     self._owed_cv.notify()  # the training thread, its only waiter
         if self._thread is None:
@@ -360,7 +358,11 @@ class Learner:
     def _spare_step(self) -> bool:
         """Whether one more step stays within ``max_replay_ratio`` (under ``_lock``)."""
         every = self._spare_every
-        return every is not None and (self._steps_paid + 1) * every <= self._paying
+        if every is None:
+            return False
+        # the transitions past learning_starts: what is owed plus what the steps paid for
+        paying = self._owed + self._steps_paid * self.cfg.train_every
+        return (self._steps_paid + 1) * every <= paying
 
     def _train_once(self, wait: float) -> bool:
         """One step if one is owed (or spare, below ``max_replay_ratio``), else waits up

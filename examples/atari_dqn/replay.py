@@ -432,7 +432,7 @@ class FrameReplay:
                 "update_priorities needs a prioritized replay (priority_exponent > 0)"
             )
         raw = td_error.detach().float().abs() + self.PRIORITY_FLOOR
-        oldest = self._span[0] if self._span is not None else self.oldest
+        oldest, _ = self._bounds(graph_safe=self._span is not None)  # a graph's: on the device
         # A stale sample's slot may also be in this batch under its newcomer's id: its
         # write goes to the spare slot, so it cannot win over the newcomer's.
         slot = torch.where(index >= oldest, index % self.capacity, self.capacity)
