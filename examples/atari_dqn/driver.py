@@ -366,6 +366,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                 f"{', '.join(given)}: only with --backend actorrt (Ray runs on one machine "
                 "here, without a layout or device maps); drop them or use --backend actorrt"
             )
+    try:  # the preset with these flags: a combination it refuses fails here, as a flag does
+        build_config(args)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 

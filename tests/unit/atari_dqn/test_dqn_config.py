@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from examples.atari_dqn.config import (
@@ -133,8 +135,10 @@ def test_a_max_replay_ratio_is_a_ceiling_above_the_runs_ratio():
     assert (cfg.batch_size, cfg.train_every, cfg.max_replay_ratio) == (512, 64, 32.0)
     assert "(8 samples per transition, up to 32 with spare steps)" in batch_line(cfg)
     assert build_config(parse_args([])).max_replay_ratio is None
+    args = parse_args([])
+    args.max_replay_ratio = 4.0  # past parse_args, which refuses it (below)
     with pytest.raises(ValueError, match="--max-replay-ratio 4 is below the run's replay ratio 8"):
-        build_config(parse_args(["--max-replay-ratio", "4"]))
+        build_config(args)
     # at the ratio --replay-ratio set, not the preset's
     cfg = build_config(parse_args(["--replay-ratio", "16", "--max-replay-ratio", "16"]))
     assert cfg.max_replay_ratio == 16.0
@@ -239,3 +243,22 @@ def test_lr_sets_the_learning_rate_at_the_runs_batch(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--target-update-every", "0"])
     assert "--target-update-every must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "why"),
+    [
+        (["--batch-size", "100"], "batch_size=100 cannot keep the replay ratio .* multiple of 8"),
+        (["--max-replay-ratio", "4"], "--max-replay-ratio 4 is below the run's replay ratio 8"),
+        (["--replay-ratio", "3"], "use one that divides the batch"),
+        (["--env", "Pendulum-v1"], "no DQN preset for env 'Pendulum-v1'"),
+    ],
+)
+def test_a_combination_the_preset_refuses_is_a_command_line_error(argv, why, capsys):
+    # as a bad flag is: usage and the reason on stderr, exit status 2, no traceback
+    with pytest.raises(SystemExit) as exited:
+        parse_args(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage:") and "Traceback" not in err
+    assert re.search(why, err), err

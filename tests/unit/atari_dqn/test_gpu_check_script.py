@@ -24,7 +24,9 @@ pytestmark = pytest.mark.skipif(
 
 _STUB = """#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
-case "$*" in *pytest*) echo "1 failed"; exit "${STUB_PYTEST_RC:-0}" ;; esac
+case "$*" in
+*pytest*) printf '%s' "${STUB_PYTEST_FAILED:-}"; echo "1 failed"; exit "${STUB_PYTEST_RC:-0}" ;;
+esac
 exit 0
 """
 
@@ -78,3 +80,44 @@ def test_failed_graph_tests_drop_the_graph_from_the_pong_run_only(tmp_path, grap
     assert 130 <= train_s <= 140
     dropped = "--cuda-graph dropped from the pong and timeline runs" in summary
     assert dropped == (graph_tests_rc != 0)
+
+
+_FAILED = "FAILED tests/gpu/test_gpu_dqn_learner.py::test_a_graphed_step_updates_{}[{}] - x\n"
+
+
+@pytest.mark.parametrize(
+    ("failed", "extra", "kept"),
+    [
+        # only the prioritized case failed, and the Pong run samples uniformly: kept
+        (_FAILED.format("the_weights", "prioritized"), "", True),
+        # ... but the Pong run is prioritized itself: dropped
+        (_FAILED.format("the_weights", "prioritized"), " --prioritized", False),
+        # a uniform case failed beside it: dropped
+        (
+            _FAILED.format("the_weights", "prioritized") + _FAILED.format("x", "one-step"),
+            "",
+            False,
+        ),
+        # the word in a uniform case's message is not its id: dropped
+        (_FAILED.format("x", "one-step").replace(" - x", " - prioritized"), "", False),
+        # a failure pytest did not name (a crash, an import error): dropped
+        ("", "", False),
+    ],
+)
+def test_the_graph_gate_keeps_the_graph_when_only_prioritized_cases_failed(
+    tmp_path, failed, extra, kept
+):
+    calls, summary = _run(
+        tmp_path,
+        STEPS="graphtest pong",
+        STUB_PYTEST_RC="1",
+        STUB_PYTEST_FAILED=failed,
+        PONG_TRANSPORT="cpu",
+        PONG_EXTRA="--cuda-graph --max-replay-ratio 32" + extra,
+    )
+    (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
+    assert ("--cuda-graph" in pong) == kept, summary
+    assert ("--cuda-graph kept" in summary) == kept
+    assert ("--cuda-graph dropped" in summary) == (not kept)
+    for line in failed.splitlines():  # the failures are named in the summary
+        assert line in summary
