@@ -103,7 +103,7 @@
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
 #       PONG_TRANSPORT=cpu \
-#       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0" \
+#       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0 --learning-starts 50000" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
 # The second command is `python -m examples.atari_dqn --recipe pong-10min`

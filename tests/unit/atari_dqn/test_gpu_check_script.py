@@ -121,3 +121,44 @@ def test_the_graph_gate_keeps_the_graph_when_only_prioritized_cases_failed(
     assert ("--cuda-graph dropped" in summary) == (not kept)
     for line in failed.splitlines():  # the failures are named in the summary
         assert line in summary
+
+
+def _header_commands() -> list[str]:
+    """The commands the script's header gives (``OUT=... bash ...``), one string each."""
+    commands, current = [], None
+    for line in SCRIPT.read_text().splitlines():
+        if not line.startswith("#"):
+            break  # the header ends where the code begins
+        body = line[1:].strip()
+        if body.startswith("OUT="):
+            current = []
+        if current is None:
+            continue
+        current.append(body.removesuffix("\\").strip())
+        if not body.endswith("\\"):
+            commands.append(" ".join(current))
+            current = None
+    return commands
+
+
+def test_the_headers_pong_command_is_the_pong_recipe_spelled_out(tmp_path):
+    # The loan's Pong run spells the recipe's flags out (so that the graph gate can drop
+    # one); this keeps the two from drifting apart.
+    import shlex
+
+    from examples.atari_dqn.driver import parse_args
+
+    (command,) = [c for c in _header_commands() if '"graphtest pong"' in c]
+    words = shlex.split(command)
+    env = dict(w.split("=", 1) for w in words[: words.index("bash")])
+    for name in ("OUT", "PACK"):  # where the results go: the test's own
+        env.pop(name)
+    calls, _ = _run(tmp_path, **env)
+    (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
+    spelled = vars(parse_args(pong.split("-m examples.atari_dqn", 1)[1].split()))
+    recipe = vars(parse_args(["--recipe", "pong-10min"]))
+    # what the run fits to the command (its time, where it writes) or does not print
+    for key in ("recipe", "train_seconds", "logdir", "no_progress"):
+        spelled.pop(key)
+        recipe.pop(key)
+    assert spelled == recipe
