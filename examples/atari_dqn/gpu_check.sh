@@ -28,7 +28,9 @@
 #               THROUGHPUT_RUNS names the runs, each name its flags: the transport, then
 #               any of graph (--cuda-graph), per (--prioritized), bN (--batch-size N),
 #               rN (--replay-ratio N), mN (--max-replay-ratio N),
-#               e.g. "cpu cuda cpu-b32" (the default) or "cpu-graph cpu-graph-r16"
+#               e.g. "cpu cuda cpu-b32" (the default) or "cpu-graph cpu-graph-r16";
+#               with two runs or more, benchmarks.dqn_pick_batch names the batch a timed
+#               Pong run should take from them (its docstring gives the rule)
 #   graphtest   the CUDA-graph tests of tests/gpu/test_gpu_dqn_learner.py alone (a
 #               replayed step against an eager one on the same batch, the graphed
 #               learner's thread among CUDA pushes); when they fail, the later pong and
@@ -111,10 +113,11 @@
 # --cuda-graph, and with its training time fitted to the command's. The timeline run
 # shows where the time goes with the learner free to step: its GPU should be the limit,
 # the goal for the timeline. Between the two commands, pick the Pong run's batch
-# from the first: of the two throughput runs, if both kept at least 15,000 frames/s, the
-# one with the most updates/s x sqrt(batch) (a step of 512 at 4e-4 counts as about two
-# of 256 at 2.8e-4 under the square-root rule the learning rates follow; a heuristic,
-# not a measurement), 512 on a tie: add "--batch-size 256" to PONG_EXTRA for b256.
+# from the first: its summary ends with benchmarks.dqn_pick_batch's "pick:" line (of the
+# runs that kept at least 15,000 frames/s, the most updates/s x sqrt(batch): a step of
+# 512 at 4e-4 counts as about two of 128 at 2e-4 under the square-root rule the
+# learning rates follow; a heuristic, not a measurement; the larger batch within 5%).
+# For "--batch-size 256", add it to PONG_EXTRA.
 #
 # The target period is new as well: a copy every 250 steps at 512 (config.with_batch_size
 # keeps the preset's learning rate times steps between copies; 354 at 256), where the
@@ -231,6 +234,7 @@ for step in $STEPS; do
         # A run's name says its flags: the transport (cpu, cuda), then any of "graph"
         # (--cuda-graph), per (--prioritized), bN (--batch-size N), rN (--replay-ratio N),
         # mN (--max-replay-ratio N).
+        ran=()
         for name in $THROUGHPUT_RUNS; do
             transport=${name%%-*}
             case $transport in
@@ -253,7 +257,13 @@ for step in $STEPS; do
                 --json "$OUT/throughput-$name.json" > "$OUT/throughput-$name.log" 2>&1
             note "  $name: transport $transport $* (exit $?):"
             grep -E '^(GPUs:|raw|DQN|ratio)' "$OUT/throughput-$name.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+            ran+=("$OUT/throughput-$name.json")
         done
+        if [ "${#ran[@]}" -gt 1 ]; then  # the batch for a timed Pong run, by a stated rule
+            $PYTHON -m benchmarks.dqn_pick_batch "${ran[@]}" > "$OUT/pick-batch.log" 2>&1
+            note "  benchmarks.dqn_pick_batch (exit $?):"
+            sed 's/^/    /' "$OUT/pick-batch.log" | tee -a "$SUMMARY"
+        fi
         ;;
     timeline)
         # shellcheck disable=SC2086  # TL_EXTRA is a list of flags

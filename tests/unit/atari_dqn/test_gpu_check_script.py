@@ -50,14 +50,21 @@ def test_throughput_run_names_become_the_benchmarks_flags(tmp_path):
         STEPS="throughput",
         THROUGHPUT_RUNS="cpu-graph-b256-r16-m32-per cuda gpu-graph cpu-zzz",
     )
-    assert len(calls) == 2, calls  # the two well-named runs, no more
-    first, second = calls
+    assert len(calls) == 3, calls  # the two well-named runs, no more, then the pick
+    first, second, chooser = calls
     assert "-m benchmarks.dqn_throughput" in first and "--transport cpu" in first
     assert first.endswith(
         "--cuda-graph --batch-size 256 --replay-ratio 16 --max-replay-ratio 32 --prioritized "
         f"--json {tmp_path}/out/throughput-cpu-graph-b256-r16-m32-per.json"
     )
     assert "--transport cuda" in second and "--cuda-graph" not in second
+    # the batch for Pong, picked from the runs that ran
+    out = f"{tmp_path}/out"
+    assert chooser == (
+        f"-m benchmarks.dqn_pick_batch {out}/throughput-cpu-graph-b256-r16-m32-per.json "
+        f"{out}/throughput-cuda.json"
+    )
+    assert "benchmarks.dqn_pick_batch (exit 0)" in summary
     assert "throughput run gpu-graph: begin its name with cpu or cuda" in summary
     assert "throughput run cpu-zzz: unknown part zzz" in summary
 
@@ -162,3 +169,9 @@ def test_the_headers_pong_command_is_the_pong_recipe_spelled_out(tmp_path):
         spelled.pop(key)
         recipe.pop(key)
     assert spelled == recipe
+
+
+def test_one_throughput_run_picks_no_batch(tmp_path):
+    calls, summary = _run(tmp_path, STEPS="throughput", THROUGHPUT_RUNS="cpu-graph-m32")
+    assert len(calls) == 1 and "-m benchmarks.dqn_throughput" in calls[0], calls
+    assert "dqn_pick_batch" not in summary
