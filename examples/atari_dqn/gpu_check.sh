@@ -97,14 +97,15 @@
 # The runs at 512 made 16 times fewer steps per frame than the Nature DQN's batch of
 # 32, the likely first reason Pong learned slowly per frame; this spends all the
 # learner's room on steps without throttling collection. Two commands, about 3.5 and
-# 9.5 minutes:
+# 9.5 minutes (with the machine's start, about 14 of a loan's 15 device minutes; $OUT_BACK
+# is the device's own $OUT, the folder that comes back):
 #
 #   OUT=/tmp/g1 STEPS="machine graphtest throughput timeline" TP_S=110 \
 #       THROUGHPUT_RUNS="cpu-graph-m32 cpu-graph-b256-m32" TL_TRANSPORT=cpu \
 #       TL_EXTRA="--cuda-graph --max-replay-ratio 32" TL_FRAMES=300000 \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
-#       PONG_TRANSPORT=cpu \
+#       PONG_TRANSPORT=cpu PONG_PICK=/tmp/g1/pick-batch.log \
 #       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0 --learning-starts 50000" \
 #       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
 #
@@ -112,12 +113,14 @@
 # (config.RECIPES) with its flags spelled out, so that the graph gate can drop
 # --cuda-graph, and with its training time fitted to the command's. The timeline run
 # shows where the time goes with the learner free to step: its GPU should be the limit,
-# the goal for the timeline. Between the two commands, pick the Pong run's batch
-# from the first: its summary ends with benchmarks.dqn_pick_batch's "pick:" line (of the
-# runs that kept at least 15,000 frames/s, the most updates/s x sqrt(batch): a step of
-# 512 at 4e-4 counts as about two of 128 at 2e-4 under the square-root rule the
-# learning rates follow; a heuristic, not a measurement; the larger batch within 5%).
-# For "--batch-size 256", add it to PONG_EXTRA.
+# the goal for the timeline. The Pong run takes its batch from the first
+# command's benchmarks.dqn_pick_batch line (PONG_PICK; of the runs that kept at least
+# 15,000 frames/s, the most updates/s x sqrt(batch): a step of 512 at 4e-4 counts as
+# about two of 128 at 2e-4 under the square-root rule the learning rates follow; a
+# heuristic, not a measurement; the larger batch within 5%). Send the second command as
+# soon as the first returns, without reading its results first: a machine idle for
+# 30 s is given back, and a fresh one costs about 50 s of the 15 minutes to start and
+# has lost /tmp/g1 (the Pong run then keeps the recipe's 512, and says so).
 #
 # The target period is new as well: a copy every 250 steps at 512 (config.with_batch_size
 # keeps the preset's learning rate times steps between copies; 354 at 256), where the
@@ -160,6 +163,10 @@ PONG_FRAMES=${PONG_FRAMES:-6000000}
 # for a fixed time and still get the final evaluation, e.g. PONG_TRAIN_S=530 PONG_S=590
 PONG_TRAIN_S=${PONG_TRAIN_S:-}
 PONG_EXTRA=${PONG_EXTRA:-}  # more flags for the Pong run (e.g. --eval-max-frames 0)
+# PONG_PICK: an earlier throughput step's pick-batch.log (e.g. /tmp/g1/pick-batch.log, on a
+# machine still warm from it): its "pick: --batch-size N" becomes the Pong run's batch,
+# unless PONG_EXTRA names one; no such file or line: the recipe's batch, said so.
+PONG_PICK=${PONG_PICK:-}
 # DEADLINE_S: seconds after this script's start by which the Pong run must have ended;
 # its bound and its --train-seconds are then what is left when it starts (less
 # PONG_END_S for the start-up, the final evaluation's 8 whole games and the shutdown:
@@ -313,6 +320,15 @@ for step in $STEPS; do
             PONG_S=$(( DEADLINE_S - ($(date +%s) - T0) ))
             PONG_TRAIN_S=$(( PONG_S - PONG_END_S ))
             [ "$PONG_TRAIN_S" -gt 0 ] || { note "  no time left for Pong (${PONG_S} s)"; continue; }
+        fi
+        if [ -n "$PONG_PICK" ] && [[ "$PONG_EXTRA" != *--batch-size* ]]; then
+            picked=$(grep -o '^pick: --batch-size [0-9]*' "$PONG_PICK" 2>/dev/null | awk '{print $NF}')
+            if [ -n "$picked" ]; then
+                PONG_EXTRA="$PONG_EXTRA --batch-size $picked"
+                note "  batch $picked, as $PONG_PICK picked"
+            else
+                note "  no batch picked in $PONG_PICK: the recipe's batch"
+            fi
         fi
         budget=; [ -n "$PONG_TRAIN_S" ] && budget="--train-seconds $PONG_TRAIN_S"
         # shellcheck disable=SC2086  # $budget and $PONG_EXTRA are lists of flags

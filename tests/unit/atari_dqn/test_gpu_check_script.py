@@ -160,6 +160,8 @@ def test_the_headers_pong_command_is_the_pong_recipe_spelled_out(tmp_path):
     env = dict(w.split("=", 1) for w in words[: words.index("bash")])
     for name in ("OUT", "PACK"):  # where the results go: the test's own
         env.pop(name)
+    assert env.pop("PONG_PICK") == "/tmp/g1/pick-batch.log"  # the first command's pick
+    env["PONG_PICK"] = str(tmp_path / "no-pick.log")  # none here: the recipe's batch
     calls, _ = _run(tmp_path, **env)
     (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
     spelled = vars(parse_args(pong.split("-m examples.atari_dqn", 1)[1].split()))
@@ -175,3 +177,31 @@ def test_one_throughput_run_picks_no_batch(tmp_path):
     calls, summary = _run(tmp_path, STEPS="throughput", THROUGHPUT_RUNS="cpu-graph-m32")
     assert len(calls) == 1 and "-m benchmarks.dqn_throughput" in calls[0], calls
     assert "dqn_pick_batch" not in summary
+
+
+@pytest.mark.parametrize(
+    ("pick_line", "extra", "batch"),
+    [
+        ("pick: --batch-size 256 (throughput-cpu-graph-b256-m32)\n", "", "256"),
+        ("pick: none (no run collected 15,000 frames/s)\n", "", None),  # the recipe's
+        (None, "", None),  # no file: a fresh machine lost the first command's
+        ("pick: --batch-size 256 (x)\n", " --batch-size 512", "512"),  # given wins
+    ],
+)
+def test_the_pong_run_takes_the_batch_the_throughput_step_picked(tmp_path, pick_line, extra, batch):
+    pick = tmp_path / "pick-batch.log"
+    if pick_line is not None:
+        pick.write_text("run   batch ...\n" + pick_line)
+    calls, summary = _run(
+        tmp_path,
+        STEPS="pong",
+        PONG_PICK=str(pick),
+        PONG_EXTRA="--cuda-graph" + extra,
+    )
+    (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
+    got = pong.split("--batch-size ")[1].split()[0] if "--batch-size" in pong else None
+    assert got == batch
+    assert pong.count("--batch-size") <= 1
+    if not extra:
+        said = f"batch 256, as {pick} picked" if batch else f"no batch picked in {pick}"
+        assert said in summary
