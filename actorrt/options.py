@@ -11,9 +11,9 @@ from typing import Any, TypeVar, cast
 
 from actorrt.placement.layout import LABEL_PATTERN
 from actorrt.placement.resources import Resources
-from actorrt.runtime.generators import STREAMING
 
 __all__ = [
+    "STREAMING",
     "ActorOptions",
     "FunctionOptions",
     "check_actor_name",
@@ -23,6 +23,9 @@ __all__ = [
     "check_retry_exceptions",
     "no_stream_retry",
 ]
+
+STREAMING = "streaming"
+"""The ``num_returns`` of a streaming call (Ray's word)."""
 
 BACKPRESSURE = "_generator_backpressure_num_objects"
 """Ray's name for a streaming call's backpressure, which actorrt takes as it is."""

@@ -33,15 +33,13 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
+from actorrt.options import STREAMING
 from actorrt.runtime import context, quick_rpc, streams, torch_threads
 from actorrt.runtime.payload import Wire
 from actorrt.runtime.protocol import CallName
 from actorrt.runtime.trace import wire_bytes
 
 __all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Sender", "Stream", "rpc_items"]
-
-STREAMING = "streaming"
-"""The ``num_returns`` of a streaming call (Ray's word)."""
 
 FAILED = "failed"
 """What an inbox gives for the index where the call itself failed: its reply is the error."""
