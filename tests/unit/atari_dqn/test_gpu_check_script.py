@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(
 _STUB = """#!/usr/bin/env bash
 echo "$*" >> "$STUB_LOG"
 case "$*" in
-*pytest*) printf '%s' "${STUB_PYTEST_FAILED:-}"; echo "1 failed"; exit "${STUB_PYTEST_RC:-0}" ;;
+*"-m pytest"*)
+    printf '%s' "${STUB_PYTEST_FAILED:-}"; echo "1 failed"; exit "${STUB_PYTEST_RC:-0}" ;;
 esac
 exit 0
 """
@@ -162,6 +163,8 @@ def test_the_headers_pong_command_is_the_pong_recipe_spelled_out(tmp_path):
         env.pop(name)
     assert env.pop("PONG_PICK") == "/tmp/g1/pick-batch.log"  # the first command's pick
     env["PONG_PICK"] = str(tmp_path / "no-pick.log")  # none here: the recipe's batch
+    assert env.pop("GRAPHTEST_FROM") == "/tmp/g1"  # the first command's graph verdict
+    env["GRAPHTEST_FROM"] = str(tmp_path / "no-first-command")  # none: the tests run
     calls, _ = _run(tmp_path, **env)
     (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
     spelled = vars(parse_args(pong.split("-m examples.atari_dqn", 1)[1].split()))
@@ -205,3 +208,33 @@ def test_the_pong_run_takes_the_batch_the_throughput_step_picked(tmp_path, pick_
     if not extra:
         said = f"batch 256, as {pick} picked" if batch else f"no batch picked in {pick}"
         assert said in summary
+
+
+@pytest.mark.parametrize(
+    ("kept_rc", "failed", "graph"),
+    [
+        ("0", "", True),  # the first command's tests passed: no second run, graph kept
+        ("1", _FAILED.format("x", "one-step"), False),  # they failed: dropped
+        (None, "", True),  # nothing kept (a fresh machine): the tests run again
+    ],
+)
+def test_the_graph_gate_can_take_an_earlier_commands_verdict(tmp_path, kept_rc, failed, graph):
+    first = tmp_path / "g1"
+    first.mkdir()
+    if kept_rc is not None:
+        (first / "graphtest.rc").write_text(kept_rc + "\n")
+        (first / "graphtest.log").write_text(failed + "1 passed\n")
+    calls, summary = _run(
+        tmp_path,
+        STEPS="graphtest pong",
+        GRAPHTEST_FROM=str(first),
+        PONG_EXTRA="--cuda-graph --max-replay-ratio 32",
+    )
+    ran_tests = any(c.startswith("-m pytest") for c in calls)
+    assert ran_tests == (kept_rc is None)
+    (pong,) = [c for c in calls if "-m examples.atari_dqn" in c]
+    assert ("--cuda-graph" in pong) == graph, summary
+    if kept_rc is None:  # this command's own verdict, kept for a later one
+        assert (tmp_path / "out" / "graphtest.rc").read_text().strip() == "0"
+    else:
+        assert f"the graph tests as {first} ran them" in summary
