@@ -34,11 +34,12 @@ def _target(name: str) -> str | None:
 def _imports(module: str, path: Path) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text())
-    never_run = {
+    never_run = {  # the body of ``if TYPE_CHECKING:``; its ``else:`` does run
         id(inner)
         for node in ast.walk(tree)
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for inner in ast.walk(node)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
     }
     found: set[str] = set()
     for node in ast.walk(tree):  # imports inside functions too
