@@ -4,7 +4,7 @@
 ``python -m benchmarks``) measures, one after the other on the same machine:
 
 1. **raw**: ale-py's ``AtariVectorEnv`` with the collectors' settings
-   (``envs.ale_vector_env``: Pong, frame skip 4, sticky actions 0.25, no-op resets,
+   (``envs.ale_vector_env``: Pong, frame skip 4, the preset's sticky actions (0.25), no-op resets,
    84x84 grayscale), stepped with random actions in as many processes as the example
    has collectors, each with the collector's number of envs on one thread; no policy,
    no replay, no runtime. Emulator frames/s summed over the processes.

@@ -53,6 +53,11 @@ RECIPES: dict[str, dict[str, Any]] = {
         # the learner steps whenever it has time, up to 32 samples per transition; the
         # collectors never wait below the preset's 8
         "max_replay_ratio": 32.0,
+        # no sticky actions: the deterministic ALE (with up to 30 no-op starts) that the
+        # Nature DQN, Ape-X, CleanRL's PongNoFrameskip-v4, EnvPool's Pong-v5 and RLlib's
+        # Pong benchmarks learn and score on; ALE/Pong-v5's own 0.25 (Machado et al.
+        # 2018) is the preset's, and `--sticky-actions 0.25` restores it
+        "sticky_actions": 0.0,
     },
 }
 
@@ -135,6 +140,10 @@ class DQNConfig:
             episodes, which run side by side (None: only ``eval_max_steps``). An episode
             cut by either cap counts with the score it reached.
         seed: Base seed; collector ``i`` env ``j`` uses ``seed + 1000 * (i + 1) + j``.
+        sticky_actions: Atari's ``repeat_action_probability``: at each emulator frame the
+            previous action is kept with this probability (Machado et al. 2018). 0.25 is
+            ``ALE/*-v5``'s default; 0 is the deterministic emulator of the Nature DQN,
+            Ape-X and EnvPool's defaults. Training and evaluation use the same.
         ale_vector_env: Atari collectors step ale-py's ``AtariVectorEnv`` (C++
             preprocessing) instead of a list of gymnasium envs with Python wrappers
             (``envs.AleVectorPool`` vs ``envs.EnvPool``; see docs/performance.md).
@@ -181,6 +190,7 @@ class DQNConfig:
     eval_max_steps: int | None = 27_000
     eval_max_frames: int | None = 50_000
     seed: int = 0
+    sticky_actions: float = 0.25
     ale_vector_env: bool = True
     cuda_graph: bool = False
 
@@ -292,6 +302,11 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
         )
     if not 0 <= float(preset.get("priority_weight", 0.4)) <= 1:
         raise ValueError(f"priority_weight={preset['priority_weight']} must be in [0, 1]")
+    if not 0 <= float(preset.get("sticky_actions", 0.25)) < 1:
+        raise ValueError(
+            f"sticky_actions={preset['sticky_actions']} must be in [0, 1) "
+            "(0: deterministic emulator; ALE/*-v5's default: 0.25)"
+        )
     if preset.get("cuda_graph") and float(preset.get("lr_final_fraction", 1.0)) != 1.0:
         raise ValueError(
             "cuda_graph needs a constant learning rate (a captured step keeps the one it "

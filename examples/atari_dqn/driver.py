@@ -50,6 +50,7 @@ from examples.atari_dqn.config import (
     with_batch_size,
     with_replay_ratio,
 )
+from examples.atari_dqn.envs import NOOP_MAX
 from examples.atari_dqn.gpus import GpuShares, share_gpus
 from examples.atari_dqn.learner import Learner, learner_concurrency
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
@@ -66,6 +67,7 @@ __all__ = [
     "batch_line",
     "build_config",
     "build_layout",
+    "emulator_line",
     "fit_gpus",
     "launch_actors",
     "main",
@@ -305,6 +307,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="a learner on a GPU captures its gradient step as a CUDA graph and replays it "
         "(one launch a step; needs a constant learning rate)",
     )
+    p.add_argument(
+        "--sticky-actions",
+        type=float,
+        default=None,
+        metavar="P",
+        help="Atari: keep the previous action at each emulator frame with probability P, "
+        "in training and evaluation (default: ALE/*-v5's 0.25; 0: the deterministic "
+        "emulator of the Nature DQN, Ape-X and EnvPool)",
+    )
     p.add_argument("--replay-capacity", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
     p.add_argument(
@@ -401,6 +412,7 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         priority_exponent=APEX_PRIORITY_EXPONENT if getattr(args, "prioritized", None) else None,
         exploration=getattr(args, "exploration", None),
         dueling=getattr(args, "dueling", None),
+        sticky_actions=getattr(args, "sticky_actions", None),
     )
     eval_max_frames = getattr(args, "eval_max_frames", None)
     if eval_max_frames is not None:
@@ -475,6 +487,20 @@ def batch_line(cfg: DQNConfig) -> str:
     if cfg.cuda_graph:
         parts.append("steps as a CUDA graph on a GPU")
     return ", ".join(parts)
+
+
+def emulator_line(cfg: DQNConfig) -> str:
+    """One line: the Atari emulator's settings that change what a score means."""
+    sticky = (
+        "no sticky actions (deterministic)"
+        if cfg.sticky_actions == 0
+        else f"sticky actions {cfg.sticky_actions:g}"
+    )
+    return (
+        f"emulator {cfg.env_id}: {cfg.frame_skip} frames per step, up to {NOOP_MAX} no-op "
+        f"starts, "
+        f"{sticky}"
+    )
 
 
 def resolve_gpus(
@@ -796,6 +822,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     fit_gpus(args)  # first: the batch depends on where the learner goes
     cfg = build_config(args)
     print(batch_line(cfg), flush=True)
+    if cfg.atari:
+        print(emulator_line(cfg), flush=True)
     logdir = Path(args.logdir) if args.logdir else _default_logdir(cfg.env_id)
     ckpt_path = Path(args.checkpoint) if args.checkpoint else logdir / "checkpoint.pt"
     resume_state = None

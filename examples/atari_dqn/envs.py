@@ -2,7 +2,8 @@
 
 Wrapper order for Atari (inner to outer)::
 
-    ALE/<Game>-v5 (frameskip=1)        the raw emulator, one frame per step
+    ALE/<Game>-v5 (frameskip=1)        the raw emulator, one frame per step, sticky actions
+                                       as DQNConfig.sticky_actions says (v5's own: 0.25)
     AtariPreprocessing                 noop reset (<=30), max-pool + skip 4, 84x84 grayscale
     RecordEpisodeStatistics            raw (unclipped) episode return and length in info
     ClipReward(-1, 1)                  what the learner trains on
@@ -24,6 +25,7 @@ import numpy as np
 from examples.atari_dqn.config import DQNConfig, is_atari
 
 __all__ = [
+    "NOOP_MAX",
     "AleVectorPool",
     "EnvPool",
     "ale_game",
@@ -33,6 +35,9 @@ __all__ = [
     "newest_frame",
     "obs_spec",
 ]
+
+#: Most no-op actions at an Atari episode's start (the Nature DQN's random starts).
+NOOP_MAX = 30
 
 _ALE_REGISTERED = False
 # Actors in one process are constructed on threads of their own. ale_py's package imports
@@ -62,6 +67,7 @@ def make_env(
     clip_rewards: bool = True,
     max_episode_steps: int | None = None,
     frame_stack: int = 4,
+    sticky_actions: float = 0.25,
 ) -> gym.Env:
     """Builds one preprocessed environment.
 
@@ -72,6 +78,8 @@ def make_env(
         clip_rewards: Clip rewards to [-1, 1] (Atari only; evaluation turns it off).
         max_episode_steps: Optional cap in agent steps (truncation), e.g. for tests.
         frame_stack: Frames stacked by FrameStackObservation (Atari only).
+        sticky_actions: ``repeat_action_probability`` of the emulator (Atari only;
+            ``ALE/*-v5``'s default 0.25, 0: deterministic).
 
     Returns:
         The wrapped environment.
@@ -80,10 +88,10 @@ def make_env(
         _register_ale()
         # frameskip=1: AtariPreprocessing does the skipping (with max-pooling of the last
         # two frames), and it refuses an env that already skips.
-        env = gym.make(env_id, frameskip=1)
+        env = gym.make(env_id, frameskip=1, repeat_action_probability=sticky_actions)
         env = gym.wrappers.AtariPreprocessing(
             env,
-            noop_max=30,
+            noop_max=NOOP_MAX,
             frame_skip=4,
             screen_size=84,
             terminal_on_life_loss=False,
@@ -105,9 +113,10 @@ def make_env(
 
 
 def make_env_for(cfg: DQNConfig, seed: int | None = None, **kwargs: Any) -> gym.Env:
-    """:func:`make_env` with the stacking taken from ``cfg``."""
+    """:func:`make_env` with the stacking and sticky actions taken from ``cfg``."""
     if cfg.atari:
         kwargs.setdefault("frame_stack", cfg.frame_stack)
+        kwargs.setdefault("sticky_actions", cfg.sticky_actions)
     return make_env(cfg.env_id, seed, **kwargs)
 
 
@@ -213,10 +222,11 @@ def ale_vector_env(
     *,
     num_threads: int = 1,
     max_episode_steps: int | None = None,
-    sticky_actions: float = 0.25,
-    noop_max: int = 30,
+    sticky_actions: float | None = None,
+    noop_max: int = NOOP_MAX,
 ) -> Any:
-    """ale-py's ``AtariVectorEnv`` with the collectors' settings (see :class:`AleVectorPool`).
+    """ale-py's ``AtariVectorEnv`` with the collectors' settings (see :class:`AleVectorPool`;
+    ``sticky_actions`` None: ``cfg.sticky_actions``).
 
     Also what ``benchmarks.dqn_throughput`` steps with random actions for the emulator's
     own rate, so both measure the same emulation.
@@ -230,7 +240,9 @@ def ale_vector_env(
         num_envs,
         num_threads=num_threads,
         max_num_frames_per_episode=frames_cap,
-        repeat_action_probability=sticky_actions,
+        repeat_action_probability=(
+            cfg.sticky_actions if sticky_actions is None else sticky_actions
+        ),
         autoreset_mode="SameStep",  # the last frame comes in info["final_obs"]
         stack_num=1,
         frameskip=cfg.frame_skip,
@@ -245,11 +257,12 @@ class AleVectorPool:
 
     The emulator steps, frame skip with max-pooling, no-op resets, grayscale and the
     84x84 resize run in ale-py's C++ (on ``num_threads`` threads) instead of one Python
-    wrapper stack per env. The settings follow :func:`make_env`'s: sticky actions 0.25
-    (``ALE/*-v5``), no fire on reset, no life-loss episodes, raw rewards (clipped here,
-    after the raw score is added to the episode's return). Stacking is done here, one
-    frame per step, with reset padding, as ``FrameStackObservation(padding_type="reset")``
-    does, so the policy sees the stacks the replay rebuilds.
+    wrapper stack per env. The settings follow :func:`make_env`'s: the sticky actions of
+    ``cfg`` (``ALE/*-v5``'s 0.25 by default), no fire on reset, no life-loss episodes,
+    raw rewards (clipped here, after the raw score is added to the episode's return).
+    Stacking is done here, one frame per step, with reset padding, as
+    ``FrameStackObservation(padding_type="reset")`` does, so the policy sees the stacks the
+    replay rebuilds.
 
     Same interface as :class:`EnvPool` (``obs``, ``n_actions``, ``step``, ``close``).
 
@@ -260,8 +273,8 @@ class AleVectorPool:
         num_threads: ale-py's worker threads (1: one core per collector, as its policy
             has).
         max_episode_steps: Optional cap in agent steps (truncation), e.g. for tests.
-        sticky_actions: ``repeat_action_probability`` (``ALE/*-v5``'s 0.25; 0 for tests
-            that replay a game exactly).
+        sticky_actions: ``repeat_action_probability`` (None: ``cfg.sticky_actions``; 0
+            for tests that replay a game exactly).
         noop_max: Most no-op steps at a reset (0 for such tests).
     """
 
@@ -273,8 +286,8 @@ class AleVectorPool:
         *,
         num_threads: int = 1,
         max_episode_steps: int | None = None,
-        sticky_actions: float = 0.25,
-        noop_max: int = 30,
+        sticky_actions: float | None = None,
+        noop_max: int = NOOP_MAX,
     ) -> None:
         self._env = ale_vector_env(
             cfg,

@@ -106,8 +106,9 @@
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
 #       PONG_TRANSPORT=cpu PONG_PICK=/tmp/g1/pick-batch.log GRAPHTEST_FROM=/tmp/g1 \
-#       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0 --learning-starts 50000" \
-#       PACK=$OUT_BACK/pong bash examples/atari_dqn/gpu_check.sh
+#       PONG_EXTRA="--cuda-graph --max-replay-ratio 32 --eval-max-frames 0 \
+#       --learning-starts 50000 --sticky-actions 0" PACK=$OUT_BACK/pong \
+#       bash examples/atari_dqn/gpu_check.sh
 #
 # The second command is `python -m examples.atari_dqn --recipe pong-10min`
 # (config.RECIPES) with its flags spelled out, so that the graph gate can drop
@@ -124,7 +125,11 @@
 # graph tests run again). On the warm machine the second command gates the graph on the
 # first's test verdict (GRAPHTEST_FROM), so Pong trains those 20 s longer.
 #
-# The target period is new as well: a copy every 250 steps at 512 (config.with_batch_size
+# The emulator is new as well: the recipe turns sticky actions off (--sticky-actions 0),
+# the deterministic ALE with up to 30 no-op starts that the Nature DQN, Ape-X, EnvPool's
+# and RLlib's Pong, and CleanRL's PongNoFrameskip-v4 train and score on; the three loans'
+# runs had ALE/Pong-v5's own 0.25, which "--sticky-actions 0.25" in PONG_EXTRA repeats.
+# The target period is new too: a copy every 250 steps at 512 (config.with_batch_size
 # keeps the preset's learning rate times steps between copies; 354 at 256), where the
 # three loans' runs copied every 62; --target-update-every 62 in PONG_EXTRA repeats
 # them. `--n-step 3` did not learn at lr 4e-4 with the old period (performance.md); to
@@ -351,7 +356,7 @@ for step in $STEPS; do
             --replay-capacity 1000000 --eval-every 500000 --eval-episodes 8 $budget \
             --no-progress --logdir "$OUT/pong" $PONG_EXTRA > "$OUT/pong.log" 2>&1
         note "  Pong recipe, $PONG_FRAMES frames $budget (exit $?; 124: cut at ${PONG_S} s):"
-        grep -E '^(GPUs:|batch|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
+        grep -E '^(GPUs:|batch|emulator|eval at|final evaluation)' "$OUT/pong.log" | sed 's/^/    /' | tee -a "$SUMMARY"
         tail -3 "$OUT/pong/metrics.csv" 2>/dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
         ;;
     tcp)

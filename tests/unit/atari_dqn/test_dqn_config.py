@@ -146,7 +146,7 @@ def test_a_max_replay_ratio_is_a_ceiling_above_the_runs_ratio():
 
 def test_a_recipe_sets_its_flags_as_defaults_and_given_flags_win():
     from examples.atari_dqn.config import RECIPES
-    from examples.atari_dqn.driver import recipe_line
+    from examples.atari_dqn.driver import emulator_line, recipe_line
 
     args = parse_args(["--recipe", "pong-10min"])
     for key, value in RECIPES["pong-10min"].items():
@@ -154,12 +154,19 @@ def test_a_recipe_sets_its_flags_as_defaults_and_given_flags_win():
     cfg = build_config(parse_args(["--recipe", "pong-10min", "--learner-gpus", "1"]))
     assert cfg.cuda_graph and cfg.max_replay_ratio == 32 and cfg.train_seconds == 508
     assert (cfg.batch_size, cfg.target_update_every, cfg.eval_max_frames) == (512, 250, None)
+    assert cfg.sticky_actions == 0.0  # the deterministic emulator; the preset keeps v5's
     mine = parse_args(["--recipe", "pong-10min", "--collectors", "4", "--transport", "cuda"])
     assert (mine.collectors, mine.transport, mine.eval_episodes) == (4, "cuda", 8)
+    v5 = build_config(parse_args(["--recipe", "pong-10min", "--sticky-actions", "0.25"]))
+    assert v5.sticky_actions == 0.25
+    # the run says which emulator its scores come from
+    assert emulator_line(cfg).endswith("up to 30 no-op starts, no sticky actions (deterministic)")
+    assert emulator_line(v5).endswith("no-op starts, sticky actions 0.25")
     assert parse_args([]).collectors == 2  # no recipe: the plain defaults
+    assert build_config(parse_args([])).sticky_actions == 0.25
     line = recipe_line("pong-10min")
     assert line.startswith("recipe pong-10min: --env ALE/Pong-v5 --collectors 12")
-    assert "--cuda-graph --max-replay-ratio 32.0" in line
+    assert "--cuda-graph --max-replay-ratio 32.0 --sticky-actions 0.0 (" in line
 
 
 def test_a_recipe_naming_a_missing_flag_is_caught(monkeypatch):
@@ -252,6 +259,7 @@ def test_lr_sets_the_learning_rate_at_the_runs_batch(capsys):
         (["--max-replay-ratio", "4"], "--max-replay-ratio 4 is below the run's replay ratio 8"),
         (["--replay-ratio", "3"], "use one that divides the batch"),
         (["--env", "Pendulum-v1"], "no DQN preset for env 'Pendulum-v1'"),
+        (["--sticky-actions", "1"], r"sticky_actions=1.0 must be in \[0, 1\)"),
     ],
 )
 def test_a_combination_the_preset_refuses_is_a_command_line_error(argv, why, capsys):

@@ -8,7 +8,8 @@ import pytest
 pytest.importorskip("ale_py", reason="needs the atari extra: pip install -e '.[atari]'")
 pytest.importorskip("cv2", reason="AtariPreprocessing needs opencv-python-headless")
 
-from examples.atari_dqn.envs import make_env, newest_frame  # noqa: E402
+from examples.atari_dqn.config import config_for_env  # noqa: E402
+from examples.atari_dqn.envs import make_env, make_env_for, newest_frame  # noqa: E402
 
 
 def test_pong_observations_are_uint8_frame_stacks():
@@ -81,5 +82,15 @@ def test_cartpole_has_no_atari_wrappers():
         obs, _ = env.reset(seed=0)
         assert obs.shape == (4,) and obs.dtype == np.float32
         assert newest_frame(obs, 1) is obs
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("sticky", [0.0, 0.25])
+def test_the_configs_sticky_actions_reach_the_emulator(sticky):
+    cfg = config_for_env("ALE/Pong-v5", sticky_actions=sticky)
+    env = make_env_for(cfg, seed=0)
+    try:
+        assert env.unwrapped.ale.getFloat("repeat_action_probability") == sticky
     finally:
         env.close()

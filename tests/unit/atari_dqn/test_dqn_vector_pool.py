@@ -178,3 +178,20 @@ def test_n_step_samples_of_real_pong_frames_match_their_one_step_walk():
     short = m < n
     at_end = (replay.next[s["last"] % replay.capacity] == -1) | (s["terminated"] == 1)
     assert bool(at_end[short].all())
+
+
+def _pong_frames(sticky: float, seed: int) -> np.ndarray:
+    """Pong's frames under one fixed action sequence, without no-op resets."""
+    pool = AleVectorPool(config_for_env("ALE/Pong-v5", sticky_actions=sticky), 1, seed, noop_max=0)
+    try:
+        frames = [pool.step(np.array([2 + (t // 8) % 2]))[0][0, -1] for t in range(160)]
+        return np.stack(frames)
+    finally:
+        pool.close()
+
+
+def test_the_configs_sticky_actions_reach_the_vector_env():
+    # Pong is deterministic: without sticky actions the seed changes nothing, with them
+    # (drawn from the seed) the paddle moves otherwise. So the config's value is used.
+    assert np.array_equal(_pong_frames(0.0, seed=1), _pong_frames(0.0, seed=2))
+    assert not np.array_equal(_pong_frames(0.5, seed=1), _pong_frames(0.5, seed=2))
