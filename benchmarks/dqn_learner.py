@@ -155,12 +155,14 @@ def measure(
     env_id: str = ENV_ID,
     pushers: int = 0,
     prioritized: bool = False,
+    channels_last: bool = False,
 ) -> dict[str, Any]:
     """Every figure of the module docstring, per batch size (``fill`` records in replay);
     with ``profile_path``, also :func:`profile_steps` of the largest batch (``profile``);
     with ``cuda_graph``, the steps are a CUDA graph's replays on a GPU; with ``pushers``,
     also :func:`with_pushers` (``steps_per_s_with_pushers``). ``env_id``: the preset;
-    ``prioritized``: the replay sampled by priority (the example's ``--prioritized``)."""
+    ``prioritized``: the replay sampled by priority (the example's ``--prioritized``);
+    ``channels_last``: the CNNs in the NHWC layout (the example's ``--channels-last``)."""
     from examples.atari_dqn.config import APEX_PRIORITY_EXPONENT, config_for_env, with_batch_size
     from examples.atari_dqn.envs import obs_spec
     from examples.atari_dqn.learner import Learner
@@ -170,6 +172,8 @@ def measure(
         overrides.update(cuda_graph=True, lr_final_fraction=1.0)
     if prioritized:
         overrides.update(priority_exponent=APEX_PRIORITY_EXPONENT)
+    if channels_last:
+        overrides.update(channels_last=True)
     preset = config_for_env(env_id, **overrides)
     n_actions = obs_spec(preset)[2]
     rng = np.random.default_rng(0)
@@ -334,6 +338,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the replay sampled by priority (the example's --prioritized)",
     )
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="the learner's CNNs and batches in the NHWC layout (the example's --channels-last)",
+    )
     opts = p.parse_args(argv)
     if opts.threads:
         torch.set_num_threads(opts.threads)
@@ -347,6 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         env_id=opts.env,
         pushers=opts.pushers,
         prioritized=opts.prioritized,
+        channels_last=opts.channels_last,
     )
     if opts.json:
         with open(opts.json, "w") as f:

@@ -151,6 +151,12 @@ class DQNConfig:
             replays it (:class:`~examples.atari_dqn.graphed.GraphedStep`): one launch a
             step instead of about a hundred. Needs a constant learning rate
             (``lr_final_fraction`` 1.0); no effect on a learner on the CPU.
+        channels_last: The learner keeps its Nature CNNs and their input batches in the
+            channels-last (NHWC) memory layout, the one cuDNN's tensor-core convolutions
+            work in, instead of NCHW. Meant for a learner on a GPU (whether it is faster
+            there is for a GPU run to measure: ``benchmarks.dqn_learner
+            --channels-last``); the values are the same. The weights it serves are
+            plain NCHW tensors, so collectors are unaffected. No effect off Atari.
     """
 
     env_id: str = "ALE/Pong-v5"
@@ -193,6 +199,7 @@ class DQNConfig:
     sticky_actions: float = 0.25
     ale_vector_env: bool = True
     cuda_graph: bool = False
+    channels_last: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (for checkpoints and logs)."""

@@ -308,6 +308,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(one launch a step; needs a constant learning rate)",
     )
     p.add_argument(
+        "--channels-last",
+        action="store_true",
+        default=None,
+        help="the learner's CNNs and batches in the channels-last (NHWC) layout, cuDNN's "
+        "own for tensor-core convolutions (for a learner on a GPU; same values)",
+    )
+    p.add_argument(
         "--sticky-actions",
         type=float,
         default=None,
@@ -413,6 +420,7 @@ def build_config(args: argparse.Namespace) -> DQNConfig:
         exploration=getattr(args, "exploration", None),
         dueling=getattr(args, "dueling", None),
         sticky_actions=getattr(args, "sticky_actions", None),
+        channels_last=getattr(args, "channels_last", None),
     )
     eval_max_frames = getattr(args, "eval_max_frames", None)
     if eval_max_frames is not None:
@@ -465,7 +473,7 @@ def recipe_line(name: str) -> str:
 def batch_line(cfg: DQNConfig) -> str:
     """One line: the batch, the replay ratio it keeps, the learning rate, the target period
     (and the spare steps' ratio, the n-step returns, prioritized replay, the dueling
-    network, Ape-X exploration and the CUDA graph, when used)."""
+    network, Ape-X exploration, the CUDA graph and the channels-last layout, when used)."""
     ratio = f"{cfg.batch_size / cfg.train_every:g} samples per transition"
     if cfg.max_replay_ratio is not None:
         ratio += f", up to {cfg.max_replay_ratio:g} with spare steps"
@@ -486,6 +494,8 @@ def batch_line(cfg: DQNConfig) -> str:
         parts.append("Ape-X exploration (a fixed epsilon per env)")
     if cfg.cuda_graph:
         parts.append("steps as a CUDA graph on a GPU")
+    if cfg.channels_last and cfg.atari:
+        parts.append("channels-last CNNs")
     return ", ".join(parts)
 
 

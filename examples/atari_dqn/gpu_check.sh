@@ -38,7 +38,9 @@
 #               and neither run is --prioritized (20 s)
 #   graph       tests/gpu/test_gpu_dqn_learner.py (the graph gate as above), then the
 #               learner at $GRAPH_BATCHES (default 512), $GRAPH_MODES (default eager and
-#               graph: --cuda-graph; -per adds --prioritized, e.g. graph-per), alone
+#               graph: --cuda-graph; -per adds --prioritized, -cl --channels-last, e.g.
+#               graph-per or graph-cl; with a -cl mode, tests/gpu/test_gpu_dqn_channels_last.py
+#               first, outside the gate), alone
 #               and in its thread with 48 threads pushing (--pushers 48: the 12
 #               collectors' pushes in flight) (about 2 min)
 #   timeline    the example with $COLLECTORS collectors, --transport $TL_TRANSPORT
@@ -66,7 +68,8 @@
 #   objects     python -m benchmarks.objects_gpu: a 640 MB CUDA tensor's ref passed
 #               between two actors on one GPU against a direct call (issue 23; 1 min)
 #   gputest     (not in the default STEPS) tests/gpu/test_gpu_atari_dqn.py,
-#               tests/gpu/test_gpu_dqn_learner.py, tests/gpu/test_gpu_objects.py and
+#               tests/gpu/test_gpu_dqn_learner.py, tests/gpu/test_gpu_dqn_channels_last.py
+#               (the learner's NHWC layout), tests/gpu/test_gpu_objects.py and
 #               tests/gpu/test_gpu_functions.py (remote functions on GPU slots, issue 26)
 #               and tests/gpu/test_gpu_streams.py (CUDA arguments and replies read after
 #               they land): the cuda transport with hand-set shares and without any GPU
@@ -137,7 +140,10 @@
 # and has not run on a GPU: graphtest checks its graphed step against an eager one, and
 # `graph` with GRAPH_MODES="graph graph-per" times its cost (about 1 min); keep it out
 # of a Pong run until both are known. `--dueling` and `--exploration ape-x` (the rest
-# of Ape-X's DQN) are new too and unrun on Atari.
+# of Ape-X's DQN) are new too and unrun on Atari. So is --channels-last (the learner's
+# CNNs in the NHWC layout cuDNN's tensor cores use; same values): STEPS=graph with
+# GRAPH_MODES="graph graph-cl" times it against the plain graphed step (about 2 min with
+# the tests), before any Pong run uses it.
 # Each run's logdir holds its checkpoint.pt (27 MB for Pong): PACK leaves those out.
 # graphtest, and graph's own tests, drop --cuda-graph from the later pong and
 # timeline runs when they fail.
@@ -161,7 +167,7 @@ PONG_S=${PONG_S:-660}
 TP_S=${TP_S:-400}          # each throughput (and tcp) run
 EVAL_S=${EVAL_S:-300}      # each of the eval step's two runs
 GPUTEST_S=${GPUTEST_S:-500}
-GPUTEST_FILES=${GPUTEST_FILES:-tests/gpu/test_gpu_atari_dqn.py tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_objects.py tests/gpu/test_gpu_functions.py tests/gpu/test_gpu_streams.py tests/gpu/test_gpu_profile.py}
+GPUTEST_FILES=${GPUTEST_FILES:-tests/gpu/test_gpu_atari_dqn.py tests/gpu/test_gpu_dqn_learner.py tests/gpu/test_gpu_dqn_channels_last.py tests/gpu/test_gpu_objects.py tests/gpu/test_gpu_functions.py tests/gpu/test_gpu_streams.py tests/gpu/test_gpu_profile.py}
 # 6M frames (the README's recipe) took 240 s on an H200 (docs/performance.md);
 # PONG_FRAMES=14000000 fills the issue's 10 minutes at that pace; 11000000 with PONG_S=530
 # fits one 10-minute command with its start-up and evaluations (neither run yet).
@@ -308,10 +314,22 @@ for step in $STEPS; do
         timeout 240 $PYTHON -m pytest -p no:cacheprovider -q -rsfE tests/gpu/test_gpu_dqn_learner.py \
             > "$OUT/graph-test.log" 2>&1
         graph_gate $? "$OUT/graph-test.log"
-        for mode in $GRAPH_MODES; do  # eager, graph, eager-per, graph-per
+        if [[ " $GRAPH_MODES " == *-cl[-\ ]* ]]; then  # the layout's own tests, not gated on
+            timeout 120 $PYTHON -m pytest -p no:cacheprovider -q -rsfE \
+                tests/gpu/test_gpu_dqn_channels_last.py > "$OUT/channels-last-test.log" 2>&1
+            note "  tests/gpu/test_gpu_dqn_channels_last.py (exit $?): $(tail -1 "$OUT/channels-last-test.log")"
+        fi
+        for mode in $GRAPH_MODES; do  # eager or graph, then -per and/or -cl
             flags=
-            case $mode in *graph*) flags="$flags --cuda-graph" ;; esac
-            case $mode in *per*) flags="$flags --prioritized" ;; esac
+            for part in $(echo "$mode" | tr '-' ' '); do
+                case $part in
+                eager) ;;
+                graph) flags="$flags --cuda-graph" ;;
+                per) flags="$flags --prioritized" ;;
+                cl) flags="$flags --channels-last" ;;
+                *) note "  learner mode $mode: unknown part $part (eager, graph, per, cl)"; continue 2 ;;
+                esac
+            done
             # shellcheck disable=SC2086  # $flags is a list of flags
             timeout 150 $PYTHON -m benchmarks.dqn_learner --batch-sizes "$GRAPH_BATCHES" \
                 --seconds 5 $flags --pushers 48 \

@@ -50,7 +50,7 @@ from examples.atari_dqn.config import DQNConfig
 from examples.atari_dqn.envs import obs_spec
 from examples.atari_dqn.graphed import GraphedStep
 from examples.atari_dqn.losses import dqn_loss
-from examples.atari_dqn.networks import build_q_network
+from examples.atari_dqn.networks import NatureQNetwork, build_q_network
 from examples.atari_dqn.replay import FrameReplay
 
 __all__ = ["ORDER_WAIT_S", "Learner", "learner_concurrency", "to_cpu"]
@@ -148,6 +148,8 @@ class Learner:
         self.obs_shape = obs_shape
         self.n_actions = n_actions
         self.q_net = build_q_network(cfg, obs_shape, n_actions).to(self.device)
+        if cfg.channels_last and isinstance(self.q_net, NatureQNetwork):
+            self.q_net.use_channels_last()  # before the copy: the target network follows
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
         graphed = cfg.cuda_graph and self.device.type == "cuda"
         if graphed and cfg.lr_final_fraction != 1.0:
@@ -549,7 +551,12 @@ class Learner:
                 return published
             # A copy of one version, never half an optimizer step. On a GPU it is a
             # device-to-device copy queued between two steps: nothing here waits for it.
-            snapshot = {k: v.detach().clone() for k, v in self.q_net.state_dict().items()}
+            # NCHW copies whatever the learner's layout (channels_last): what collectors
+            # and checkpoints read never depends on it.
+            snapshot = {
+                k: v.detach().clone(memory_format=torch.contiguous_format)
+                for k, v in self.q_net.state_dict().items()
+            }
         on_gpu = self.device.type == "cuda"
         if on_gpu and (cpu or self.transport != "cuda"):
             # Outside the lock: this waits for the device, the training thread does not.

@@ -39,7 +39,13 @@ class NatureQNetwork(nn.Module):
 
     Takes uint8 frame stacks ``(B, C, 84, 84)`` and scales them to [0, 1] itself, so
     observations stay uint8 everywhere outside the network (replay, wire, env).
+
+    Attributes:
+        channels_last: Whether the network works in the channels-last (NHWC) layout
+            (:meth:`use_channels_last`): its inputs are laid out so too.
     """
+
+    channels_last = False
 
     def __init__(self, in_channels: int, n_actions: int, dueling: bool = False) -> None:
         super().__init__()
@@ -59,7 +65,16 @@ class NatureQNetwork(nn.Module):
         )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(obs.float() / 255.0))
+        x = obs.float() / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.head(self.features(x))
+
+    def use_channels_last(self) -> NatureQNetwork:
+        """Moves the convolutions' weights, and from now on each input, to the NHWC
+        layout (``DQNConfig.channels_last``); the Q-values stay the same. Returns self."""
+        self.channels_last = True
+        return self.to(memory_format=torch.channels_last)
 
 
 def _hidden_then(outputs: int) -> nn.Module:

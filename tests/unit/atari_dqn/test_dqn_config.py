@@ -225,6 +225,15 @@ def test_cuda_graph_is_a_flag_that_needs_a_constant_learning_rate():
     assert config_for_env("CartPole-v1", cuda_graph=True, lr_final_fraction=1.0).cuda_graph
 
 
+def test_channels_last_is_a_flag_that_shows_in_the_batch_line():
+    assert build_config(parse_args([])).channels_last is False  # off by default
+    cfg = build_config(parse_args(["--channels-last", "--learner-gpus", "0"]))
+    assert cfg.channels_last and batch_line(cfg).endswith(", channels-last CNNs")
+    assert "channels-last" not in batch_line(build_config(parse_args(["--learner-gpus", "0"])))
+    cartpole = build_config(parse_args(["--env", "CartPole-v1", "--channels-last"]))
+    assert "channels-last" not in batch_line(cartpole)  # an MLP has no layout to change
+
+
 def test_train_seconds_is_a_time_budget_flag(capsys):
     assert build_config(parse_args([])).train_seconds is None  # frames alone by default
     cfg = build_config(parse_args(["--train-seconds", "540", "--total-frames", "100000000"]))

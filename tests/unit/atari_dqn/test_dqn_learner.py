@@ -453,3 +453,30 @@ def test_the_graphed_path_makes_the_eager_update_on_its_own_batch(priority_expon
         )
     stats = learner.stats()
     assert math.isfinite(stats["loss_mean"]) and math.isfinite(stats["q_mean"])
+
+
+def test_a_channels_last_learner_makes_the_eager_learners_steps():
+    import dataclasses
+
+    import numpy as np
+
+    from benchmarks.dqn_learner import _push
+
+    cfg = config_for_env("ALE/Pong-v5", replay_capacity=2048, learning_starts=1 << 62, batch_size=8)
+    plain, nhwc = Learner(cfg), Learner(dataclasses.replace(cfg, channels_last=True))
+    for net in (nhwc.q_net, nhwc.target_net):
+        assert net.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert plain.q_net.features[0].weight.is_contiguous()
+    assert _same_state(plain.q_net.state_dict(), nhwc.q_net.state_dict())  # one seed
+    rng = np.random.default_rng(0)
+    pushes = [_push(rng, 4, 16, j == 0, (84, 84), nhwc.n_actions) for j in range(4)]
+    for learner in (plain, nhwc):
+        for batch in pushes:
+            learner.push(batch)
+    for _ in range(3):  # the same samples (one replay seed), the same updates
+        torch.testing.assert_close(nhwc.train_step(), plain.train_step(), rtol=1e-4, atol=1e-6)
+    _, served = nhwc.get_weights()
+    _, want = plain.get_weights()
+    assert all(t.is_contiguous() for t in served.values())  # plain NCHW for the collectors
+    for k in want:
+        torch.testing.assert_close(served[k], want[k], rtol=1e-4, atol=1e-5)

@@ -51,3 +51,23 @@ def test_the_config_and_the_flag_choose_the_head():
     assert "dueling network" in line and "Ape-X exploration" in line
     plain = batch_line(build_config(parse_args([])))
     assert "dueling" not in plain and "Ape-X" not in plain
+
+
+def test_a_channels_last_cnn_gives_the_same_q_values():
+    torch.manual_seed(0)
+    plain = NatureQNetwork(4, 6)
+    nhwc = NatureQNetwork(4, 6)
+    nhwc.load_state_dict(plain.state_dict())
+    assert nhwc.use_channels_last() is nhwc and nhwc.channels_last and not plain.channels_last
+    conv = nhwc.features[0]
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert not conv.weight.is_contiguous()  # laid out otherwise, not merely allowed to be
+    seen = []
+    conv.register_forward_hook(lambda m, inputs, out: seen.append(inputs[0]))
+    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(nhwc(obs), plain(obs), rtol=1e-4, atol=1e-5)
+    assert seen[0].is_contiguous(memory_format=torch.channels_last)  # the input laid out too
+    # its weights load into a plain network (checkpoints, the collectors' copies)
+    again = NatureQNetwork(4, 6)
+    again.load_state_dict(nhwc.state_dict())
+    torch.testing.assert_close(again(obs), plain(obs), rtol=1e-4, atol=1e-5)

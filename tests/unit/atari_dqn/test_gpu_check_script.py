@@ -70,6 +70,23 @@ def test_throughput_run_names_become_the_benchmarks_flags(tmp_path):
     assert "throughput run cpu-zzz: unknown part zzz" in summary
 
 
+def test_learner_mode_names_become_the_benchmarks_flags(tmp_path):
+    calls, summary = _run(
+        tmp_path, STEPS="graph", GRAPH_MODES="eager graph-cl eager-per-cl graph-zzz"
+    )
+    assert "-m pytest" in calls[0] and len(calls) == 5, calls  # the tests, three modes
+    assert "-m pytest" in calls[1] and "test_gpu_dqn_channels_last.py" in calls[1]  # -cl
+    eager, graph_cl, eager_per_cl = (c.split(" --json")[0] for c in calls[2:])
+    assert eager.endswith("--batch-sizes 512 --seconds 5 --pushers 48")
+    assert graph_cl.endswith("--seconds 5 --cuda-graph --channels-last --pushers 48")
+    assert eager_per_cl.endswith("--seconds 5 --prioritized --channels-last --pushers 48")
+    assert "learner mode graph-zzz: unknown part zzz" in summary
+    (tmp_path / "again").mkdir()
+    calls, _ = _run(tmp_path / "again", STEPS="graph", GRAPH_MODES="eager graph-per")
+    assert len(calls) == 3, calls
+    assert not any("channels_last" in c for c in calls), calls  # no -cl mode: no such tests
+
+
 @pytest.mark.parametrize("graph_tests_rc", [0, 1])
 def test_failed_graph_tests_drop_the_graph_from_the_pong_run_only(tmp_path, graph_tests_rc):
     calls, summary = _run(
