@@ -104,7 +104,7 @@
 # is the device's own $OUT, the folder that comes back):
 #
 #   OUT=/tmp/g1 STEPS="machine graphtest throughput timeline" TP_S=110 \
-#       THROUGHPUT_RUNS="cpu-graph-m32 cpu-graph-b256-m32" TL_TRANSPORT=cpu \
+#       THROUGHPUT_RUNS="cpu-graph-m32 cpu-graph-b128-m32" TL_TRANSPORT=cpu \
 #       TL_EXTRA="--cuda-graph --max-replay-ratio 32" TL_FRAMES=300000 \
 #       PACK=$OUT_BACK/g1 bash examples/atari_dqn/gpu_check.sh
 #   OUT=/tmp/g2 STEPS="graphtest pong" DEADLINE_S=580 PONG_FRAMES=100000000 \
@@ -121,7 +121,12 @@
 # command's benchmarks.dqn_pick_batch line (PONG_PICK; of the runs that kept at least
 # 15,000 frames/s, the most updates/s x sqrt(batch): a step of 512 at 4e-4 counts as
 # about two of 128 at 2e-4 under the square-root rule the learning rates follow; a
-# heuristic, not a measurement; the larger batch within 5%). Send the second command as
+# heuristic, not a measurement; the larger batch within 5%). The two runs bracket the
+# batch: the recipe's 512 and 128 (lr 2e-4, a target copy every 500 steps). The third
+# loan's graphed step at 512 took about 2.6 ms of the GPU whether or not the host waited
+# for it; if little of that is a fixed cost per step, 128 makes three to four times the
+# steps and wins the pick (and beats 256), and if much of it is, 512 does about as well
+# as 256 would: probing 128 rather than 256 covers both. Send the second command as
 # soon as the first returns, without reading its results first: a machine idle for
 # 30 s is given back, and a fresh one costs about 50 s of the 15 minutes to start and
 # has lost /tmp/g1 (the Pong run then keeps the recipe's 512, and says so, and the
