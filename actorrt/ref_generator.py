@@ -81,8 +81,9 @@ class ObjectRefGenerator(Generic[R_co]):
         # Backpressure: tells the process running the call how many values were taken.
         self._reporter: Reporter | None = None
         if backpressure:
-            self._reporter = Reporter(rt.name, self._stream_id)
+            self._reporter = Reporter(rt.name, self._stream_id, backpressure)
             self._inbox.on_run = self._reporter.run_began
+            self._inbox.on_values = self._reporter.received
             rt.generators.start_later()  # for __del__'s report
         # weakly: the call's ref would otherwise hold itself through its own callback
         self._call._when_ready(partial(_answered, weakref.ref(self._call), self._inbox))

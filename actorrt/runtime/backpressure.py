@@ -6,12 +6,18 @@ caller (``next(gen)``), so a collector that yields faster than its learner consu
 holds at most N values, not its whole output.
 
 The caller's :class:`Reporter` tells the process running the call how many values it
-has taken (:func:`rpc_taken`, one message on its way at a time: what is taken meanwhile
-goes in the next); there :class:`Senders` finds the call's
-:class:`~actorrt.runtime.generators.Sender`, on whose ``wait_room`` the actor's thread
-(or loop) waits. When the call runs again elsewhere (retries) the reporter tells the new
-run, whose values it hears from first; when the caller's generator goes, it tells the
-run that everything is taken, so the method runs to its end as it would without a limit.
+has taken, there :class:`~actorrt.runtime.generators.Sender` ``taken``, on whose
+``wait_room`` the actor's thread (or loop) waits. Mostly without a message of its own:
+the acknowledgement of each message of values carries the count taken when it arrived
+(:func:`~actorrt.runtime.generators.rpc_items`). A report (:func:`rpc_taken`, which
+:class:`Senders` hands to the call's sender; one on its way at a time, what is taken
+meanwhile goes in the next) goes only when that count left the producer without room
+for the value after the newest one here, once the caller has taken enough for it: in a
+stream the caller keeps up with, none, so a value costs one message and its
+acknowledgement instead of two of each. When the call runs again elsewhere (retries)
+the reporter tells the new run, whose values it hears from first; when the caller's
+generator goes, it tells the run that everything is taken, so the method runs to its
+end as it would without a limit.
 """
 
 from __future__ import annotations
@@ -92,15 +98,18 @@ class Reporter:
     Args:
         here: This (the caller's) process.
         stream_id: The call's stream.
+        limit: How many values not taken the call may run ahead by (its backpressure).
     """
 
-    def __init__(self, here: str, stream_id: int) -> None:
+    def __init__(self, here: str, stream_id: int, limit: int) -> None:
         self._here = here
         self._stream_id = stream_id
+        self._limit = limit
         self._lock = threading.Lock()
         self._producer: str | None = None  # where the call runs (known from its values)
         self._taken = 0
-        self._told = 0  # what the producer was told
+        self._told = 0  # what the producer was told (-1: a new run, not told yet)
+        self._newest = -1  # the newest value's index that arrived from the current run
         self._busy = False  # a report is on its way
 
     def run_began(self, producer: str) -> None:
@@ -108,7 +117,22 @@ class Reporter:
         with self._lock:
             self._producer = producer
             self._told = -1
+            self._newest = -1
         self._push()
+
+    def received(self, newest: int) -> int:
+        """A message of values up to index ``newest`` arrived (on an RPC thread).
+
+        Returns:
+            The count of values taken, which the message's acknowledgement tells the
+            producer.
+        """
+        with self._lock:
+            if newest > self._newest:
+                self._newest = newest
+            if self._told != -1 and self._taken > self._told:  # a new run's report goes
+                self._told = self._taken
+            return self._taken
 
     def took(self, count: int) -> None:
         """The caller has taken ``count`` values."""
@@ -122,6 +146,12 @@ class Reporter:
         with self._lock:
             if self._busy or self._producer is None or self._taken == self._told:
                 return
+            if self._told != -1 and self._taken != ALL:
+                # What the producer needs to make the value after the newest one here
+                # (has_room); the acknowledgements of any it sent since tell it more.
+                need = self._newest + 2 - self._limit
+                if self._told >= need or self._taken < need:
+                    return  # it has room already, or still has none: no message
             self._busy = True
             producer, count = self._producer, self._taken
         try:
@@ -144,7 +174,7 @@ class Reporter:
         with self._lock:
             self._busy = False
             if producer == self._producer and self._told != -1:
-                self._told = count
+                self._told = max(self._told, count)  # an acknowledgement may have told more
             elif producer == self._producer:  # told before run_began: tell again
                 self._told = 0
         self._push()

@@ -86,13 +86,27 @@ class Inbox:
     where the call itself failed (its own reply is then the error).
     """
 
-    __slots__ = ("_lock", "_slots", "_got", "_seen", "_end", "_failed", "run", "on_run")
+    __slots__ = (
+        "_lock",
+        "_slots",
+        "_got",
+        "_seen",
+        "_end",
+        "_failed",
+        "run",
+        "on_run",
+        "on_values",
+    )
 
     def __init__(self) -> None:
         # The run of the call its values come from, (process, run id), and what to tell
         # when a new one begins (a call sent again): see :mod:`actorrt.runtime.backpressure`.
         self.run: tuple[str, int] | None = None
         self.on_run: Callable[[str], None] | None = None
+        # Backpressure: told the newest index of each message of values that arrives; it
+        # answers the count of values taken, which the message's acknowledgement carries
+        # back to the producer (see :mod:`actorrt.runtime.backpressure`).
+        self.on_values: Callable[[int], int] | None = None
         self._lock = threading.Lock()
         self._slots: dict[int, cf.Future[Any]] = {}
         # A value sent twice is taken once: every index below _seen has arrived, and _got
@@ -257,6 +271,21 @@ class Inboxes:
         if inbox is None or not inbox.put(index, wire):
             self._let_go(wire)
 
+    def acked(self, stream_id: int, newest: int) -> int | None:
+        """What a message of values of stream ``stream_id`` is acknowledged with.
+
+        Args:
+            stream_id: The stream.
+            newest: The message's newest value's index.
+
+        Returns:
+            With backpressure, the count of values taken (the producer's room); else None.
+        """
+        inbox = self._open.get(stream_id)  # one dict read is atomic
+        if inbox is None or inbox.on_values is None:
+            return None
+        return inbox.on_values(newest)
+
     def __len__(self) -> int:
         return len(self._open)
 
@@ -303,20 +332,25 @@ def _value_bytes(wire: Wire) -> int:
 
 def rpc_items(
     stream_id: int, items: list[tuple[int, Wire]], producer: str = "", run: int = 0
-) -> None:
+) -> int | None:
     """At the caller: values of its stream ``stream_id``, as ``(index, packed value)``.
 
     ``producer`` is the process running the call, ``run`` which run of it there (a call
     sent again after its process died runs again, maybe under the same process name).
+
+    Returns:
+        With backpressure, how many values the caller has taken (the producer's
+        :meth:`Sender.taken`, without a message of its own); else None.
     """
     for _, wire in items:
         streams.arrived(wire)
     try:
         inboxes = context.part(Inboxes)
     except Exception:  # this process's runtime is gone: nobody waits for the values
-        return
+        return None
     for index, wire in items:
         inboxes.put(stream_id, index, wire, (producer, run))
+    return inboxes.acked(stream_id, max(index for index, _ in items))
 
 
 _runs = itertools.count(1)
@@ -422,13 +456,15 @@ class Sender:
             return
         fut.add_done_callback(self._arrived)
 
-    def _arrived(self, fut: torch.futures.Future[None]) -> None:
+    def _arrived(self, fut: torch.futures.Future[int | None]) -> None:
         # On torch's RPC thread, as the message is acknowledged: what waited goes now.
         try:
-            fut.value()
+            taken = fut.value()
         except Exception:  # the caller died
             self._lost()
             return
+        if type(taken) is int:  # backpressure: the count the acknowledgement carries
+            self.taken(taken)
         with self._lock:
             items, self._waiting = _at_most(self._waiting, MAX_GATHERED_BYTES)
             if not items:

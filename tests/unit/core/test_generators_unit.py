@@ -326,14 +326,20 @@ def test_sending_to_a_caller_that_is_gone_does_not_raise(monkeypatch):
     assert sender.gone
 
 
-def test_a_caller_that_died_with_values_on_their_way_drops_the_rest(monkeypatch):
-    messages = []
+def _held_sends(monkeypatch) -> list:
+    """The futures of the messages a Sender sends from now on, none answered yet."""
+    futures: list = []
 
     def rpc_async(caller, fn, args):
-        messages.append(torch.futures.Future())
-        return messages[-1]
+        futures.append(torch.futures.Future())
+        return futures[-1]
 
     monkeypatch.setattr(generators.quick_rpc, "rpc_async", rpc_async)
+    return futures
+
+
+def test_a_caller_that_died_with_values_on_their_way_drops_the_rest(monkeypatch):
+    messages = _held_sends(monkeypatch)
     sender = Sender("driver", 4)
     sender.send(0, W[0])
     sender.send(1, W[1])
@@ -411,18 +417,66 @@ def test_a_reporter_tells_the_latest_count_one_message_at_a_time(monkeypatch):
         return messages[-1][3]
 
     monkeypatch.setattr(backpressure.quick_rpc, "rpc_async", rpc_async)
-    reporter = backpressure.Reporter("driver", 9)
-    reporter.took(1)  # nothing known of the producer yet: nobody to tell
+    reporter = backpressure.Reporter("driver", 9, limit=1)
+    reporter.received(0)  # value 0 came: nothing known of the producer yet (its run)
+    reporter.took(1)  # nobody to tell
     assert messages == []
-    reporter.run_began("worker1")
+    reporter.run_began("worker1")  # its run: told at once
     assert [m[:3] for m in messages] == [("worker1", backpressure.rpc_taken, ("driver", 9, 1))]
-    reporter.took(2)
-    reporter.took(3)  # one on its way: these wait, and only the latest goes
+    reporter.received(1)  # the producer made value 1: it knew of value 0 taken
+    reporter.took(2)  # one on its way: this waits for it
+    assert len(messages) == 1
     messages[0][3].set_result(None)
-    assert messages[1][2] == ("driver", 9, 3) and len(messages) == 2
-    messages[1][3].set_result(None)
+    assert messages[1][2] == ("driver", 9, 2) and len(messages) == 2  # the latest
     reporter.run_began("worker2")  # the call runs again elsewhere: told afresh
-    assert messages[2][:3] == ("worker2", backpressure.rpc_taken, ("driver", 9, 3))
+    messages[1][3].set_result(None)
+    assert messages[2][:3] == ("worker2", backpressure.rpc_taken, ("driver", 9, 2))
+
+
+def test_acknowledgements_carry_the_count_and_a_report_goes_only_when_it_is_needed(
+    monkeypatch,
+):
+    from actorrt.runtime import backpressure
+
+    messages = []
+
+    def rpc_async(to, fn, args):
+        fut = torch.futures.Future()
+        fut.set_result(None)
+        messages.append(args)
+        return fut
+
+    monkeypatch.setattr(backpressure.quick_rpc, "rpc_async", rpc_async)
+    reporter = backpressure.Reporter("driver", 9, limit=2)
+    reporter.run_began("worker1")  # a new run is told once
+    assert messages == [("driver", 9, 0)]
+    # A caller that keeps up: each value's acknowledgement tells the producer enough
+    # for its next value, so taking values sends nothing.
+    for i in range(10):
+        assert reporter.received(i) == i  # value i-1 taken before value i came
+        reporter.took(i + 1)
+    assert messages == [("driver", 9, 0)]
+    # A caller that falls behind: values 10 and 11 come in one message, acknowledged
+    # with 10 taken; the producer needs 11 taken to make value 12 (has_room).
+    assert reporter.received(11) == 10
+    reporter.took(11)  # value 10 taken: now it has room, and only a report can say so
+    assert messages == [("driver", 9, 0), ("driver", 9, 11)]
+    reporter.took(12)  # told 11, it has room for value 12: nothing more until 13 comes
+    assert len(messages) == 2
+    reporter.took(backpressure.ALL)  # the caller's generator went: always told
+    assert messages[-1] == ("driver", 9, backpressure.ALL)
+
+
+def test_a_senders_acknowledged_count_makes_room(monkeypatch):
+    acks = _held_sends(monkeypatch)
+    sender = Sender("driver", 3, limit=1)
+    sender.send(0, W[0])
+    assert not sender.has_room(1)  # value 0 not taken yet
+    acks[0].set_result(1)  # the caller had taken it as the message arrived
+    assert sender.has_room(1)
+    sender.send(1, W[1])
+    acks[1].set_result(None)  # a caller without backpressure answers nothing
+    assert not sender.has_room(2)
 
 
 def test_senders_find_the_sender_the_caller_tells():
