@@ -8,16 +8,22 @@ holds at most N values, not its whole output.
 The caller's :class:`Reporter` tells the process running the call how many values it
 has taken, there :class:`~actorrt.runtime.generators.Sender` ``taken``, on whose
 ``wait_room`` the actor's thread (or loop) waits. Mostly without a message of its own:
-the acknowledgement of each message of values carries the count taken when it arrived
-(:func:`~actorrt.runtime.generators.rpc_items`). A report (:func:`rpc_taken`, which
-:class:`Senders` hands to the call's sender; one on its way at a time, what is taken
-meanwhile goes in the next) goes only when that count left the producer without room
-for the value after the newest one here, once the caller has taken enough for it: in a
-stream the caller keeps up with, none, so a value costs one message and its
-acknowledgement instead of two of each. When the call runs again elsewhere (retries)
-the reporter tells the new run, whose values it hears from first; when the caller's
-generator goes, it tells the run that everything is taken, so the method runs to its
-end as it would without a limit.
+each value travels in a message of its own
+(:func:`~actorrt.runtime.generators.rpc_items_held`), whose acknowledgement the caller
+holds until it has taken that value and which then carries the count taken, as Ray's
+caller answers a generator's report of a value once it is consumed. So the producer
+hears of each take as soon as it happens, with up to N values on their way at once, and
+a value costs one message and its acknowledgement.
+
+A report (:func:`rpc_taken`, which :class:`Senders` hands to the call's sender; one on
+its way at a time, what is taken meanwhile goes in the next) goes only when the counts
+told left the producer without room for the value after the newest one here, once the
+caller has taken enough for it: for a caller that takes values out of step with the
+acknowledgements (a message of several values, a new run). When the call runs again
+elsewhere (retries) the reporter tells the new run, whose values it hears from first;
+when the caller's generator goes, it tells the run that everything is taken (and
+answers every acknowledgement it held), so the method runs to its end as it would
+without a limit.
 """
 
 from __future__ import annotations
@@ -111,6 +117,8 @@ class Reporter:
         self._told = 0  # what the producer was told (-1: a new run, not told yet)
         self._newest = -1  # the newest value's index that arrived from the current run
         self._busy = False  # a report is on its way
+        # Acknowledgements held until the count taken reaches theirs: (count, future).
+        self._held: list[tuple[int, torch.futures.Future[int]]] = []
 
     def run_began(self, producer: str) -> None:
         """Values come from a new run of the call, on ``producer``: it is told afresh."""
@@ -120,26 +128,39 @@ class Reporter:
             self._newest = -1
         self._push()
 
-    def received(self, newest: int) -> int:
+    def received(self, newest: int) -> torch.futures.Future[int]:
         """A message of values up to index ``newest`` arrived (on an RPC thread).
 
         Returns:
-            The count of values taken, which the message's acknowledgement tells the
-            producer.
+            Its acknowledgement: done with the count of values taken once that count
+            includes value ``newest`` (at once if it does).
         """
+        ack: torch.futures.Future[int] = torch.futures.Future()
         with self._lock:
             if newest > self._newest:
                 self._newest = newest
-            if self._told != -1 and self._taken > self._told:  # a new run's report goes
-                self._told = self._taken
-            return self._taken
+            count = self._taken
+            if count <= newest:
+                self._held.append((newest + 1, ack))
+                return ack
+            if self._told != -1 and count > self._told:  # a new run's report goes
+                self._told = count
+        ack.set_result(count)
+        return ack
 
     def took(self, count: int) -> None:
-        """The caller has taken ``count`` values."""
+        """The caller has taken ``count`` values: the acknowledgements due are answered."""
         with self._lock:
             if count <= self._taken:
                 return
             self._taken = count
+            due = [ack for until, ack in self._held if until <= count]
+            if due:
+                self._held = [(until, ack) for until, ack in self._held if until > count]
+                if self._told != -1 and count > self._told:
+                    self._told = count  # on its way to the producer
+        for ack in due:  # outside the lock: each sends its answer
+            ack.set_result(count)
         self._push()
 
     def _push(self) -> None:

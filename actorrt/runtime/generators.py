@@ -18,6 +18,11 @@ value, whose ref raises it. torch RPC handles requests on a pool of threads, so 
 may arrive in any order, and after that reply: each carries its index, and the inbox
 waits for every one the reply counted. A value that comes twice (a call sent again after
 its process died) is taken once.
+
+With backpressure (at most N values not taken), each value goes at once in a message of
+its own (:func:`rpc_items_held`), at most N on their way, and the caller acknowledges a
+message once it has taken its values: the acknowledgement carries the count taken,
+which makes the producer's room (:mod:`actorrt.runtime.backpressure`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,16 @@ from actorrt.runtime.payload import Wire
 from actorrt.runtime.protocol import CallName
 from actorrt.runtime.trace import wire_bytes
 
-__all__ = ["FAILED", "STREAMING", "Inbox", "Inboxes", "Sender", "Stream", "rpc_items"]
+__all__ = [
+    "FAILED",
+    "STREAMING",
+    "Inbox",
+    "Inboxes",
+    "Sender",
+    "Stream",
+    "rpc_items",
+    "rpc_items_held",
+]
 
 FAILED = "failed"
 """What an inbox gives for the index where the call itself failed: its reply is the error."""
@@ -104,9 +118,9 @@ class Inbox:
         self.run: tuple[str, int] | None = None
         self.on_run: Callable[[str], None] | None = None
         # Backpressure: told the newest index of each message of values that arrives; it
-        # answers the count of values taken, which the message's acknowledgement carries
-        # back to the producer (see :mod:`actorrt.runtime.backpressure`).
-        self.on_values: Callable[[int], int] | None = None
+        # answers the message's acknowledgement, done with the count of values taken
+        # once they include the message's (see :mod:`actorrt.runtime.backpressure`).
+        self.on_values: Callable[[int], torch.futures.Future[int]] | None = None
         self._lock = threading.Lock()
         self._slots: dict[int, cf.Future[Any]] = {}
         # A value sent twice is taken once: every index below _seen has arrived, and _got
@@ -271,15 +285,16 @@ class Inboxes:
         if inbox is None or not inbox.put(index, wire):
             self._let_go(wire)
 
-    def acked(self, stream_id: int, newest: int) -> int | None:
-        """What a message of values of stream ``stream_id`` is acknowledged with.
+    def acked(self, stream_id: int, newest: int) -> torch.futures.Future[int] | None:
+        """The acknowledgement of a message of values of stream ``stream_id``.
 
         Args:
             stream_id: The stream.
             newest: The message's newest value's index.
 
         Returns:
-            With backpressure, the count of values taken (the producer's room); else None.
+            With backpressure, a future done with the count of values taken once they
+            include the message's (the producer's room); else None.
         """
         inbox = self._open.get(stream_id)  # one dict read is atomic
         if inbox is None or inbox.on_values is None:
@@ -332,16 +347,36 @@ def _value_bytes(wire: Wire) -> int:
 
 def rpc_items(
     stream_id: int, items: list[tuple[int, Wire]], producer: str = "", run: int = 0
-) -> int | None:
+) -> None:
     """At the caller: values of its stream ``stream_id``, as ``(index, packed value)``.
 
     ``producer`` is the process running the call, ``run`` which run of it there (a call
     sent again after its process died runs again, maybe under the same process name).
-
-    Returns:
-        With backpressure, how many values the caller has taken (the producer's
-        :meth:`Sender.taken`, without a message of its own); else None.
     """
+    _deliver(stream_id, items, producer, run)
+
+
+@rpc.functions.async_execution  # type: ignore[untyped-decorator]  # torch leaves it unannotated
+def rpc_items_held(
+    stream_id: int, items: list[tuple[int, Wire]], producer: str = "", run: int = 0
+) -> torch.futures.Future[int | None]:
+    """:func:`rpc_items` for a stream with backpressure, answered once its values are taken.
+
+    The answer is the count of values the caller has taken (the producer's
+    :meth:`Sender.taken`, without a message of its own), or None for a stream nobody
+    takes from any more; it waits on no thread.
+    """
+    acked = _deliver(stream_id, items, producer, run)
+    if acked is None:
+        done: torch.futures.Future[int | None] = torch.futures.Future()
+        done.set_result(None)
+        return done
+    return acked  # type: ignore[return-value]  # an int result is an int | None one
+
+
+def _deliver(
+    stream_id: int, items: list[tuple[int, Wire]], producer: str, run: int
+) -> torch.futures.Future[int] | None:
     for _, wire in items:
         streams.arrived(wire)
     try:
@@ -436,20 +471,27 @@ class Sender:
             await woken
 
     def send(self, index: int, wire: Wire) -> None:
-        """Sends value ``index``; never waits. Once the caller is gone, it is dropped."""
+        """Sends value ``index``; never waits. Once the caller is gone, it is dropped.
+
+        With a limit it goes at once (at most ``limit`` are on their way: values are
+        made only with room); without, it waits for the message on its way, if any.
+        """
         with self._lock:
             if self.gone:
                 return
-            if self._busy:
-                self._waiting.append((index, wire))
-                return
-            self._busy = True
+            if not self.limit:
+                if self._busy:
+                    self._waiting.append((index, wire))
+                    return
+                self._busy = True
         self._post([(index, wire)])
 
     def _post(self, items: list[tuple[int, Wire]]) -> None:
         try:
             fut = quick_rpc.rpc_async(
-                self._caller, rpc_items, (self._stream_id, items, *self._from)
+                self._caller,
+                rpc_items_held if self.limit else rpc_items,
+                (self._stream_id, items, *self._from),
             )
         except Exception:  # the caller is gone: nobody waits for the values
             self._lost()
@@ -463,8 +505,10 @@ class Sender:
         except Exception:  # the caller died
             self._lost()
             return
-        if type(taken) is int:  # backpressure: the count the acknowledgement carries
-            self.taken(taken)
+        if self.limit:  # its values went at once: nothing waits here
+            if type(taken) is int:  # the count the acknowledgement carries
+                self.taken(taken)
+            return
         with self._lock:
             items, self._waiting = _at_most(self._waiting, MAX_GATHERED_BYTES)
             if not items:

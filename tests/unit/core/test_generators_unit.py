@@ -433,7 +433,7 @@ def test_a_reporter_tells_the_latest_count_one_message_at_a_time(monkeypatch):
     assert messages[2][:3] == ("worker2", backpressure.rpc_taken, ("driver", 9, 2))
 
 
-def test_acknowledgements_carry_the_count_and_a_report_goes_only_when_it_is_needed(
+def test_acknowledgements_wait_for_their_values_to_be_taken_and_carry_the_count(
     monkeypatch,
 ):
     from actorrt.runtime import backpressure
@@ -450,33 +450,49 @@ def test_acknowledgements_carry_the_count_and_a_report_goes_only_when_it_is_need
     reporter = backpressure.Reporter("driver", 9, limit=2)
     reporter.run_began("worker1")  # a new run is told once
     assert messages == [("driver", 9, 0)]
-    # A caller that keeps up: each value's acknowledgement tells the producer enough
-    # for its next value, so taking values sends nothing.
-    for i in range(10):
-        assert reporter.received(i) == i  # value i-1 taken before value i came
+    # A caller that keeps up: each value's message is acknowledged once the value is
+    # taken, with the count, so the producer hears of every take and no report goes.
+    first, second = reporter.received(0), reporter.received(1)  # two on their way
+    assert not first.done() and not second.done()
+    reporter.took(1)
+    assert first.wait() == 1 and not second.done()
+    reporter.took(2)
+    assert second.wait() == 2
+    for i in range(2, 10):
+        ack = reporter.received(i)
         reporter.took(i + 1)
+        assert ack.wait() == i + 1
     assert messages == [("driver", 9, 0)]
-    # A caller that falls behind: values 10 and 11 come in one message, acknowledged
-    # with 10 taken; the producer needs 11 taken to make value 12 (has_room).
-    assert reporter.received(11) == 10
-    reporter.took(11)  # value 10 taken: now it has room, and only a report can say so
-    assert messages == [("driver", 9, 0), ("driver", 9, 11)]
-    reporter.took(12)  # told 11, it has room for value 12: nothing more until 13 comes
-    assert len(messages) == 2
-    reporter.took(backpressure.ALL)  # the caller's generator went: always told
-    assert messages[-1] == ("driver", 9, backpressure.ALL)
+    # A value taken before its message came (sent again by a new run): answered at once
+    assert reporter.received(5).wait() == 10
+    # A message of two values is acknowledged once both are taken; the producer needs
+    # only the first taken to make its next value (has_room): a report says so.
+    both = reporter.received(11)  # values 10 and 11
+    reporter.took(11)  # value 10 taken
+    assert not both.done() and messages[-1] == ("driver", 9, 11)
+    reporter.took(12)
+    assert both.wait() == 12 and len(messages) == 2  # the acknowledgement told the rest
+    held = reporter.received(12)
+    reporter.took(backpressure.ALL)  # the caller's generator went: the held one tells it
+    assert held.wait() == backpressure.ALL and len(messages) == 2
+    other = backpressure.Reporter("driver", 10, limit=2)
+    other.run_began("worker1")
+    other.took(backpressure.ALL)  # nothing held: a report tells it
+    assert messages[-1] == ("driver", 10, backpressure.ALL)
 
 
 def test_a_senders_acknowledged_count_makes_room(monkeypatch):
     acks = _held_sends(monkeypatch)
-    sender = Sender("driver", 3, limit=1)
+    sender = Sender("driver", 3, limit=2)
     sender.send(0, W[0])
-    assert not sender.has_room(1)  # value 0 not taken yet
-    acks[0].set_result(1)  # the caller had taken it as the message arrived
-    assert sender.has_room(1)
-    sender.send(1, W[1])
-    acks[1].set_result(None)  # a caller without backpressure answers nothing
-    assert not sender.has_room(2)
+    sender.send(1, W[1])  # with a limit, each value goes at once: two on their way
+    assert len(acks) == 2 and not sender.has_room(2)
+    acks[0].set_result(1)  # answered once the caller took value 0
+    assert sender.has_room(2) and not sender.has_room(3)
+    sender.send(2, W[2])
+    acks[2].set_result(None)  # a stream nobody takes from any more answers nothing
+    acks[1].set_result(2)
+    assert sender.has_room(3) and not sender.gone
 
 
 def test_senders_find_the_sender_the_caller_tells():
