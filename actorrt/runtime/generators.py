@@ -285,12 +285,10 @@ class Inboxes:
         if inbox is None or not inbox.put(index, wire):
             self._let_go(wire)
 
-    def acked(self, stream_id: int, newest: int) -> torch.futures.Future[int] | None:
-        """The acknowledgement of a message of values of stream ``stream_id``.
-
-        Args:
-            stream_id: The stream.
-            newest: The message's newest value's index.
+    def acked(
+        self, stream_id: int, items: list[tuple[int, Wire]]
+    ) -> torch.futures.Future[int] | None:
+        """The acknowledgement of a message of values (``items``) of stream ``stream_id``.
 
         Returns:
             With backpressure, a future done with the count of values taken once they
@@ -299,7 +297,7 @@ class Inboxes:
         inbox = self._open.get(stream_id)  # one dict read is atomic
         if inbox is None or inbox.on_values is None:
             return None
-        return inbox.on_values(newest)
+        return inbox.on_values(max(index for index, _ in items))
 
     def __len__(self) -> int:
         return len(self._open)
@@ -385,7 +383,7 @@ def _deliver(
         return None
     for index, wire in items:
         inboxes.put(stream_id, index, wire, (producer, run))
-    return inboxes.acked(stream_id, max(index for index, _ in items))
+    return inboxes.acked(stream_id, items)
 
 
 _runs = itertools.count(1)
