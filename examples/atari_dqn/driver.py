@@ -506,11 +506,8 @@ def emulator_line(cfg: DQNConfig) -> str:
         if cfg.sticky_actions == 0
         else f"sticky actions {cfg.sticky_actions:g}"
     )
-    return (
-        f"emulator {cfg.env_id}: {cfg.frame_skip} frames per step, up to {NOOP_MAX} no-op "
-        f"starts, "
-        f"{sticky}"
-    )
+    steps = f"{cfg.frame_skip} frames per step, up to {NOOP_MAX} no-op starts"
+    return f"emulator {cfg.env_id}: {steps}, {sticky}"
 
 
 def resolve_gpus(
