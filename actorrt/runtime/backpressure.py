@@ -8,12 +8,12 @@ holds at most N values, not its whole output.
 The caller's :class:`Reporter` tells the process running the call how many values it
 has taken, there :class:`~actorrt.runtime.generators.Sender` ``taken``, on whose
 ``wait_room`` the actor's thread (or loop) waits. Mostly without a message of its own:
-each value travels in a message of its own
-(:func:`~actorrt.runtime.generators.rpc_items_held`), whose acknowledgement the caller
-holds until it has taken that value and which then carries the count taken, as Ray's
-caller answers a generator's report of a value once it is consumed. So the producer
-hears of each take as soon as it happens, with up to N values on their way at once, and
-a value costs one message and its acknowledgement.
+values travel in messages (:func:`~actorrt.runtime.generators.rpc_items_held`, two on
+their way at once, the values yielded meanwhile gathered in the next) whose
+acknowledgement the caller holds until it has taken their values and which then carries
+the count taken, as Ray's caller answers a generator's report of a value once it is
+consumed. So the producer hears of takes as they happen, and a value costs at most one
+message and its acknowledgement.
 
 A report (:func:`rpc_taken`, which :class:`Senders` hands to the call's sender; one on
 its way at a time, what is taken meanwhile goes in the next) goes only when the counts

@@ -19,10 +19,10 @@ may arrive in any order, and after that reply: each carries its index, and the i
 waits for every one the reply counted. A value that comes twice (a call sent again after
 its process died) is taken once.
 
-With backpressure (at most N values not taken), each value goes at once in a message of
-its own (:func:`rpc_items_held`), at most N on their way, and the caller acknowledges a
-message once it has taken its values: the acknowledgement carries the count taken,
-which makes the producer's room (:mod:`actorrt.runtime.backpressure`).
+With backpressure (at most N values not taken), :data:`MAX_IN_FLIGHT` messages may be on
+their way at once (:func:`rpc_items_held`), and the caller acknowledges a message once it
+has taken its values: the acknowledgement carries the count taken, which makes the
+producer's room (:mod:`actorrt.runtime.backpressure`).
 """
 
 from __future__ import annotations
@@ -57,6 +57,15 @@ __all__ = [
 
 FAILED = "failed"
 """What an inbox gives for the index where the call itself failed: its reply is the error."""
+
+MAX_IN_FLIGHT = 2
+"""Messages of values one stream with backpressure may have on their way at once.
+
+Their acknowledgements wait until the caller has taken their values (and say how many it
+has): with two, the next value travels while the caller takes the last one, and values
+yielded meanwhile go together in the message after. A stream without backpressure has
+one on its way, acknowledged on arrival.
+"""
 
 MAX_GATHERED_BYTES = 4 << 20
 """At most this many bytes of gathered values travel in one message (one value at least).
@@ -412,7 +421,7 @@ class Sender:
         "_stream_id",
         "_lock",
         "_waiting",
-        "_busy",
+        "_in_flight",
         "_taken",
         "_from",
         "_wakers",
@@ -425,7 +434,7 @@ class Sender:
         self._stream_id = stream_id
         self._lock = threading.Condition()
         self._waiting: list[tuple[int, Wire]] = []
-        self._busy = False  # a message of this stream is on its way
+        self._in_flight = 0  # messages of this stream on their way
         self._taken = 0  # how many values the caller has taken (told when limit > 0)
         self._from = (_here(), next(_runs))  # this process, and this run of the call
         # An async generator's wait for room (wait_room_async): woken on its loop.
@@ -471,17 +480,17 @@ class Sender:
     def send(self, index: int, wire: Wire) -> None:
         """Sends value ``index``; never waits. Once the caller is gone, it is dropped.
 
-        With a limit it goes at once (at most ``limit`` are on their way: values are
-        made only with room); without, it waits for the message on its way, if any.
+        It goes at once while fewer messages than :data:`MAX_IN_FLIGHT` allows are on
+        their way; else it waits, and goes with the others waiting when one of those is
+        acknowledged.
         """
         with self._lock:
             if self.gone:
                 return
-            if not self.limit:
-                if self._busy:
-                    self._waiting.append((index, wire))
-                    return
-                self._busy = True
+            if self._in_flight >= (MAX_IN_FLIGHT if self.limit else 1):
+                self._waiting.append((index, wire))
+                return
+            self._in_flight += 1
         self._post([(index, wire)])
 
     def _post(self, items: list[tuple[int, Wire]]) -> None:
@@ -503,14 +512,12 @@ class Sender:
         except Exception:  # the caller died
             self._lost()
             return
-        if self.limit:  # its values went at once: nothing waits here
-            if type(taken) is int:  # the count the acknowledgement carries
-                self.taken(taken)
-            return
+        if type(taken) is int:  # backpressure: the count the acknowledgement carries
+            self.taken(taken)
         with self._lock:
             items, self._waiting = _at_most(self._waiting, MAX_GATHERED_BYTES)
             if not items:
-                self._busy = False
+                self._in_flight -= 1
                 return
         self._post(items)
 

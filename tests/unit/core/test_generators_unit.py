@@ -495,6 +495,26 @@ def test_a_senders_acknowledged_count_makes_room(monkeypatch):
     assert sender.has_room(3) and not sender.gone
 
 
+def test_with_backpressure_two_messages_travel_and_the_values_yielded_meanwhile_gather(
+    monkeypatch,
+):
+    sent = []
+
+    def rpc_async(to, fn, args):
+        sent.append((fn, [index for index, _ in args[1]], torch.futures.Future()))
+        return sent[-1][2]
+
+    monkeypatch.setattr(generators.quick_rpc, "rpc_async", rpc_async)
+    sender = Sender("driver", 3, limit=8)
+    for i in range(5):
+        sender.send(i, W[i % len(W)])
+    assert [indexes for _, indexes, _ in sent] == [[0], [1]]  # MAX_IN_FLIGHT on their way
+    assert all(fn is generators.rpc_items_held for fn, _, _ in sent)
+    sent[0][2].set_result(1)  # value 0 taken: the three waiting go together
+    assert [indexes for _, indexes, _ in sent] == [[0], [1], [2, 3, 4]]
+    assert sender.has_room(8) and not sender.has_room(9)
+
+
 def test_senders_find_the_sender_the_caller_tells():
     from actorrt.runtime.backpressure import Senders
 
