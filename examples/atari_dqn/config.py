@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 __all__ = [
+    "ALE_V5_STICKY_ACTIONS",
     "APEX_PRIORITY_EXPONENT",
     "EXPLORATIONS",
     "RECIPES",
@@ -26,6 +27,9 @@ __all__ = [
 #: The priority exponent of Ape-X's (and Rainbow's) prioritized replay, which
 #: ``--prioritized`` turns on (with :attr:`DQNConfig.priority_weight`'s 0.4).
 APEX_PRIORITY_EXPONENT = 0.6
+#: ``ALE/*-v5``'s own ``repeat_action_probability`` (Machado et al. 2018), the
+#: preset's :attr:`DQNConfig.sticky_actions`.
+ALE_V5_STICKY_ACTIONS = 0.25
 #: What :attr:`DQNConfig.exploration` may name (examples/atari_dqn/exploration.py).
 EXPLORATIONS = ("linear", "ape-x")
 
@@ -196,7 +200,7 @@ class DQNConfig:
     eval_max_steps: int | None = 27_000
     eval_max_frames: int | None = 50_000
     seed: int = 0
-    sticky_actions: float = 0.25
+    sticky_actions: float = ALE_V5_STICKY_ACTIONS
     ale_vector_env: bool = True
     cuda_graph: bool = False
     channels_last: bool = False
@@ -309,10 +313,10 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
         )
     if not 0 <= float(preset.get("priority_weight", 0.4)) <= 1:
         raise ValueError(f"priority_weight={preset['priority_weight']} must be in [0, 1]")
-    if not 0 <= float(preset.get("sticky_actions", 0.25)) < 1:
+    if not 0 <= float(preset.get("sticky_actions", ALE_V5_STICKY_ACTIONS)) < 1:
         raise ValueError(
             f"sticky_actions={preset['sticky_actions']} must be in [0, 1) "
-            "(0: deterministic emulator; ALE/*-v5's default: 0.25)"
+            f"(0: deterministic emulator; ALE/*-v5's default: {ALE_V5_STICKY_ACTIONS})"
         )
     if preset.get("cuda_graph") and float(preset.get("lr_final_fraction", 1.0)) != 1.0:
         raise ValueError(

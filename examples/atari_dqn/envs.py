@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from examples.atari_dqn.config import DQNConfig, is_atari
+from examples.atari_dqn.config import ALE_V5_STICKY_ACTIONS, DQNConfig, is_atari
 
 __all__ = [
     "NOOP_MAX",
@@ -67,7 +67,7 @@ def make_env(
     clip_rewards: bool = True,
     max_episode_steps: int | None = None,
     frame_stack: int = 4,
-    sticky_actions: float = 0.25,
+    sticky_actions: float = ALE_V5_STICKY_ACTIONS,
 ) -> gym.Env:
     """Builds one preprocessed environment.
 
