@@ -143,8 +143,7 @@ class Reporter:
             if count <= newest:
                 self._held.append((newest + 1, ack))
                 return ack
-            if self._told != -1 and count > self._told:  # a new run's report goes
-                self._told = count
+            self._acknowledging(count)
         ack.set_result(count)
         return ack
 
@@ -157,11 +156,18 @@ class Reporter:
             due = [ack for until, ack in self._held if until <= count]
             if due:
                 self._held = [(until, ack) for until, ack in self._held if until > count]
-                if self._told != -1 and count > self._told:
-                    self._told = count  # on its way to the producer
+                self._acknowledging(count)
         for ack in due:  # outside the lock: each sends its answer
             ack.set_result(count)
         self._push()
+
+    def _acknowledging(self, count: int) -> None:
+        """Under the lock: an acknowledgement tells the producer ``count`` (on its way).
+
+        Not after a new run began: that run's own report goes (``_told`` stays -1).
+        """
+        if self._told != -1 and count > self._told:
+            self._told = count
 
     def _push(self) -> None:
         with self._lock:
