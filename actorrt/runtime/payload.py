@@ -102,8 +102,11 @@ _local = threading.local()
 
 def _from_side(index: int) -> Any:
     item = _local.side[index]
+    kind = type(item)
+    if kind is rref_keeper.Arriving:  # an RRef that came in a message (rref_keeper.Carried)
+        return item.rref()
     # An RRef unpacked where it was packed (no message between) is still wrapped.
-    return item.rref if type(item) is rref_keeper.Carried else item
+    return item.rref if kind is rref_keeper.Carried else item
 
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is untyped (Any)

@@ -26,24 +26,29 @@ has no flag to read, so a sent RRef is held :data:`SENT_HOLD_S` after its last s
 receiver accepts it after one round trip to the owner). Owner RRefs are never held: torch
 registers their forks at once, and their deletion takes the GIL itself. Each reason holds
 the RRef on its own: one both received and sent on goes when neither holds it.
+
+An owner that dies never confirms: :func:`owner_died` lets go of what waited for it.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from typing import Any
 
 __all__ = [
+    "ARRIVAL_TIMEOUT_S",
     "SENT_HOLD_S",
     "SETTLE_S",
     "Carried",
+    "Arriving",
     "arrivals",
-    "arrived",
     "held",
     "holds",
     "hold_received",
     "hold_sent",
+    "owner_died",
     "release_all",
 ]
 
@@ -51,6 +56,8 @@ __all__ = [
 SENT_HOLD_S = 10.0
 #: How long an RRef is held after its owner's confirmation was seen (seconds).
 SETTLE_S = 1.0
+#: How long a reader waits for the arrivals thread to make a carried RRef (seconds).
+ARRIVAL_TIMEOUT_S = 60.0
 #: How often the keeper looks for RRefs it may let go of (seconds).
 _TICK_S = 0.2
 
@@ -62,15 +69,21 @@ _settling: dict[int, tuple[Any, float]] = {}  # seen confirmed (SETTLE_S)
 _thread: threading.Thread | None = None
 _work = threading.Event()  # set by every hold: the keeper sleeps on it while it holds none
 _arrivals = 0  # RRefs held on their arrival so far
+_arriving_queue: queue.SimpleQueue[tuple[Any, Arriving]] = queue.SimpleQueue()
+_arrivals_thread: threading.Thread | None = None
 
 
 class Carried:
     """A user RRef on its way inside a message: the receiver holds it from its arrival on.
 
-    torch unpickles a message on an RPC thread, long before actorrt's code may read it
-    (or drop it unread): wrapped, the RRef is held from that moment (:func:`arrived`).
-    Only a process that is not the RRef's owner sends it wrapped (see the module's
-    docstring).
+    It travels as its fork's data, and the receiver makes the RRef on this module's
+    arrivals thread (:class:`Arriving`), not while torch unpickles the message: torch
+    holds back a request whose RRefs it made itself until their owner confirmed them,
+    for ever if the owner dies first (its fork request fails, and torch never finishes
+    the fork), and every later call from that caller would then wait behind it in the
+    actor's mailbox. Made apart, the RRef is held from its arrival (:func:`hold_received`),
+    whether actorrt's code reads the message or drops it unread. Only a process that is
+    not the RRef's owner sends it wrapped (see the module's docstring).
     """
 
     __slots__ = ("rref",)
@@ -79,16 +92,75 @@ class Carried:
         self.rref = rref
 
     def __reduce__(self) -> tuple[Any, tuple[Any]]:
-        return arrived, (self.rref,)
+        # What torch's own pickler would send for the RRef (it registers the fork here).
+        return _arriving, (self.rref._serialize(),)
 
 
-def arrived(rref: Any) -> Any:
-    """Unpickles a :class:`Carried`: holds ``rref`` (:func:`hold_received`) and returns it."""
-    global _arrivals
-    hold_received(rref)
+class Arriving:
+    """A carried RRef on the receiver while the arrivals thread makes it."""
+
+    __slots__ = ("_done", "_rref", "_error")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._rref: Any = None
+        self._error: BaseException | None = None
+
+    def rref(self) -> Any:
+        """The RRef, once made (at once but for the thread hop).
+
+        Raises:
+            RuntimeError: torch could not make it (RPC is ending), or the arrivals thread
+                did not answer within :data:`ARRIVAL_TIMEOUT_S`.
+        """
+        if not self._done.wait(ARRIVAL_TIMEOUT_S):
+            raise RuntimeError(
+                f"an actor handle's RRef was not made within {ARRIVAL_TIMEOUT_S:g} s of its "
+                "arrival (actorrt's RRef arrivals thread is stuck: see actorrt.stacks())"
+            )
+        if self._error is not None:
+            raise RuntimeError(f"an actor handle's RRef could not be made: {self._error}")
+        return self._rref
+
+
+def _arriving(fork_data: Any) -> Arriving:
+    """Unpickles a :class:`Carried` (on torch's RPC thread): queues the RRef's making."""
+    global _arrivals_thread
+    item = Arriving()
     with _lock:
-        _arrivals += 1
-    return rref
+        if _arrivals_thread is None:
+            _arrivals_thread = threading.Thread(
+                target=_make_arrivals, name="actorrt-rref-arrivals", daemon=True
+            )
+            _arrivals_thread.start()
+    _arriving_queue.put((fork_data, item))
+    return item
+
+
+def _deserialize(fork_data: Any) -> Any:
+    """The RRef that ``fork_data`` (``PyRRef._serialize()``'s) stands for."""
+    from torch.distributed.rpc import PyRRef
+
+    return PyRRef._deserialize(fork_data)
+
+
+def _make_arrivals() -> None:
+    # On a thread of its own: torch records the RRefs a request's unpickling makes (per
+    # thread) and holds the request until they are confirmed; made here, none is recorded.
+    global _arrivals
+    while True:
+        fork_data, item = _arriving_queue.get()
+        try:
+            item._rref = _deserialize(fork_data)
+            hold_received(item._rref)
+            with _lock:
+                _arrivals += 1
+        except Exception as exc:  # RPC is ending: the reader gets the error
+            item._error = exc
+        item._done.set()
+        # No reference left here while waiting for the next: the message and the keeper
+        # decide when the RRef goes (its actor is freed with the last one).
+        del fork_data, item
 
 
 def hold_received(rref: Any) -> None:
@@ -133,6 +205,29 @@ def arrivals() -> int:
     """How many RRefs arrived in messages to this process so far (diagnostics, tests)."""
     with _lock:
         return _arrivals
+
+
+def owner_died(worker: str) -> int:
+    """Lets go of the RRefs held until ``worker``, their owner, confirms them: it died.
+
+    Dropping them here runs no delete: torch keeps its own reference to an unconfirmed
+    user RRef (its pending users) until the confirmation, which will not come now.
+    Without this the keeper would look at each of them every tick for as long as this
+    process lives. An RRef held because it was sent on goes at its time, as before.
+
+    Args:
+        worker: The dead process's name (an RRef's ``owner_name()``).
+
+    Returns:
+        How many RRefs it let go.
+    """
+    with _lock:
+        gone = [r for r in _unconfirmed.values() if r.owner_name() == worker]
+        for rref in gone:
+            del _unconfirmed[id(rref)]
+    count = len(gone)
+    del gone  # dropped outside the lock (see release_all)
+    return count
 
 
 def release_all() -> None:

@@ -27,7 +27,7 @@ from actorrt.options import ActorOptions
 from actorrt.placement.clusterfile import ClusterSpec
 from actorrt.placement.functions import FunctionSpot
 from actorrt.placement.plan import Plan
-from actorrt.runtime import context, group, quick_rpc, shm
+from actorrt.runtime import context, group, quick_rpc, rref_keeper, shm
 from actorrt.runtime import host as host_mod
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.backpressure import Senders
@@ -901,8 +901,7 @@ class Runtime:
             if self.restarts is not None:
                 self.restarts.worker_died(worker)
             self._dead_workers.add(worker)
-        self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
-        self.objects.holder_died(worker)
+        self._let_go_of(worker, why)
         if self.directory is not None:
             self._tell_workers(worker, why)
 
@@ -957,8 +956,17 @@ class Runtime:
         The calls this process still waits for there fail now (see :meth:`mark_worker_dead`).
         """
         self._dead_workers.add(worker)
+        self._let_go_of(worker, why)
+
+    def _let_go_of(self, worker: str, why: str) -> None:
+        """Lets go of what this process held for the dead ``worker``.
+
+        The calls it waits for there fail (after ``inflight.GRACE_S``), the objects it
+        held are freed, and the RRefs kept until it confirmed them go (it never will).
+        """
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
         self.objects.holder_died(worker)
+        rref_keeper.owner_died(worker)
 
     def note_alive(self, worker: str) -> None:
         """A new process replaced the dead ``worker`` (rank 0 says): it takes calls again."""

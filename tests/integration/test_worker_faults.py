@@ -293,3 +293,66 @@ def test_a_dead_named_actor_frees_its_name(tmp_path):
     assert "no actor named 'keeper' is alive" in rep["lookup"], rep
     assert rep["value"] == 0, rep
     assert rep["listed_dead"] == [] and rep["listed"] == ["keeper"], rep  # the new one
+
+
+def test_a_handle_of_a_hung_actor_can_be_passed_and_is_let_go_when_its_owner_dies(tmp_path):
+    """Was: a call carrying the handle of an actor whose process hung was held by torch
+    until that process confirmed the handle's RRef, for ever once it died, and every later
+    call from the same caller to the receiver waited behind it. Now the call runs at
+    once. And an RRef whose owner died before confirming it was held for ever (the keeper
+    looking at it 5 times a second): the receiver's, and the driver's of an actor created
+    on the hung process, are let go once rank 0 marks that process dead."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER
+        + """
+from actorrt.runtime import rref_keeper
+
+@actorrt.actor
+class Holder:
+    def take(self, handle):
+        self.last = handle._rref  # the RRef that arrived (kept here only to ask about it)
+        return handle.actor_id
+
+    def holds_last(self):
+        return rref_keeper.holds(self.last)
+
+def until(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
+""",
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=60)
+        pids = list(rt.local_worker_pids)
+        a, b = Sleeper.remote(), Holder.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        for _ in range(8):
+            if b.worker != a.worker:  # on the other process
+                break
+            b = Holder.remote()
+        os.kill(victim, signal.SIGSTOP)  # alive, but it confirms nothing any more
+        start = time.monotonic()
+        took = actorrt.get(b.take.remote(a), timeout=30) == a.actor_id
+        took_s = time.monotonic() - start
+        made = Sleeper.remote()
+        for _ in range(8):
+            if made.worker == a.worker:  # an actor made on it: its RRef is never confirmed
+                break
+            made = Sleeper.remote()
+        time.sleep(1.0)  # rref_keeper.SETTLE_S: what was confirmed has gone by now
+        before = [rref_keeper.holds(made._rref), actorrt.get(b.holds_last.remote(), timeout=30)]
+        os.kill(victim, signal.SIGKILL)
+        driver = until(lambda: not rref_keeper.holds(made._rref), 30)
+        worker = until(lambda: not actorrt.get(b.holds_last.remote(), timeout=30), 30)
+        report(pids=pids, apart=b.worker != a.worker, on_it=made.worker == a.worker,
+               took=took, took_s=took_s, before=before, driver=driver, worker=worker)
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["apart"] and rep["on_it"], rep  # placement put the actors where needed
+    assert rep["took"] and rep["took_s"] < 20, rep  # ran, not held until the owner confirmed
+    assert rep["before"] == [True, True], rep  # held while the owner could still confirm
+    assert rep["driver"], "the driver still holds an RRef its dead owner never confirmed"
+    assert rep["worker"], "a worker still holds an RRef its dead owner never confirmed"

@@ -1,10 +1,13 @@
 """The RRef keeper: user RRefs are held in Python until torch's C++ side let go of them.
 
-Fake RRefs stand in for torch's: the keeper reads only ``is_owner()`` and
-``confirmed_by_owner()``. A weak reference tells whether the keeper still holds one.
+Fake RRefs stand in for torch's: the keeper reads only ``is_owner()``,
+``confirmed_by_owner()`` and ``owner_name()``, and a carried one travels as what its
+``_serialize()`` gives (made again by ``rref_keeper._deserialize``, faked here too). A
+weak reference tells whether the keeper still holds one.
 """
 
 import pickle
+import threading
 import time
 import weakref
 
@@ -14,15 +17,35 @@ from actorrt.runtime import rref_keeper
 
 
 class FakeRRef:
-    def __init__(self, owner: bool = False, confirmed: bool = False) -> None:
+    def __init__(self, owner: bool = False, confirmed: bool = False, where: str = "w1") -> None:
         self.owner = owner
         self.confirmed = confirmed
+        self.where = where
 
     def is_owner(self) -> bool:
         return self.owner
 
     def confirmed_by_owner(self) -> bool:
         return self.confirmed
+
+    def owner_name(self) -> str:
+        return self.where
+
+    def _serialize(self) -> tuple:
+        return ("fork", self.where)
+
+
+@pytest.fixture
+def made_on(monkeypatch):
+    """The threads the carried fakes were made on (``rref_keeper._deserialize``)."""
+    threads: list[str] = []
+
+    def deserialize(data: tuple) -> FakeRRef:
+        threads.append(threading.current_thread().name)
+        return FakeRRef(where=data[1])
+
+    monkeypatch.setattr(rref_keeper, "_deserialize", deserialize)
+    return threads
 
 
 @pytest.fixture(autouse=True)
@@ -91,15 +114,43 @@ def test_owner_rrefs_are_never_held():
     assert ref() is None
 
 
-def test_an_rref_carried_in_a_message_is_held_from_its_arrival():
+def test_an_rref_carried_in_a_message_is_made_apart_and_held_from_its_arrival(made_on):
     before = rref_keeper.arrivals()
-    arrived = pickle.loads(pickle.dumps(rref_keeper.Carried(FakeRRef())))
-    assert isinstance(arrived, FakeRRef)  # the RRef itself, unwrapped on arrival
+    arriving = pickle.loads(pickle.dumps(rref_keeper.Carried(FakeRRef(where="w7"))))
+    assert isinstance(arriving, rref_keeper.Arriving)  # made on the arrivals thread
+    arrived = arriving.rref()
+    assert isinstance(arrived, FakeRRef) and arrived.owner_name() == "w7"
+    # Not on the thread that unpickled (torch would hold its request until confirmed).
+    assert made_on == ["actorrt-rref-arrivals"]
     assert rref_keeper.arrivals() == before + 1
     assert rref_keeper.holds(arrived)
     ref = weakref.ref(arrived)
-    del arrived
+    del arrived, arriving
     assert ref() is not None
+
+
+def test_an_rref_that_cannot_be_made_raises_where_it_is_read(monkeypatch):
+    def refuse(data: tuple) -> FakeRRef:
+        raise RuntimeError("RPC is shut down")
+
+    monkeypatch.setattr(rref_keeper, "_deserialize", refuse)
+    arriving = pickle.loads(pickle.dumps(rref_keeper.Carried(FakeRRef())))
+    with pytest.raises(RuntimeError, match="could not be made: RPC is shut down"):
+        arriving.rref()
+
+
+def test_the_rrefs_a_dead_owner_never_confirmed_are_let_go():
+    theirs, mine = FakeRRef(where="w1"), FakeRRef(where="w2")
+    sent = FakeRRef(where="w1")
+    for rref in (theirs, mine):
+        rref_keeper.hold_received(rref)
+    rref_keeper.hold_sent(sent)  # goes at its time (SENT_HOLD_S), owner dead or not
+    gone = weakref.ref(theirs)
+    del theirs
+    assert rref_keeper.owner_died("w1") == 1
+    assert gone() is None, "still held after its owner died"
+    assert rref_keeper.holds(mine) and rref_keeper.holds(sent)
+    assert rref_keeper.owner_died("w1") == 0
 
 
 def test_release_all_lets_go_of_everything():
