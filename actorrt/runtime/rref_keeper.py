@@ -99,27 +99,28 @@ class Carried:
 class Arriving:
     """A carried RRef on the receiver while the arrivals thread makes it."""
 
-    __slots__ = ("_done", "_rref", "_error")
+    __slots__ = ("_done", "_rref", "_lost")
 
     def __init__(self) -> None:
         self._done = threading.Event()
         self._rref: Any = None
-        self._error: BaseException | None = None
+        self._lost: str | None = None  # why torch could not make it
 
     def rref(self) -> Any:
         """The RRef, once made (at once but for the thread hop).
 
+        None where torch could not make it because its owner is gone: the value then
+        arrives without it (see ``_make_arrivals``).
+
         Raises:
-            RuntimeError: torch could not make it (RPC is ending), or the arrivals thread
-                did not answer within :data:`ARRIVAL_TIMEOUT_S`.
+            RuntimeError: The arrivals thread did not answer within
+                :data:`ARRIVAL_TIMEOUT_S`.
         """
         if not self._done.wait(ARRIVAL_TIMEOUT_S):
             raise RuntimeError(
                 f"an actor handle's RRef was not made within {ARRIVAL_TIMEOUT_S:g} s of its "
                 "arrival (actorrt's RRef arrivals thread is stuck: see actorrt.stacks())"
             )
-        if self._error is not None:
-            raise RuntimeError(f"an actor handle's RRef could not be made: {self._error}")
         return self._rref
 
 
@@ -153,10 +154,14 @@ def _make_arrivals() -> None:
         try:
             item._rref = _deserialize(fork_data)
             hold_received(item._rref)
-            with _lock:
-                _arrivals += 1
-        except Exception as exc:  # RPC is ending: the reader gets the error
-            item._error = exc
+        except Exception as exc:
+            # Its owner is gone (a process that died has left torch's group: "could not
+            # find destination id"), or RPC is ending. The value arrives without it: a
+            # handle of an actor that died, whose calls raise ActorDiedError as on Ray,
+            # or an object's ref without its lease (the object stays until shutdown).
+            item._lost = f"{type(exc).__name__}: {exc}"
+        with _lock:
+            _arrivals += 1
         item._done.set()
         # No reference left here while waiting for the next: the message and the keeper
         # decide when the RRef goes (its actor is freed with the last one).

@@ -356,3 +356,50 @@ def until(condition, seconds):
     assert rep["before"] == [True, True], rep  # held while the owner could still confirm
     assert rep["driver"], "the driver still holds an RRef its dead owner never confirmed"
     assert rep["worker"], "a worker still holds an RRef its dead owner never confirmed"
+
+
+def test_a_handle_of_a_dead_actor_can_be_passed_and_its_calls_raise_actor_died(tmp_path):
+    """Was: passing the handle of an actor whose process had died failed the call (torch
+    could not make its RRef: the owner had left the group), and the receiver's later
+    calls from that caller then waited for ever for the call that never reached its
+    mailbox. Now it arrives as on Ray: a handle whose calls raise ActorDiedError."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER
+        + """
+@actorrt.actor
+class Holder:
+    def take(self, handle):
+        self.handle = handle
+        return handle.actor_id
+
+    def call_it(self):
+        try:
+            actorrt.get(self.handle.pid.remote(), timeout=30)
+            return "answered"
+        except actorrt.ActorDiedError as exc:
+            return f"ActorDiedError: {exc}"
+""",
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=60)
+        pids = list(rt.local_worker_pids)
+        a, b = Sleeper.remote(), Holder.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        for _ in range(8):
+            if b.worker != a.worker:  # on the other process
+                break
+            b = Holder.remote()
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while {i.actor_id: i.state for i in actorrt.actors()}[a.actor_id] != "DEAD":
+            assert time.monotonic() < deadline, "the dead actor never showed as DEAD"
+            time.sleep(0.1)
+        took = actorrt.get(b.take.remote(a), timeout=30)
+        called = actorrt.get(b.call_it.remote(), timeout=60)
+        report(pids=pids, apart=b.worker != a.worker, took=took == a.actor_id, called=called)
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["apart"], rep  # placement put the actors on two processes
+    assert rep["took"], rep
+    assert rep["called"].startswith("ActorDiedError"), rep
