@@ -295,6 +295,45 @@ def test_a_dead_named_actor_frees_its_name(tmp_path):
     assert rep["listed_dead"] == [] and rep["listed"] == ["keeper"], rep  # the new one
 
 
+HANDLES = """
+from actorrt.runtime import rref_keeper
+
+@actorrt.actor
+class Holder:
+    def take(self, handle):
+        self.handle = handle
+        self.last = handle._rref  # the RRef that arrived (kept here only to ask about it)
+        return handle.actor_id
+
+    def holds_last(self):
+        return rref_keeper.holds(self.last)
+
+    def call_it(self):
+        try:
+            actorrt.get(self.handle.pid.remote(), timeout=30)
+            return "answered"
+        except actorrt.ActorDiedError as exc:
+            return f"ActorDiedError: {exc}"
+
+def victim_and_holder():
+    # (rt, pids, a Sleeper, its pid, a Holder on the other process, whether it is)
+    rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=60)
+    a, b = Sleeper.remote(), Holder.remote()
+    victim = actorrt.get(a.pid.remote(), timeout=30)
+    for _ in range(8):
+        if b.worker != a.worker:
+            break
+        b = Holder.remote()
+    return rt, list(rt.local_worker_pids), a, victim, b, b.worker != a.worker
+
+def until(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return condition()
+"""
+
+
 def test_a_handle_of_a_hung_actor_can_be_passed_and_is_let_go_when_its_owner_dies(tmp_path):
     """Was: a call carrying the handle of an actor whose process hung was held by torch
     until that process confirmed the handle's RRef, for ever once it died, and every later
@@ -304,34 +343,9 @@ def test_a_handle_of_a_hung_actor_can_be_passed_and_is_let_go_when_its_owner_die
     on the hung process, are let go once rank 0 marks that process dead."""
     (rep,) = run_script(
         tmp_path,
-        HEADER
-        + """
-from actorrt.runtime import rref_keeper
-
-@actorrt.actor
-class Holder:
-    def take(self, handle):
-        self.last = handle._rref  # the RRef that arrived (kept here only to ask about it)
-        return handle.actor_id
-
-    def holds_last(self):
-        return rref_keeper.holds(self.last)
-
-def until(condition, seconds):
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return condition()
-""",
+        HEADER + HANDLES,
         """
-        rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=60)
-        pids = list(rt.local_worker_pids)
-        a, b = Sleeper.remote(), Holder.remote()
-        victim = actorrt.get(a.pid.remote(), timeout=30)
-        for _ in range(8):
-            if b.worker != a.worker:  # on the other process
-                break
-            b = Holder.remote()
+        rt, pids, a, victim, b, apart = victim_and_holder()
         os.kill(victim, signal.SIGSTOP)  # alive, but it confirms nothing any more
         start = time.monotonic()
         took = actorrt.get(b.take.remote(a), timeout=30) == a.actor_id
@@ -346,7 +360,7 @@ def until(condition, seconds):
         os.kill(victim, signal.SIGKILL)
         driver = until(lambda: not rref_keeper.holds(made._rref), 30)
         worker = until(lambda: not actorrt.get(b.holds_last.remote(), timeout=30), 30)
-        report(pids=pids, apart=b.worker != a.worker, on_it=made.worker == a.worker,
+        report(pids=pids, apart=apart, on_it=made.worker == a.worker,
                took=took, took_s=took_s, before=before, driver=driver, worker=worker)
         actorrt.shutdown()
         """,
@@ -365,41 +379,18 @@ def test_a_handle_of_a_dead_actor_can_be_passed_and_its_calls_raise_actor_died(t
     mailbox. Now it arrives as on Ray: a handle whose calls raise ActorDiedError."""
     (rep,) = run_script(
         tmp_path,
-        HEADER
-        + """
-@actorrt.actor
-class Holder:
-    def take(self, handle):
-        self.handle = handle
-        return handle.actor_id
-
-    def call_it(self):
-        try:
-            actorrt.get(self.handle.pid.remote(), timeout=30)
-            return "answered"
-        except actorrt.ActorDiedError as exc:
-            return f"ActorDiedError: {exc}"
-""",
+        HEADER + HANDLES,
         """
-        rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=60)
-        pids = list(rt.local_worker_pids)
-        a, b = Sleeper.remote(), Holder.remote()
-        victim = actorrt.get(a.pid.remote(), timeout=30)
-        for _ in range(8):
-            if b.worker != a.worker:  # on the other process
-                break
-            b = Holder.remote()
+        rt, pids, a, victim, b, apart = victim_and_holder()
         os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while {i.actor_id: i.state for i in actorrt.actors()}[a.actor_id] != "DEAD":
-            assert time.monotonic() < deadline, "the dead actor never showed as DEAD"
-            time.sleep(0.1)
-        took = actorrt.get(b.take.remote(a), timeout=30)
+        dead = until(lambda: {i.actor_id: i.state for i in actorrt.actors()}[a.actor_id]
+                     == "DEAD", 30)
+        took = actorrt.get(b.take.remote(a), timeout=30) == a.actor_id
         called = actorrt.get(b.call_it.remote(), timeout=60)
-        report(pids=pids, apart=b.worker != a.worker, took=took == a.actor_id, called=called)
+        report(pids=pids, apart=apart, dead=dead, took=took, called=called)
         actorrt.shutdown()
         """,
     )
-    assert rep["apart"], rep  # placement put the actors on two processes
+    assert rep["apart"] and rep["dead"], rep  # two processes; the victim's actor DEAD
     assert rep["took"], rep
     assert rep["called"].startswith("ActorDiedError"), rep
