@@ -309,11 +309,17 @@ class Holder:
         return rref_keeper.holds(self.last)
 
     def call_it(self):
-        try:
-            actorrt.get(self.handle.pid.remote(), timeout=30)
-            return "answered"
-        except actorrt.ActorDiedError as exc:
-            return f"ActorDiedError: {exc}"
+        return outcome(self.handle)
+
+    def give(self):
+        return self.handle
+
+def outcome(handle):
+    try:
+        actorrt.get(handle.pid.remote(), timeout=30)
+        return "answered"
+    except actorrt.ActorDiedError as exc:
+        return f"ActorDiedError: {exc}"
 
 def victim_and_holder():
     # (rt, pids, a Sleeper, its pid, a Holder on the other process, whether it is)
@@ -376,7 +382,8 @@ def test_a_handle_of_a_dead_actor_can_be_passed_and_its_calls_raise_actor_died(t
     """Was: passing the handle of an actor whose process had died failed the call (torch
     could not make its RRef: the owner had left the group), and the receiver's later
     calls from that caller then waited for ever for the call that never reached its
-    mailbox. Now it arrives as on Ray: a handle whose calls raise ActorDiedError."""
+    mailbox. Now it arrives as on Ray: a handle whose calls raise ActorDiedError; so does
+    one that comes back in a reply."""
     (rep,) = run_script(
         tmp_path,
         HEADER + HANDLES,
@@ -387,10 +394,13 @@ def test_a_handle_of_a_dead_actor_can_be_passed_and_its_calls_raise_actor_died(t
                      == "DEAD", 30)
         took = actorrt.get(b.take.remote(a), timeout=30) == a.actor_id
         called = actorrt.get(b.call_it.remote(), timeout=60)
-        report(pids=pids, apart=apart, dead=dead, took=took, called=called)
+        back = actorrt.get(b.give.remote(), timeout=30)  # in a reply, from a non-owner
+        report(pids=pids, apart=apart, dead=dead, took=took, called=called,
+               back=back.actor_id == a.actor_id, called_back=outcome(back))
         actorrt.shutdown()
         """,
     )
     assert rep["apart"] and rep["dead"], rep  # two processes; the victim's actor DEAD
-    assert rep["took"], rep
+    assert rep["took"] and rep["back"], rep
     assert rep["called"].startswith("ActorDiedError"), rep
+    assert rep["called_back"].startswith("ActorDiedError"), rep
