@@ -23,7 +23,7 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.runtime import context, quick_rpc, streams
-from actorrt.runtime.host import post_call
+from actorrt.runtime.host import give_up, post_call
 from actorrt.runtime.mailbox import Call
 from actorrt.runtime.outbox import MIN_BATCH, Outbox
 from actorrt.runtime.payload import Wire
@@ -114,6 +114,7 @@ class CallBatches:
         except Exception as exc:  # the agent could not queue it: the worker is gone
             for key, item in zip(keys, items, strict=True):
                 self._awaiting.pop(key, None)
+                give_up(worker, item.handle.actor_id, self.name, item.seq)  # if it is not
                 _fail(item.future, exc)
             return None
         self._track(worker, sent)
@@ -128,6 +129,7 @@ class CallBatches:
         try:
             alone = post_call(worker, handle.actor_id, self.name, seq, method, wire)
         except Exception as exc:
+            give_up(worker, handle.actor_id, self.name, seq)  # as Runtime.call does
             _fail(future, exc)
             return
         self._track(worker, alone)

@@ -341,6 +341,18 @@ def post_call(
     return future
 
 
+def give_up(worker: str, actor_id: str, caller: str, seq: int) -> None:
+    """Tells the actor's mailbox that ``caller``'s call ``seq`` will never come.
+
+    For a call numbered and then not sent: without this every later call from ``caller``
+    to the actor would wait for it for ever. Nothing to do where the worker is gone.
+    """
+    try:
+        post_call(worker, actor_id, caller, seq, None, None)
+    except Exception:  # the worker is gone: nothing waits for the number any more
+        pass
+
+
 def rpc_cancel(actor_id: str, caller: str, seq: int, recursive: bool) -> None:
     """Cancels ``caller``'s call ``seq`` to the actor (``actorrt.cancel``): see Mailbox.cancel."""
     _host().cancel(actor_id, caller, seq, recursive)

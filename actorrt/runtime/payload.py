@@ -76,7 +76,8 @@ def _plain(value: Any, depth: int = 0) -> int:
     if kind in _ATOMS:
         return _PLAIN
     if kind is torch.Tensor:
-        return _PLAIN_WITH_TENSORS
+        # One torch RPC cannot send goes through the pickler, which says why (_unsendable).
+        return _NOT_PLAIN if value.is_meta or value.is_nested else _PLAIN_WITH_TENSORS
     if depth == _PLAIN_DEPTH or kind not in (tuple, list, dict) or len(value) > _PLAIN_WIDTH:
         return _NOT_PLAIN
     if kind is dict:
@@ -125,6 +126,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
         # Called for every object but the builtin atoms and containers, so plain data costs
         # nothing extra here.
         if isinstance(obj, torch.Tensor):
+            if obj.is_meta or obj.is_nested:
+                raise _unsendable(obj)
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):
@@ -139,6 +142,24 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
         if type(obj) is CodeType:
             return keep_file_name(self, obj)
         return _cloudpickle_reduce(self, obj)
+
+
+def _unsendable(tensor: torch.Tensor) -> TypeError:
+    """Why torch RPC cannot send ``tensor``, and what to send instead.
+
+    torch's serialization refuses a meta tensor only inside the RPC agent, after the call
+    was numbered, and aborts the sending process on a nested one (``NestedTensorImpl
+    doesn't support sizes``); refused here, the call fails alone, at its call site.
+    """
+    if tensor.is_meta:
+        return TypeError(
+            f"a meta tensor (shape {tuple(tensor.shape)}, {tensor.dtype}) has no data to "
+            "send: send its shape and dtype, or a tensor on the CPU or a GPU"
+        )
+    return TypeError(
+        "a nested tensor cannot travel through torch RPC: send t.unbind() (a list of "
+        "tensors) or t.to_padded_tensor(0) instead"
+    )
 
 
 # Called as a plain function: super() per object cost a measurable share of packing

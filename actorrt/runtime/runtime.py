@@ -436,6 +436,7 @@ class Runtime:
         try:
             fut, keep = self.post(target, worker, seq, method, wire, True)
         except Exception as exc:  # the agent could not even queue the call
+            self._skip_at(target.actor_id, worker, seq)  # its number never reaches the mailbox
             slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
         slot.attach(fut, worker, keep, seq)
@@ -588,11 +589,7 @@ class Runtime:
         self._skip_at(target.actor_id, worker or target.worker, seq)
 
     def _skip_at(self, actor_id: str, worker: str, seq: int) -> None:
-        # Without this every later call from this process would wait for it forever.
-        try:
-            host_mod.post_call(worker, actor_id, self.name, seq, None, None)
-        except Exception:  # the worker is gone: nothing waits for the seq any more
-            pass
+        host_mod.give_up(worker, actor_id, self.name, seq)
 
     def pack(self, peer: str, value: Any) -> Wire:
         """The payload pipeline: packs ``value`` (arguments or a reply) for ``peer``.

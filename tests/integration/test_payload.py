@@ -91,6 +91,65 @@ def test_values_that_cannot_be_pickled_fail_at_the_call_site(cluster):
         Echo.remote(ctypes.pointer(ctypes.c_int(1)))
 
 
+def _meta():
+    return torch.empty(3, device="meta")
+
+
+def _nested_tensor():
+    return torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+
+
+@actorrt.actor
+class Maker:
+    def make(self, what):
+        return {"meta": _meta, "nested": _nested_tensor}[what]()
+
+    def count(self):
+        return 1
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors:UserWarning")
+def test_tensors_torch_rpc_cannot_send_fail_their_own_call_naming_what_to_send(cluster):
+    """Was: a meta tensor failed as "the actor's process is unreachable" and every later
+    call from this process to the actor waited for ever (its number never reached the
+    mailbox); a nested one aborted the sending process inside TensorPipe."""
+    e, m = Echo.remote(), Maker.remote()
+    cases = {"meta": (_meta, "has no data to send"), "nested": (_nested_tensor, "unbind")}
+    for what, (make, fix) in cases.items():
+        for value in (make(), [make()], {"t": make()}):  # as it is, and inside a value
+            with pytest.raises(TypeError, match="an argument cannot be sent") as info:
+                e.echo.remote(value)
+            assert fix in str(info.value), what
+            assert actorrt.get(e.count.remote(), timeout=30) == 1, what
+        with pytest.raises(actorrt.ActorError, match="cannot be sent back") as info:
+            actorrt.get(m.make.remote(what), timeout=30)
+        assert fix in str(info.value), what
+        assert actorrt.get(m.count.remote(), timeout=30) == 1, what
+
+
+def test_a_call_the_rpc_agent_refuses_fails_alone(cluster, monkeypatch):
+    """A call torch's agent refuses as it is posted never reaches the actor's mailbox:
+    its number is given up, so the calls after it are not held behind it for ever."""
+    from actorrt.runtime import host
+
+    e = Echo.remote()
+    assert actorrt.get(e.echo.remote(0), timeout=30) == 0
+    post_call, refused = host.post_call, []
+
+    def refuse_once(worker, actor_id, caller, seq, method, wire):
+        if method == "echo" and not refused:
+            refused.append(seq)
+            raise RuntimeError("the agent refused it")
+        return post_call(worker, actor_id, caller, seq, method, wire)
+
+    monkeypatch.setattr(host, "post_call", refuse_once)
+    # worded as the agent's refusals usually mean: the process is gone
+    with pytest.raises(actorrt.ActorDiedError, match="the agent refused it"):
+        actorrt.get(e.echo.remote(1), timeout=30)
+    assert refused, "the call did not go through host.post_call"
+    assert actorrt.get([e.echo.remote(i) for i in (2, 3)], timeout=30) == [2, 3]
+
+
 def test_tensors_inside_objects_travel_and_keep_their_identity(cluster):
     e = Echo.remote()
     t = torch.arange(6.0)
