@@ -32,6 +32,7 @@ An owner that dies never confirms: :func:`owner_died` lets go of what waited for
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -51,6 +52,8 @@ __all__ = [
     "owner_died",
     "release_all",
 ]
+
+_log = logging.getLogger("actorrt.rrefs")
 
 #: How long an RRef this process sent on is held after its last send (seconds).
 SENT_HOLD_S = 10.0
@@ -99,12 +102,11 @@ class Carried:
 class Arriving:
     """A carried RRef on the receiver while the arrivals thread makes it."""
 
-    __slots__ = ("_done", "_rref", "_lost")
+    __slots__ = ("_done", "_rref")
 
     def __init__(self) -> None:
         self._done = threading.Event()
         self._rref: Any = None
-        self._lost: str | None = None  # why torch could not make it
 
     def rref(self) -> Any:
         """The RRef, once made (at once but for the thread hop).
@@ -159,7 +161,7 @@ def _make_arrivals() -> None:
             # find destination id"), or RPC is ending. The value arrives without it: a
             # handle of an actor that died, whose calls raise ActorDiedError as on Ray,
             # or an object's ref without its lease (the object stays until shutdown).
-            item._lost = f"{type(exc).__name__}: {exc}"
+            _log.debug("a value arrives without its RRef: %s: %s", type(exc).__name__, exc)
         with _lock:
             _arrivals += 1
         item._done.set()
