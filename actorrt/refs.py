@@ -39,6 +39,7 @@ from actorrt.runtime.protocol import (
     Returns,
     cancelled,
     decode_reply,
+    failed_in_pickling,
     rpc_failure,
     unreadable,
 )
@@ -190,9 +191,14 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             sent = self._sent
             if sent is None:
                 return
+            gap = (self._worker, self._actor_id, self._ticket)
             try:
                 if sent.done():
-                    wire = sent.value()
+                    try:
+                        wire = sent.value()
+                    except Exception as exc:  # the call failed: nothing was kept
+                        _close_gap(current_or_none(), *gap, exc)
+                        return
                     if wire[0] is None and wire[1][0][0] == OK:  # inline: most replies
                         return
                     rt = current_or_none()
@@ -201,8 +207,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 else:
                     rt = current_or_none()
                     if rt is not None:
-                        sent.add_done_callback(partial(_let_go_unread, rt, self._part))
-            except Exception:  # the call failed (nothing was kept), or interpreter teardown
+                        sent.add_done_callback(partial(_let_go_unread, rt, self._part, gap))
+            except Exception:  # interpreter teardown
                 pass
 
     # -- the runtime's side (runtime.protocol.ReplySlot) ---------------------------
@@ -291,6 +297,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             rt = current_or_none()
             if isinstance(error, ActorDiedError) and rt is not None:
                 rt.worker_unreachable(self._worker)  # marked dead before the caller hears
+            else:
+                _close_gap(rt, self._worker, self._actor_id, self._ticket, exc)
             raise error from None
         if not self._counted and self._part <= 0:  # a call's bytes counted once
             self._count(wire)
@@ -689,17 +697,47 @@ def _cancel_sent(
         rt.cancel_call(ref._worker, ref._actor_id, ticket, recursive)
 
 
-def _let_go_unread(rt: Runtime, part: int, sent: torch.futures.Future[Wire]) -> None:
+def _let_go_unread(
+    rt: Runtime,
+    part: int,
+    gap: tuple[str, str | None, CancelTicket | None],
+    sent: torch.futures.Future[Wire],
+) -> None:
     """Lets go of the object a reply nobody read left at its producer (if it left one).
 
     Runs as the ref goes, or, on torch's RPC thread, when the reply of a ref dropped
-    before it came arrives.
+    before it came arrives. ``gap``: the call's process, actor and ticket, for
+    :func:`_close_gap`.
     """
     try:
         wire = sent.value()
-    except Exception:  # the call failed: nothing was kept
+    except Exception as exc:  # the call failed: nothing was kept
+        _close_gap(rt, *gap, exc)
         return
     rt.objects.let_go_unread(wire, part)
+
+
+def _close_gap(
+    rt: Runtime | None,
+    worker: str,
+    actor_id: str | None,
+    ticket: CancelTicket | None,
+    exc: BaseException,
+) -> None:
+    """Gives up the number of a call that failed in pickling at a live process.
+
+    torch unpickles a request before actorrt's handler runs: one it fails to unpickle
+    there (a class or module the receiver lacks, in what actorrt hands torch) never
+    reaches the actor's mailbox, and every later call from this process to the actor
+    would wait for its number for good. The failure may as well have come after the
+    call ran (its reply failed to pickle): the mailbox then ignores the number, long
+    passed. A call that may be sent again (retries: ``ticket`` not a number) numbers
+    each attempt itself.
+    """
+    if rt is None or actor_id is None or type(ticket) is not int:
+        return
+    if failed_in_pickling(exc):
+        rt.skip_at(actor_id, worker, ticket)
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:

@@ -285,29 +285,34 @@ class Mailbox:
                         call.cancel_asked = True
                 expected = self._next_seq.get(call.caller, 0)
                 if call.seq != expected:
-                    self._held.setdefault(call.caller, {})[call.seq] = call
-                    return
-                held = self._held.get(call.caller)
-                if (
-                    not held
-                    and self._threads is not None
-                    and type(call.method) is str  # not a skipped seq, nor a group chosen
-                    and not call.cancel_asked
-                    and not self._group_threads
-                ):
-                    # The common call, next in order with none held behind it: _release's
-                    # work for a sync actor, without its calls.
-                    self._next_seq[call.caller] = expected + 1
-                    self._accepted.add(call)
-                    self._threads.submit(self._run, call)
-                    return
-                while True:
-                    self._release(call, answers)
-                    expected += 1
-                    if not held or expected not in held:
-                        break
-                    call = held.pop(expected)
-                self._next_seq[call.caller] = expected
+                    if call.seq > expected or call.method is not None:
+                        self._held.setdefault(call.caller, {})[call.seq] = call
+                        return
+                    # a number given up after its call came (refs._close_gap): long passed
+                    call.done = True
+                    answers.append((call, (OK, None)))
+                else:
+                    held = self._held.get(call.caller)
+                    if (
+                        not held
+                        and self._threads is not None
+                        and type(call.method) is str  # not a skipped seq, nor a group chosen
+                        and not call.cancel_asked
+                        and not self._group_threads
+                    ):
+                        # The common call, next in order with none held behind it: _release's
+                        # work for a sync actor, without its calls.
+                        self._next_seq[call.caller] = expected + 1
+                        self._accepted.add(call)
+                        self._threads.submit(self._run, call)
+                        return
+                    while True:
+                        self._release(call, answers)
+                        expected += 1
+                        if not held or expected not in held:
+                            break
+                        call = held.pop(expected)
+                    self._next_seq[call.caller] = expected
         for done, reply in answers:
             self._answer(done, reply)
 

@@ -12,7 +12,11 @@ instance of a class defined in the driver script, a module the callee lacks) wou
 with an unclear message and leave a gap in the caller's sequence numbers, wedging the
 actor (the history: docs/performance.md). Packed, the wire form holds only bytes,
 tensors and RRefs, which always unpickle; the value is unpacked by actorrt on the
-actor's thread, where a failure is that one call's error. cloudpickle also carries
+actor's thread, where a failure is that one call's error. The tensors torch gets are
+strided ones of torch's own classes: a sparse or MKL-DNN tensor travels as its strided
+parts and a user's subclass as its class (by cloudpickle) and its data
+(:func:`_sendable_form`, :func:`_subclass_form`), since torch would abort the sender on
+the former and fail the latter on the receiver (by reference). cloudpickle also carries
 classes of ``__main__`` (and classes defined inside functions) by value, so instances of
 them travel as Ray users expect.
 
@@ -76,8 +80,11 @@ def _plain(value: Any, depth: int = 0) -> int:
     if kind in _ATOMS:
         return _PLAIN
     if kind is torch.Tensor:
-        # One torch RPC cannot send goes through the pickler, which says why (_unsendable).
-        return _NOT_PLAIN if value.is_meta or value.is_nested else _PLAIN_WITH_TENSORS
+        # One torch RPC cannot send as it is goes through the pickler, which sends its
+        # parts or says why not (_sendable_form).
+        if value.layout is not _STRIDED or value.is_meta or value.is_nested:
+            return _NOT_PLAIN
+        return _PLAIN_WITH_TENSORS
     if depth == _PLAIN_DEPTH or kind not in (tuple, list, dict) or len(value) > _PLAIN_WIDTH:
         return _NOT_PLAIN
     if kind is dict:
@@ -126,8 +133,12 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
         # Called for every object but the builtin atoms and containers, so plain data costs
         # nothing extra here.
         if isinstance(obj, torch.Tensor):
-            if obj.is_meta or obj.is_nested:
-                raise _unsendable(obj)
+            if type(obj) is not torch.Tensor:
+                form = _subclass_form(obj)  # the class by cloudpickle, the data set aside
+                if form is not None:
+                    return form
+            if obj.layout is not _STRIDED or obj.is_meta or obj.is_nested:
+                return _sendable_form(obj)  # its parts are pickled (and set aside) in turn
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):
@@ -144,22 +155,121 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
         return _cloudpickle_reduce(self, obj)
 
 
-def _unsendable(tensor: torch.Tensor) -> TypeError:
-    """Why torch RPC cannot send ``tensor``, and what to send instead.
+_STRIDED = torch.strided
+# Sparse layouts with compressed indices: (compressed indices, plain indices) getters.
+_COMPRESSED = {
+    torch.sparse_csr: ("crow_indices", "col_indices"),
+    torch.sparse_bsr: ("crow_indices", "col_indices"),
+    torch.sparse_csc: ("ccol_indices", "row_indices"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices"),
+}
 
-    torch's serialization refuses a meta tensor only inside the RPC agent, after the call
-    was numbered, and aborts the sending process on a nested one (``NestedTensorImpl
-    doesn't support sizes``); refused here, the call fails alone, at its call site.
+
+def _sendable_form(tensor: torch.Tensor) -> tuple[Callable[..., torch.Tensor], tuple[Any, ...]]:
+    """A tensor torch RPC cannot send as it is, as a reduction over plain tensors.
+
+    torch's serialization handles strided tensors alone, whatever the layout it lets
+    through: a CSC, BSR or BSC sparse tensor or an MKL-DNN one aborts the sending process
+    inside TensorPipe ("Cannot access storage of ..."), a CSR one fails as a reply, and a
+    meta tensor is refused only inside the RPC agent, after the call was numbered. So a
+    sparse or MKL-DNN tensor travels as its parts (strided tensors, each taking the peer's
+    road like any other) and is rebuilt on arrival; a meta or nested tensor fails its own
+    call, at its call site, naming what to send instead.
+
+    Raises:
+        TypeError: ``tensor`` has no data (meta) or is nested.
     """
     if tensor.is_meta:
-        return TypeError(
+        raise TypeError(
             f"a meta tensor (shape {tuple(tensor.shape)}, {tensor.dtype}) has no data to "
             "send: send its shape and dtype, or a tensor on the CPU or a GPU"
         )
-    return TypeError(
-        "a nested tensor cannot travel through torch RPC: send t.unbind() (a list of "
-        "tensors) or t.to_padded_tensor(0) instead"
+    if tensor.is_nested:
+        raise TypeError(
+            "a nested tensor cannot travel through torch RPC: send t.unbind() (a list of "
+            "tensors) or t.to_padded_tensor(0) instead"
+        )
+    layout, grad = tensor.layout, tensor.requires_grad
+    tensor = tensor.detach()
+    if layout is torch.sparse_coo:
+        coo = (tensor._indices(), tensor._values(), tensor.is_coalesced())
+        return _sparse_coo, (coo, tuple(tensor.shape), grad)
+    getters = _COMPRESSED.get(layout)
+    if getters is not None:
+        compressed, plain = (getattr(tensor, name)() for name in getters)
+        parts = (compressed, plain, tensor.values(), layout)
+        return _sparse_compressed, (parts, tuple(tensor.shape), grad)
+    if layout is torch._mkldnn:  # type: ignore[attr-defined]  # private, but a real layout
+        return _mkldnn, (tensor.to_dense(), grad)
+    raise TypeError(
+        f"a tensor of layout {layout} cannot travel through torch RPC: send t.to_dense()"
     )
+
+
+def _subclass_form(
+    tensor: torch.Tensor,
+) -> tuple[Callable[..., torch.Tensor], tuple[Any, ...]] | None:
+    """A tensor of a user's subclass of ``torch.Tensor``, as its class, state and data.
+
+    torch's pickler names the class by reference and the receiver's torch unpickles it
+    before actorrt's code runs: a class of the driver's script (or of a module the
+    receiver lacks) failed there, the call's number never reached the mailbox, and every
+    later call from this process to the actor waited for good. Here the class and its
+    ``__dict__`` go through cloudpickle, unpickled on the actor's thread (a class of
+    ``__main__`` by value), and the data travels as a plain tensor.
+
+    Returns:
+        None for what torch's pickler sends as it is: torch's own subclasses
+        (``nn.Parameter``...), which every process imports, and wrapper subclasses of
+        importable modules.
+
+    Raises:
+        TypeError: The class overrides ``__torch_dispatch__`` (a wrapper subclass, whose
+            data is not its own storage) and cloudpickle would carry it by value.
+    """
+    cls = type(tensor)
+    if cls.__module__ == "torch" or cls.__module__.startswith("torch."):
+        return None
+    if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
+        if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+            raise TypeError(
+                f"a tensor of {cls.__qualname__}, a subclass with __torch_dispatch__ defined "
+                "in the script, cannot travel: define the class in a module that every "
+                "process imports, or send the tensors it wraps"
+            )
+        return None
+    state = dict(tensor.__dict__)
+    plain = tensor.detach().as_subclass(torch.Tensor)
+    return _subclass, (cls, plain, state, tensor.requires_grad)
+
+
+def _subclass(
+    cls: type[torch.Tensor], plain: torch.Tensor, state: dict[str, Any], grad: bool
+) -> torch.Tensor:
+    rebuilt = plain.as_subclass(cls)
+    rebuilt.__dict__.update(state)
+    return rebuilt.requires_grad_(grad)
+
+
+def _sparse_coo(parts: tuple[Any, ...], shape: tuple[int, ...], grad: bool) -> torch.Tensor:
+    indices, values, coalesced = parts
+    # The parts came from a valid tensor: checking them again would only cost (and warn).
+    rebuilt = torch.sparse_coo_tensor(
+        indices, values, shape, is_coalesced=coalesced, check_invariants=False
+    )
+    return rebuilt.requires_grad_(grad)
+
+
+def _sparse_compressed(parts: tuple[Any, ...], shape: tuple[int, ...], grad: bool) -> torch.Tensor:
+    compressed, plain, values, layout = parts
+    rebuilt = torch.sparse_compressed_tensor(
+        compressed, plain, values, shape, layout=layout, check_invariants=False
+    )
+    return rebuilt.requires_grad_(grad)
+
+
+def _mkldnn(dense: torch.Tensor, grad: bool) -> torch.Tensor:
+    return dense.to_mkldnn().requires_grad_(grad)
 
 
 # Called as a plain function: super() per object cost a measurable share of packing

@@ -57,6 +57,7 @@ __all__ = [
     "decode_reply",
     "died_reply",
     "error_reply",
+    "failed_in_pickling",
     "rpc_failure",
     "split_returns",
     "unreadable",
@@ -229,6 +230,10 @@ class Liveness(Protocol):
         """Asks ``worker`` to drop this process's call ``seq`` to ``actor_id`` (no wait)."""
         ...
 
+    def skip_at(self, actor_id: str, worker: str, seq: int) -> None:
+        """Gives up this process's call ``seq`` to ``actor_id`` on ``worker`` (no wait)."""
+        ...
+
 
 class ReplySlot(Protocol):
     """Where the runtime puts one call's outcome (an ``ObjectRef`` is one)."""
@@ -373,12 +378,21 @@ def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
     raise ActorDiedError(payload, actor_id)
 
 
+def failed_in_pickling(exc: BaseException) -> bool:
+    """Whether torch RPC failed a call in (un)pickling it or its reply, not in reaching it.
+
+    The process at the other end was alive to say so.
+    """
+    message = str(exc).lower()
+    return any(word in message for word in _PICKLING_WORDS)
+
+
 def rpc_failure(
     what: str, worker: str, exc: BaseException, actor_id: str | None = None
 ) -> Exception:
     """Turns an exception raised by torch RPC for a call into the error users see."""
     message = str(exc)
-    if any(word in message.lower() for word in _PICKLING_WORDS):
+    if failed_in_pickling(exc):
         return ActorError(
             f"{what}: the call or its reply could not be sent ({message.splitlines()[0]}). "
             f"{_PICKLING_HINT}",

@@ -37,7 +37,14 @@ import torch
 from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
 from actorrt.runtime import torch_threads
-from actorrt.runtime.protocol import Liveness, LocalFailure, actor_gone, cancelled, rpc_failure
+from actorrt.runtime.protocol import (
+    Liveness,
+    LocalFailure,
+    actor_gone,
+    cancelled,
+    failed_in_pickling,
+    rpc_failure,
+)
 from actorrt.runtime.raised import RetryOn, retried
 
 if TYPE_CHECKING:
@@ -238,6 +245,9 @@ class CallRetries:
                 self._lost(call, exc)
             else:
                 self._done(call)
+                if failed_in_pickling(exc):  # it may not have reached the mailbox
+                    worker, seq = call.sent_as  # (refs._close_gap, for an attempt)
+                    self._route.skip_at(call.target.actor_id, worker, seq)
                 _fail(call.reply, exc)  # the caller's ObjectRef words it
             return
         if (

@@ -436,7 +436,7 @@ class Runtime:
         try:
             fut, keep = self.post(target, worker, seq, method, wire, True)
         except Exception as exc:  # the agent could not even queue the call
-            self._skip_at(target.actor_id, worker, seq)  # its number never reaches the mailbox
+            self.skip_at(target.actor_id, worker, seq)  # its number never reaches the mailbox
             slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
             return
         slot.attach(fut, worker, keep, seq)
@@ -463,7 +463,7 @@ class Runtime:
         try:
             return pack_args(args, kwargs, worker, self._road)
         except Exception as exc:
-            self._skip_at(target.actor_id, worker, seq)
+            self.skip_at(target.actor_id, worker, seq)
             raise unsendable_argument(f"{target.class_name}.{method}", exc) from exc
 
     def post(
@@ -586,9 +586,10 @@ class Runtime:
             seq: The number given up.
             worker: The instance it was numbered for (default: where the actor is now).
         """
-        self._skip_at(target.actor_id, worker or target.worker, seq)
+        self.skip_at(target.actor_id, worker or target.worker, seq)
 
-    def _skip_at(self, actor_id: str, worker: str, seq: int) -> None:
+    def skip_at(self, actor_id: str, worker: str, seq: int) -> None:
+        """Gives up this process's call ``seq`` to the actor's instance on ``worker``."""
         host_mod.give_up(worker, actor_id, self.name, seq)
 
     def pack(self, peer: str, value: Any) -> Wire:

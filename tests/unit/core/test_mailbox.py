@@ -99,6 +99,22 @@ def test_calls_run_in_seq_order_whatever_order_they_arrive_in():
     assert box._instance.seen == list(range(50))
 
 
+def test_a_number_given_up_after_its_call_came_is_answered_and_holds_nothing():
+    """refs._close_gap gives up a number whose call may have run (its reply failed to
+    pickle): the mailbox answers it at once instead of holding it for good."""
+    box, _ = _box()
+    first = _call(0, "add", 0)
+    box.deliver(first)
+    assert first.future.wait() == (OK, 0)
+    late = Call("c", 0, None, None, torch.futures.Future())
+    box.deliver(late)  # answered here, on the delivering thread, or never
+    assert late.future.done() and late.future.wait() == (OK, None)
+    assert not box._held.get("c"), "the stale number is held"
+    after = _call(1, "add", 1)
+    box.deliver(after)
+    assert after.future.wait() == (OK, 1) and box._instance.seen == [0, 1]
+
+
 def test_a_reply_being_sent_does_not_hold_up_new_calls():
     # Completing a call's future sends its reply from the actor thread (pickling, network
     # write). The mailbox lock must not be held meanwhile, or every RPC thread delivering

@@ -113,3 +113,62 @@ def test_a_call_or_reply_with_a_tensor_takes_the_peers_road():
         assert pack_for(pair, "worker4", road_for)[0] is not None
     too_wide = tuple(range(40))  # past the plain width: cloudpickle, as pack() does
     assert pack_args(too_wide, {}, "worker3", road_for)[0] is not None
+
+
+def _layouts():
+    eye = torch.eye(4)
+    uncoalesced = torch.sparse_coo_tensor(
+        torch.tensor([[0, 0], [1, 1]]), torch.ones(2), (3, 3), check_invariants=True
+    )
+    return {
+        "coo": eye.to_sparse(),
+        "coo, uncoalesced": uncoalesced,
+        "coo, requires_grad": torch.eye(3, requires_grad=True).to_sparse(),
+        "csr": eye.to_sparse_csr(),
+        "csc": eye.to_sparse_csc(),
+        "bsr": eye.to_sparse_bsr((2, 2)),
+        "bsc": eye.to_sparse_bsc((2, 2)),
+        "mkldnn": torch.arange(4.0).to_mkldnn(),
+    }
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta:UserWarning")
+def test_sparse_and_mkldnn_tensors_go_to_torch_as_strided_parts():
+    """torch's RPC serialization handles strided tensors alone: a CSC, BSR, BSC or
+    MKL-DNN tensor in its side list aborted the sending process, a CSR one failed as a
+    reply, and measuring a COO one for a reply raised (tests/integration/test_payload.py
+    sends them between processes)."""
+    seen = []
+
+    def road(t):
+        seen.append(t.layout)
+        return t
+
+    for what, t in _layouts().items():
+        for value in (t, [t, t], {"t": t, "n": 1}):
+            seen.clear()
+            blob, side = pack(value, road)
+            assert all(isinstance(x, torch.Tensor) and x.layout == torch.strided for x in side)
+            assert seen and set(seen) == {torch.strided}, what  # each part took the road
+            back = unpack(_over_the_wire((blob, side)))
+            got = (
+                back
+                if isinstance(back, torch.Tensor)
+                else back[0]
+                if isinstance(back, list)
+                else back["t"]
+            )
+            assert got.layout == t.layout and got.requires_grad == t.requires_grad, what
+            assert torch.equal(got.to_dense(), t.to_dense()), what
+            if isinstance(back, list):
+                assert back[0] is back[1], what  # one tensor, sent once
+    coo = unpack(pack(_layouts()["coo, uncoalesced"]))
+    assert not coo.is_coalesced()  # its duplicate entries stay as they were
+
+
+def test_meta_and_nested_tensors_are_refused_at_pack_naming_what_to_send():
+    with pytest.raises(TypeError, match="has no data to send"):
+        pack({"t": torch.empty(2, device="meta")})
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
+    with pytest.raises(TypeError, match="unbind"):
+        pack([nested])
