@@ -41,6 +41,7 @@ from actorrt.runtime.protocol import (
     decode_reply,
     failed_in_pickling,
     rpc_failure,
+    skip_quietly,
     unreadable,
 )
 from actorrt.runtime.runtime import current, current_or_none
@@ -737,7 +738,7 @@ def _close_gap(
     if rt is None or actor_id is None or type(ticket) is not int:
         return
     if failed_in_pickling(exc):
-        rt.skip_at(actor_id, worker, ticket)
+        skip_quietly(rt, actor_id, worker, ticket)
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:

@@ -40,6 +40,7 @@ from actorrt.runtime.protocol import (
     cancelled,
     failed_in_pickling,
     rpc_failure,
+    skip_quietly,
 )
 from actorrt.runtime.raised import RetryOn, error_of, retried
 
@@ -404,11 +405,11 @@ class FunctionCall:
             worded = rpc_failure(self._what, spot.worker, exc)  # as the ref would say it
             error = exc.error if isinstance(exc, LocalFailure) else exc
             if not isinstance(error, ActorDiedError) and not isinstance(worded, ActorDiedError):
+                self.give_up(worded)
                 if self._sent_as is not None and failed_in_pickling(exc):
                     # it may not have reached the executor's mailbox (refs._close_gap)
                     worker, executor, seq = self._sent_as
-                    self._route.skip_at(executor, worker, seq)
-                self.give_up(worded)
+                    skip_quietly(self._route, executor, worker, seq)
             elif self._left != 0 and not self._route.stopped.is_set():
                 self._routes.lost(self, spot.worker, exc)
             else:

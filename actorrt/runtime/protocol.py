@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 import cloudpickle
 
 from actorrt.errors import ActorDiedError, ActorError, ObjectLostError, TaskCancelledError
+from actorrt.logs import get_logger
 
 if TYPE_CHECKING:
     import threading
@@ -59,11 +60,14 @@ __all__ = [
     "error_reply",
     "failed_in_pickling",
     "rpc_failure",
+    "skip_quietly",
     "split_returns",
     "unreadable",
     "unsendable_argument",
     "unsendable_reply",
 ]
+
+log = get_logger("protocol")
 
 OK = 0
 ERROR = 1
@@ -385,6 +389,18 @@ def failed_in_pickling(exc: BaseException) -> bool:
     """
     message = str(exc).lower()
     return any(word in message for word in _PICKLING_WORDS)
+
+
+def skip_quietly(route: Liveness, actor_id: str, worker: str, seq: int) -> None:
+    """``route.skip_at(...)`` from a callback, where an exception would go unseen.
+
+    A number that cannot be given up (the process is gone, the runtime is stopping)
+    holds nothing up.
+    """
+    try:
+        route.skip_at(actor_id, worker, seq)
+    except Exception:
+        log.debug("could not give up call %d to %s on %s", seq, actor_id, worker, exc_info=True)
 
 
 def rpc_failure(

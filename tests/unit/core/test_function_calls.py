@@ -31,6 +31,7 @@ class FakeRoute:
         self.seqs: dict[tuple[str, str], int] = {}
         self.sent_event = threading.Condition()
         self.cancels: list[tuple[str, str, int, bool]] = []
+        self.skips: list[tuple[str, str, int]] = []  # (executor, worker, seq) given up
 
     def function_spots(self, shape):
         self.asked += 1
@@ -56,6 +57,9 @@ class FakeRoute:
 
     def cancel_call(self, worker, actor_id, seq, recursive):
         self.cancels.append((worker, actor_id, seq, recursive))
+
+    def skip_at(self, actor_id, worker, seq):
+        self.skips.append((actor_id, worker, seq))
 
     def wait_sent(self, n, timeout=10):
         with self.sent_event:
@@ -139,6 +143,7 @@ def test_a_reply_that_cannot_be_read_is_not_retried():
     assert len(route.sent) == 1
     with pytest.raises(Exception, match="could not be sent"):
         _reply(call)
+    assert route.skips == [("fn/1", "a", 0)]  # it may never have reached the mailbox
 
 
 def _reply(call):
