@@ -82,8 +82,8 @@ def _plain(value: Any, depth: int = 0) -> int:
     if kind is torch.Tensor:
         # One torch RPC cannot send as it is goes through the pickler, which sends its
         # parts or says why not (_sendable_form).
-        if value.layout is not _STRIDED or value.is_meta or value.is_nested:
-            return _NOT_PLAIN
+        if value.layout is not _STRIDED or value.is_meta or value.is_nested or value.__dict__:
+            return _NOT_PLAIN  # (torch's pickler would drop attributes set on it)
         return _PLAIN_WITH_TENSORS
     if depth == _PLAIN_DEPTH or kind not in (tuple, list, dict) or len(value) > _PLAIN_WIDTH:
         return _NOT_PLAIN
@@ -133,8 +133,8 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
         # Called for every object but the builtin atoms and containers, so plain data costs
         # nothing extra here.
         if isinstance(obj, torch.Tensor):
-            if type(obj) is not torch.Tensor:
-                form = _subclass_form(obj)  # the class by cloudpickle, the data set aside
+            if type(obj) is not torch.Tensor or obj.__dict__:
+                form = _subclass_form(obj)  # class and attributes by cloudpickle, data aside
                 if form is not None:
                     return form
             if obj.layout is not _STRIDED or obj.is_meta or obj.is_nested:
@@ -209,14 +209,15 @@ def _sendable_form(tensor: torch.Tensor) -> tuple[Callable[..., torch.Tensor], t
 def _subclass_form(
     tensor: torch.Tensor,
 ) -> tuple[Callable[..., torch.Tensor], tuple[Any, ...]] | None:
-    """A tensor of a user's subclass of ``torch.Tensor``, as its class, state and data.
+    """A tensor of a user's subclass, or one with attributes: its class, attributes, data.
 
     torch's pickler names the class by reference and the receiver's torch unpickles it
     before actorrt's code runs: a class of the driver's script (or of a module the
     receiver lacks) failed there, the call's number never reached the mailbox, and every
-    later call from this process to the actor waited for good. Here the class and its
-    ``__dict__`` go through cloudpickle, unpickled on the actor's thread (a class of
-    ``__main__`` by value), and the data travels as a plain tensor.
+    later call from this process to the actor waited for good. It also drops the
+    attributes of a plain tensor (``t.tag = ...``), which pickle keeps. Here the class
+    and the ``__dict__`` go through cloudpickle, unpickled on the actor's thread (a
+    class of ``__main__`` by value), and the data travels as a plain tensor.
 
     Returns:
         None for what torch's pickler sends as it is: torch's own subclasses
@@ -228,7 +229,9 @@ def _subclass_form(
             data is not its own storage) and cloudpickle would carry it by value.
     """
     cls = type(tensor)
-    if cls.__module__ == "torch" or cls.__module__.startswith("torch."):
+    if cls is not torch.Tensor and (
+        cls.__module__ == "torch" or cls.__module__.startswith("torch.")
+    ):
         return None
     if cls.__torch_dispatch__ is not torch._C._disabled_torch_dispatch_impl:
         if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:

@@ -375,7 +375,8 @@ def test_sparse_and_mkldnn_tensors_travel_both_ways(tmp_path):
 def test_a_tensor_subclass_of_the_script_travels_and_wedges_nothing(tmp_path):
     """Was: torch's pickler named the class by reference and the actor's process failed
     to unpickle it before actorrt's code ran, so the call's number never reached the
-    mailbox and every later call from the driver to the actor waited for good."""
+    mailbox and every later call from the driver to the actor waited for good. Attributes
+    set on a plain tensor travel too (torch's pickler dropped them)."""
     body = """
     rt = actorrt.start(num_workers=1)
     report(pids=list(rt.local_worker_pids))
@@ -386,6 +387,9 @@ def test_a_tensor_subclass_of_the_script_travels_and_wedges_nothing(tmp_path):
         report(seen=actorrt.get(k.tagged.remote(value), timeout=30))
     back = actorrt.get(k.make_tagged.remote(), timeout=30)
     report(back=[isinstance(back, Tagged), back.tag, back.tolist()])
+    plain = torch.zeros(2)
+    plain.tag = "a plain tensor's attribute"  # torch's pickler dropped it
+    report(plain=actorrt.get(k.tagged.remote(plain), timeout=30))
     try:
         k.tagged.remote(torch.ones(2).as_subclass(Wrapped))
         report(wrapped="sent")
@@ -401,6 +405,8 @@ def test_a_tensor_subclass_of_the_script_travels_and_wedges_nothing(tmp_path):
         ["Tagged", "sent", False, [0.0, 1.0, 2.0]],
         ["Tagged", "with grad", True, [1.0, 1.0]],
     ]
+    (plain,) = [r["plain"] for r in reports if "plain" in r]
+    assert plain == ["Tensor", "a plain tensor's attribute", False, [0.0, 0.0]]
     (back,) = [r["back"] for r in reports if "back" in r]
     assert back == [True, "made on the actor", [0.0, 1.0, 2.0]]
     (wrapped,) = [r["wrapped"] for r in reports if "wrapped" in r]

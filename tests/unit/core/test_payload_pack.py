@@ -172,3 +172,24 @@ def test_meta_and_nested_tensors_are_refused_at_pack_naming_what_to_send():
     nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
     with pytest.raises(TypeError, match="unbind"):
         pack([nested])
+
+
+class _Sub(torch.Tensor):
+    pass
+
+
+def test_attributes_and_subclasses_travel_with_the_data_set_aside():
+    """torch's RPC pickler dropped attributes set on a tensor (pickle keeps them) and
+    named a subclass by reference, for the receiver's torch to import."""
+    tagged = torch.arange(3.0)
+    tagged.tag = "kept"
+    sub = torch.ones(2).as_subclass(_Sub)
+    sub.step = 7
+    blob, side = pack({"tagged": tagged, "sub": sub, "again": tagged})
+    assert blob is not None and len(side) == 2
+    assert all(type(t) is torch.Tensor and not t.__dict__ for t in side)  # plain data only
+    back = unpack(_over_the_wire((blob, side)))
+    assert back["tagged"].tag == "kept" and torch.equal(back["tagged"], tagged)
+    assert back["again"] is back["tagged"]
+    assert type(back["sub"]) is _Sub and back["sub"].step == 7
+    assert pack(torch.ones(2))[0] is None  # a tensor without attributes stays plain
