@@ -41,7 +41,6 @@ from actorrt.runtime.protocol import (
     decode_reply,
     failed_in_pickling,
     rpc_failure,
-    skip_quietly,
     unreadable,
 )
 from actorrt.runtime.runtime import current, current_or_none
@@ -192,13 +191,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             sent = self._sent
             if sent is None:
                 return
-            gap = (self._worker, self._actor_id, self._ticket)
             try:
                 if sent.done():
                     try:
                         wire = sent.value()
                     except Exception as exc:  # the call failed: nothing was kept
-                        _close_gap(current_or_none(), *gap, exc)
+                        rt = current_or_none()
+                        _close_gap(rt, self._worker, self._actor_id, self._ticket, exc)
                         return
                     if wire[0] is None and wire[1][0][0] == OK:  # inline: most replies
                         return
@@ -208,6 +207,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 else:
                     rt = current_or_none()
                     if rt is not None:
+                        gap = (self._worker, self._actor_id, self._ticket)
                         sent.add_done_callback(partial(_let_go_unread, rt, self._part, gap))
             except Exception:  # interpreter teardown
                 pass
@@ -738,7 +738,7 @@ def _close_gap(
     if rt is None or actor_id is None or type(ticket) is not int:
         return
     if failed_in_pickling(exc):
-        skip_quietly(rt, actor_id, worker, ticket)
+        rt.skip_at(actor_id, worker, ticket)
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:

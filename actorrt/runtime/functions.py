@@ -40,7 +40,6 @@ from actorrt.runtime.protocol import (
     cancelled,
     failed_in_pickling,
     rpc_failure,
-    skip_quietly,
 )
 from actorrt.runtime.raised import RetryOn, error_of, retried
 
@@ -409,7 +408,7 @@ class FunctionCall:
                 if self._sent_as is not None and failed_in_pickling(exc):
                     # it may not have reached the executor's mailbox (refs._close_gap)
                     worker, executor, seq = self._sent_as
-                    skip_quietly(self._route, executor, worker, seq)
+                    self._route.skip_at(executor, worker, seq)
             elif self._left != 0 and not self._route.stopped.is_set():
                 self._routes.lost(self, spot.worker, exc)
             else:

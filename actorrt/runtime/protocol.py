@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 import cloudpickle
 
 from actorrt.errors import ActorDiedError, ActorError, ObjectLostError, TaskCancelledError
-from actorrt.logs import get_logger
 
 if TYPE_CHECKING:
     import threading
@@ -60,14 +59,11 @@ __all__ = [
     "error_reply",
     "failed_in_pickling",
     "rpc_failure",
-    "skip_quietly",
     "split_returns",
     "unreadable",
     "unsendable_argument",
     "unsendable_reply",
 ]
-
-log = get_logger("protocol")
 
 OK = 0
 ERROR = 1
@@ -235,7 +231,11 @@ class Liveness(Protocol):
         ...
 
     def skip_at(self, actor_id: str, worker: str, seq: int) -> None:
-        """Gives up this process's call ``seq`` to ``actor_id`` on ``worker`` (no wait)."""
+        """Gives up this process's call ``seq`` to ``actor_id`` on ``worker`` (no wait).
+
+        Never raises (``host.give_up``): a process that is gone waits for no number, so
+        it is safe in a torch callback.
+        """
         ...
 
 
@@ -389,18 +389,6 @@ def failed_in_pickling(exc: BaseException) -> bool:
     """
     message = str(exc).lower()
     return any(word in message for word in _PICKLING_WORDS)
-
-
-def skip_quietly(route: Liveness, actor_id: str, worker: str, seq: int) -> None:
-    """``route.skip_at(...)`` from a callback, where an exception would go unseen.
-
-    A number that cannot be given up (the process is gone, the runtime is stopping)
-    holds nothing up.
-    """
-    try:
-        route.skip_at(actor_id, worker, seq)
-    except Exception:
-        log.debug("could not give up call %d to %s on %s", seq, actor_id, worker, exc_info=True)
 
 
 def rpc_failure(

@@ -44,7 +44,6 @@ from actorrt.runtime.protocol import (
     cancelled,
     failed_in_pickling,
     rpc_failure,
-    skip_quietly,
 )
 from actorrt.runtime.raised import RetryOn, retried
 
@@ -249,7 +248,7 @@ class CallRetries:
                 _fail(call.reply, exc)  # the caller's ObjectRef words it
                 if failed_in_pickling(exc):  # it may not have reached the mailbox
                     worker, seq = call.sent_as  # (refs._close_gap, for an attempt)
-                    skip_quietly(self._route, call.target.actor_id, worker, seq)
+                    self._route.skip_at(call.target.actor_id, worker, seq)
             return
         if (
             call.on
