@@ -145,19 +145,14 @@ def test_sparse_and_mkldnn_tensors_go_to_torch_as_strided_parts():
         return t
 
     for what, t in _layouts().items():
-        for value in (t, [t, t], {"t": t, "n": 1}):
+        shapes = ((t, lambda b: b), ([t, t], lambda b: b[0]), ({"t": t, "n": 1}, lambda b: b["t"]))
+        for value, take in shapes:
             seen.clear()
             blob, side = pack(value, road)
             assert all(isinstance(x, torch.Tensor) and x.layout == torch.strided for x in side)
             assert seen and set(seen) == {torch.strided}, what  # each part took the road
             back = unpack(_over_the_wire((blob, side)))
-            got = (
-                back
-                if isinstance(back, torch.Tensor)
-                else back[0]
-                if isinstance(back, list)
-                else back["t"]
-            )
+            got = take(back)
             assert got.layout == t.layout and got.requires_grad == t.requires_grad, what
             assert torch.equal(got.to_dense(), t.to_dense()), what
             if isinstance(back, list):
