@@ -68,6 +68,9 @@ def _bytes(name: str, default: int) -> int:
     return int(raw) if raw.strip() else default
 
 
+_PREFIX_LEN = 8
+"""Hex digits of an object id (or loan token) that name the process that made it."""
+
 INLINE_BYTES = _bytes("ACTORRT_INLINE_BYTES", 1 << 20)
 """A result whose tensors and pickled bytes add up to at least this many bytes stays at
 the process that made it (``ACTORRT_INLINE_BYTES``; default 1 MiB), so that a ref passed
@@ -182,6 +185,10 @@ class ObjectStore:
         self._driver = driver_name
         self._is_driver = is_driver
         self._lock = threading.Lock()
+        # Every id made here begins with this process's own prefix: a process that took
+        # the name of a dead one tells a ref to the dead one's object (or loan) that its
+        # owner died, not that its refs were dropped.
+        self._prefix = uuid.uuid4().hex[:_PREFIX_LEN]
         self._values: dict[str, Any] = {}
         self._sizes: dict[str, int] = {}
         self._holders: dict[str, str] = {}  # object id -> the process holding it directly
@@ -211,7 +218,7 @@ class ObjectStore:
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
         """Keeps ``value`` here as a new object, held directly by ``holder``; its id."""
         streams.leaving_all()  # fetches are served on streams that do not wait for ours
-        object_id = uuid.uuid4().hex
+        object_id = self._new_id()
         with self._lock:
             self._values[object_id] = value
             self._sizes[object_id] = nbytes
@@ -328,15 +335,37 @@ class ObjectStore:
         """The value of an object kept here.
 
         Raises:
-            ObjectLostError: It is not here (freed: no ref to it was left).
+            ObjectLostError: It is not here: freed (no ref to it was left), or made by a
+                dead process whose name this one took.
         """
         try:
             return self._values[object_id]
         except KeyError:
+            if not self.made_here(object_id):
+                raise ObjectLostError(
+                    f"object {object_id} is lost: its owner process died ({self.replaced()}). "
+                    "Objects live in the process that made them; make the value again to go on."
+                ) from None
             raise ObjectLostError(
                 f"object {object_id} is no longer kept by its owner {self.name!r}: every "
                 "ref to it was dropped (keep an ObjectRef while you need its value)."
             ) from None
+
+    def _new_id(self) -> str:
+        """A new object id or loan token: this process's prefix, then random hex."""
+        return self._prefix + uuid.uuid4().hex[_PREFIX_LEN:]
+
+    def made_here(self, object_id: str) -> bool:
+        """Whether ``object_id`` (or a loan token) was made by this process.
+
+        One that was not, asked of this process by name, was made by a process of this
+        name that died: a new process took its name.
+        """
+        return object_id.startswith(self._prefix)
+
+    def replaced(self) -> str:
+        """Says that this process replaced a dead one of its name (for lost-object errors)."""
+        return f"{self.name!r} is now a new process that took the dead one's name"
 
     def free(self, object_id: str) -> None:
         """Drops an object (no ref to it is left anywhere)."""
@@ -371,7 +400,7 @@ class ObjectStore:
     # -- refs lent before their calls answered ---------------------------------------
     def lend(self, ref: ObjectRefBase) -> tuple[str, Any]:
         """Lends a ref whose call has not answered: its token and the RRef of the loan."""
-        token = uuid.uuid4().hex
+        token = self._new_id()
         with self._lock:
             self._loans[token] = ref
         return token, self._lease(self.name, token, loan=True)
@@ -519,12 +548,12 @@ def rpc_resolve(token: str, requester: str) -> torch.futures.Future[Wire]:
     future: torch.futures.Future[Wire] = torch.futures.Future()
     ref = store.loaned(token)
     if ref is None:
-        future.set_result(
-            store._pack(
-                requester,
-                (LOST, f"the ref lent by {store.name!r} was released before it was asked for"),
-            )
+        why = (
+            f"the ref lent by {store.name!r} was released before it was asked for"
+            if store.made_here(token)
+            else f"the process that lent it died ({store.replaced()})"
         )
+        future.set_result(store._pack(requester, (LOST, why)))
         return future
 
     def answer() -> None:

@@ -370,6 +370,10 @@ import actorrt
 class Producer:
     def make(self, n):
         return torch.ones(n, dtype=torch.uint8)
+    def put(self, n):
+        return [actorrt.put(torch.ones(n, dtype=torch.uint8))]
+    def lend(self, other, seconds):
+        return [other.slowly.remote(seconds)]  # unanswered as it leaves: lent from here
     def pid(self):
         return os.getpid()
 
@@ -377,6 +381,9 @@ class Producer:
 class Consumer:
     def total(self, t):
         return int(t.sum())
+    def slowly(self, seconds):
+        time.sleep(seconds)
+        return 1
     def pid(self):
         return os.getpid()
 
@@ -388,17 +395,21 @@ def outcome(get):
         return str(exc)
     except actorrt.GetTimeoutError:
         return "timeout"
-"""
 
-
-def test_owner_death_makes_get_raise_object_lost(tmp_path):
-    body = """
+def start_apart():  # two workers; a producer and a consumer on different ones
     rt = actorrt.start(num_workers=2, heartbeat_timeout=5)
     pids = list(rt.local_worker_pids)
     report(pids=pids)
     p, c = Producer.remote(), Consumer.remote()
     while actorrt.get(p.pid.remote(), timeout=30) == actorrt.get(c.pid.remote(), timeout=30):
         c = Consumer.remote()
+    return rt, pids, p, c
+"""
+
+
+def test_owner_death_makes_get_raise_object_lost(tmp_path):
+    body = """
+    rt, pids, p, c = start_apart()
     ref = p.make.remote(40 << 20)  # over ACTORRT_PULL_BYTES: only the producer has it
     assert actorrt.wait([ref], timeout=30)[0] == [ref]
     os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
@@ -414,6 +425,39 @@ def test_owner_death_makes_get_raise_object_lost(tmp_path):
     assert final["owner"] in final["outcome"] and "lost" in final["outcome"]
     assert final["took"] < 10, final
     assert final["owner"] in final["passed"]
+
+
+def test_objects_of_an_owner_whose_process_was_replaced_say_that_it_died(tmp_path):
+    """The new process under the dead owner's name does not blame dropped refs."""
+    body = """
+    rt, pids, p, c = start_apart()
+    ref = p.make.remote(40 << 20)  # over ACTORRT_PULL_BYTES: only the producer has it
+    box = actorrt.get(p.put.remote(8), timeout=30)
+    lent = actorrt.get(p.lend.remote(c, 3), timeout=30)
+    assert actorrt.wait([ref], timeout=30)[0] == [ref]
+    os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while p.worker not in rt.dead_workers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    while p.worker in rt.dead_workers and time.monotonic() < deadline:
+        time.sleep(0.05)  # until a new process took its name
+    report(
+        pids=pids + list(rt.local_worker_pids),
+        replaced=p.worker not in rt.dead_workers,
+        got=outcome(lambda: actorrt.get(ref, timeout=60)),
+        passed=outcome(lambda: actorrt.get(c.total.remote(ref), timeout=60)),
+        put=outcome(lambda: actorrt.get(box[0], timeout=60)),
+        lent=outcome(lambda: actorrt.get(lent[0], timeout=60)),
+    )
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
+    assert final["replaced"], final
+    for what in ("got", "passed", "put"):
+        assert "owner process died" in final[what], final
+    assert "the process that lent it died" in final["lent"], final
+    for what in ("got", "passed", "put", "lent"):
+        assert "took the dead one's name" in final[what] and "dropped" not in final[what], final
 
 
 def test_a_hung_owner_makes_get_raise_object_lost_within_the_heartbeat_bound(tmp_path):

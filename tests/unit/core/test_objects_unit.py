@@ -173,8 +173,19 @@ def test_dropping_a_value_that_holds_refs_does_not_deadlock_the_store(monkeypatc
 
 def test_a_fetch_of_a_freed_object_answers_lost():
     store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
-    with pytest.raises(ObjectLostError):
-        decode_reply(payload.unpack(store.answer_fetch("gone", "worker2", True)))
+    freed = store.keep(1, 8, holder="worker2")
+    store.free(freed)
+    with pytest.raises(ObjectLostError, match="every ref to it was dropped"):
+        decode_reply(payload.unpack(store.answer_fetch(freed, "worker2", True)))
+
+
+def test_an_object_of_a_dead_process_of_the_same_name_answers_that_its_owner_died():
+    dead = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    made = dead.keep(1, 8, holder="worker2")
+    new = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    assert dead.made_here(made) and not new.made_here(made)
+    with pytest.raises(ObjectLostError, match="owner process died .*took the dead one's name"):
+        decode_reply(payload.unpack(new.answer_fetch(made, "worker2", True)))
 
 
 def test_put_refuses_a_ref_and_needs_a_cluster(monkeypatch):
