@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures as cf
 import itertools
 import queue
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -217,7 +218,10 @@ class Inboxes:
     def __init__(self, let_go: Callable[[Wire], None]) -> None:
         self._lock = threading.Lock()
         self._open: dict[int, Inbox] = {}
-        self._ids = itertools.count()
+        # From a random start: a process that took a dead one's name must not open the
+        # streams the dead one had open, which a generator still running for it may send
+        # to (Mailbox.forget_caller stops those, but a value may still be on its way).
+        self._ids = itertools.count(random.getrandbits(48))
         self._let_go = let_go
         # Work a generator's __del__ must not do where it runs (a send: garbage collection
         # runs anywhere, also inside code holding locks a send needs): one thread does it.

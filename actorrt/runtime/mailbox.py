@@ -660,6 +660,30 @@ class Mailbox:
             except RuntimeError:  # the loop is closed: the actor ended, its calls answered
                 pass
 
+    def forget_caller(self, caller: str) -> None:
+        """``caller``'s process died, or a new one took its name: its order begins afresh.
+
+        The new process numbers its calls from 0, so the dead one's next number must not
+        be waited for (every call of the new one would wait for ever). The dead one's
+        calls held for order are dropped (nobody waits for their replies), and its
+        streaming calls are cancelled: their values would go to the new process.
+        """
+        with self._lock:
+            streaming = [
+                call.seq
+                for call in (*self._before_open, *self._accepted)
+                if call.caller == caller and type(call.method) is Stream
+            ]
+        for seq in streaming:  # while its number still reads as released
+            self.cancel(caller, seq, recursive=False)
+        with self._lock:
+            self._next_seq.pop(caller, None)
+            held = self._held.pop(caller, {})
+            self._cancel_first = {key for key in self._cancel_first if key[0] != caller}
+            dropped = [call for call in held.values() if _claim(call)]
+        for call in dropped:
+            self._answer(call, died_reply(f"its caller {caller!r} died before its turn came"))
+
     def _dropped(self, call: Call) -> bool:
         """On the actor's thread, for a call whose cancel was asked: whether it was answered."""
         with self._lock:  # waits for a cancel deciding right now

@@ -960,11 +960,13 @@ class Runtime:
         """Lets go of what this process held for the dead ``worker``.
 
         The calls it waits for there fail (after ``inflight.GRACE_S``), the objects it
-        held are freed, and the RRefs kept until it confirmed them go (it never will).
+        held are freed, the RRefs kept until it confirmed them go (it never will), and
+        the actors here forget its calls' order (:meth:`ActorHost.forget_caller`).
         """
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
         self.objects.holder_died(worker)
         rref_keeper.owner_died(worker)
+        self.host.forget_caller(worker)
 
     def note_alive(self, worker: str) -> None:
         """A new process replaced the dead ``worker`` (rank 0 says): it takes calls again."""
@@ -978,6 +980,9 @@ class Runtime:
                 del self._seqs[key]
             self._dead_workers.discard(worker)
             self._suspects.discard(worker)
+        # The other way round: the new process numbers its calls to the actors here from
+        # 0. Forgotten at its death already, unless that news never came here.
+        self.host.forget_caller(worker)
         self.inflight.revive(worker)
 
     def admit(self, worker: str, rpc_id: int, replaces: bool = True) -> None:

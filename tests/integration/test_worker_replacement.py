@@ -222,3 +222,120 @@ def test_calls_to_a_restarted_actor_never_hang_while_workers_are_replaced(tmp_pa
     )
     rounds = rep["rounds"]
     assert len(rounds) == 24 and all(r[1] == "ok" for r in rounds), rounds
+
+
+CALLERS = (
+    HEADER
+    + """
+@actorrt.actor(max_concurrency=2)  # one stream for the dead caller, one for the new
+class Source:
+    def values(self, tag, n, pause):
+        for i in range(n):
+            yield "%s-%d" % (tag, i)
+            time.sleep(pause)
+
+    def pid(self):
+        return os.getpid()
+
+
+@actorrt.remote
+def twice(x):
+    return 2 * x
+
+
+@actorrt.actor
+class Caller:
+    def add(self, counter, times):
+        return [actorrt.get(counter.add.remote(1), timeout=20) for _ in range(times)]
+
+    def twice(self, times):  # remote functions, on every process's executor
+        return [actorrt.get(twice.remote(i), timeout=20) for i in range(times)]
+
+    def open(self, source):  # a stream it reads one value of, then leaves open
+        # Its next value comes 4 s on: after the new process took the name (1-2 s), while
+        # the new process reads its own stream (from then on, for 6 s).
+        self.stream = source.values.remote("OLD", 20, 4.0)
+        return actorrt.get(next(self.stream), timeout=20)
+
+    def read(self, source):
+        return [actorrt.get(r, timeout=20) for r in source.values.remote("NEW", 12, 0.5)]
+
+    def pid(self):
+        return os.getpid()
+
+
+def replace_caller(rt, caller):
+    # Kills the caller's process, waits for the new process under its name, and makes a
+    # new Caller there.
+    worker = caller.worker
+    os.kill(actorrt.get(caller.pid.remote(), timeout=30), signal.SIGKILL)
+    wait_for(lambda: worker in rt.dead_workers, 60)
+    wait_for(lambda: worker not in rt.dead_workers, 60)
+    made = [Caller.remote()]
+    while made[-1].worker != worker and len(made) < 10:  # the least loaded: the new one
+        made.append(Caller.remote())
+    return made[-1]
+
+
+def start_apart(*classes):
+    # A cluster of two workers, and one actor of each class, each on a process of its own.
+    rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=10)
+    pids = set(rt.local_worker_pids)
+    actors = [cls.remote() for cls in classes]
+    while len({actorrt.get(a.pid.remote(), timeout=30) for a in actors}) < len(actors):
+        actors = [cls.remote() for cls in classes]
+    return rt, pids, actors
+"""
+)
+
+
+def test_an_actor_on_a_process_that_replaced_a_caller_can_call_what_the_dead_one_called(
+    tmp_path,
+):
+    """Was: the actor's mailbox kept the dead process's order for that name, so every call
+    of the new process (numbered from 0) waited for ever for the dead one's next number."""
+    (rep,) = run_script(
+        tmp_path,
+        CALLERS,
+        """
+        rt, pids, (counter, caller) = start_apart(Counter, Caller)
+        before = actorrt.get(caller.add.remote(counter, 5), timeout=60)
+        actorrt.get(caller.twice.remote(8), timeout=60)
+        new = replace_caller(rt, caller)
+        pids.update(rt.local_worker_pids)
+        outcomes = []
+        for call in (lambda: new.add.remote(counter, 3), lambda: new.twice.remote(8)):
+            try:
+                outcomes.append(actorrt.get(call(), timeout=60))
+            except actorrt.ActorError as exc:
+                outcomes.append(str(exc)[:300])
+        report(pids=sorted(pids), before=before, after=outcomes, same=new.worker == caller.worker)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert rep["same"], rep
+    assert rep["before"] == [1, 2, 3, 4, 5], rep
+    assert rep["after"] == [[6, 7, 8], [2 * i for i in range(8)]], rep
+
+
+def test_a_stream_of_a_dead_caller_never_reaches_the_process_that_took_its_name(tmp_path):
+    """Was: the generator went on after its caller died, and once a new process had the
+    caller's name its values went there, into a stream of the new process with the same
+    number (streams were numbered from 0 in every process)."""
+    (rep,) = run_script(
+        tmp_path,
+        CALLERS,
+        """
+        rt, pids, (source, caller) = start_apart(Source, Caller)
+        first = actorrt.get(caller.open.remote(source), timeout=60)
+        new = replace_caller(rt, caller)
+        pids.update(rt.local_worker_pids)
+        read = actorrt.get(new.read.remote(source), timeout=60)
+        report(pids=sorted(pids), first=first, read=read, same=new.worker == caller.worker)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert rep["same"] and rep["first"] == "OLD-0", rep
+    assert rep["read"] == [f"NEW-{i}" for i in range(12)], rep

@@ -55,6 +55,18 @@ def test_the_end_comes_after_every_counted_value_even_when_the_reply_is_first():
     assert not inbox.put(3, W[3])  # past the end: not wanted
 
 
+def test_a_value_for_a_stream_of_a_dead_process_of_the_same_name_is_not_taken():
+    """A process that took a dead one's name opens streams the dead one's generators do
+    not know: a value one of them still sends is let go, not read as the new one's."""
+    gone = []
+    dead, new = Inboxes(lambda wire: None), Inboxes(gone.append)
+    old_id, _ = dead.open()
+    new_id, inbox = new.open()
+    assert new_id != old_id
+    new.put(old_id, 0, W[0])  # sent by the dead process's producer
+    assert gone == [W[0]] and not inbox.slot(0).done()
+
+
 def test_a_failed_call_ends_after_the_values_that_arrived():
     gone = []
     inboxes = Inboxes(gone.append)

@@ -115,6 +115,23 @@ def test_a_number_given_up_after_its_call_came_is_answered_and_holds_nothing():
     assert after.future.wait() == (OK, 1) and box._instance.seen == [0, 1]
 
 
+def test_a_caller_forgotten_after_its_death_numbers_its_calls_from_zero_again():
+    """A new process that took a dead caller's name numbers its calls from 0: the actor
+    must not wait for the dead one's next number, nor run the dead one's held calls."""
+    box, _ = _box()
+    for seq in range(3):
+        box.deliver(_call(seq, "add", seq, caller="w1"))
+    stranded = _call(4, "add", 4, caller="w1")  # number 3 never came: it waits
+    box.deliver(stranded)
+    box.forget_caller("w1")
+    assert stranded.future.wait()[0] == DIED, "the dead caller's held call is still held"
+    fresh = [_call(seq, "add", 10 + seq, caller="w1") for seq in range(2)]
+    for call in fresh:
+        box.deliver(call)
+    assert [c.future.wait() for c in fresh] == [(OK, 10), (OK, 11)]
+    assert box._instance.seen == [0, 1, 2, 10, 11]
+
+
 def test_a_reply_being_sent_does_not_hold_up_new_calls():
     # Completing a call's future sends its reply from the actor thread (pickling, network
     # write). The mailbox lock must not be held meanwhile, or every RPC thread delivering
