@@ -1202,9 +1202,10 @@ def send_call(
         TypeError: An argument cannot be sent (a call without ref arguments).
     """
     # The number is the actor's instance on this worker's; if the actor moves before the
-    # call is sent (another thread found its process dead), send numbers it afresh.
+    # call is sent (another thread found its process dead), or a new process takes the
+    # worker's name meanwhile, send numbers it afresh.
     worker = target.worker
-    seq = rt.seq_at(target.actor_id, worker)
+    seq, numbered = rt.number(target.actor_id, worker)
     what = f"{target.class_name}.{method}"
     out, slot, name = parts or new_refs(what, target.actor_id, method, num_returns)
     first: ObjectRef[Any] = slot if type(slot) is ObjectRef else out[0]
@@ -1217,12 +1218,22 @@ def send_call(
             give_up(cancelled(what, "before it was sent (it waited for its ref arguments)"))
             return None
         rt.send(
-            target, seq, name, a, kw, slot, raise_now=now, seq_worker=worker, retries=retries, on=on
+            target,
+            seq,
+            name,
+            a,
+            kw,
+            slot,
+            raise_now=now,
+            seq_worker=numbered,
+            retries=retries,
+            on=on,
         )
         return first._sent
 
     def give_up(error: BaseException) -> None:
-        rt.skip(target, seq, worker)
+        if rt.numbering(worker) == numbered:  # else the process it was numbered for died
+            rt.skip(target, seq, worker)
         slot.fail(error)
 
     when_ready(args, kwargs, send, give_up)

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from actorrt.errors import ObjectLostError, TaskCancelledError
+from actorrt.logs import get_logger
 from actorrt.runtime import devices, interrupts, lineage, streams
 from actorrt.runtime import trace as _trace
 from actorrt.runtime.backpressure import close_sender, open_sender
@@ -59,6 +60,8 @@ from actorrt.runtime.protocol import (
 from actorrt.runtime.threads import ActorThreads
 
 __all__ = ["Call", "Mailbox", "PackReply"]
+
+log = get_logger("mailbox")
 
 PackReply = Callable[[str, tuple[int, Any]], Wire]
 """``pack_reply(caller, reply)``: the payload pipeline's packing of a reply for ``caller``."""
@@ -146,6 +149,7 @@ class Mailbox:
         self._tasks: set[asyncio.Task[None]] = set()  # the loop keeps only weak references
         self._accepted: set[Call] = set()  # handed to the actor's threads, not answered
         self._cancel_first: set[tuple[str, int]] = set()  # (caller, seq) cancelled unarrived
+        self._out_of_order: set[str] = set()  # callers told of a call run out of turn
         self._instance: Any = None
         self._dead: str | None = None
         self._on_ended = on_ended
@@ -273,6 +277,7 @@ class Mailbox:
         if _trace.ON:
             _trace.arrived(call)
         answers: list[tuple[Call, tuple[int, Any]]] = []
+        late: tuple[int, int] | None = None
         with self._lock:
             if self._dead is not None:
                 call.done = True  # nobody else has seen this call yet
@@ -285,12 +290,23 @@ class Mailbox:
                         call.cancel_asked = True
                 expected = self._next_seq.get(call.caller, 0)
                 if call.seq != expected:
-                    if call.seq > expected or call.method is not None:
-                        self._held.setdefault(call.caller, {})[call.seq] = call
-                        return
-                    # a number given up after its call came (refs._close_gap): long passed
-                    call.done = True
-                    answers.append((call, (OK, None)))
+                    if call.seq > expected:
+                        waiting = self._held.setdefault(call.caller, {})
+                        if call.seq not in waiting:
+                            waiting[call.seq] = call
+                            return
+                    if call.method is None:
+                        # a number given up after its call came (refs._close_gap): passed
+                        call.done = True
+                        answers.append((call, (OK, None)))
+                    else:
+                        # Its number has passed, or another call holds it: its caller
+                        # numbered it for another instance of the actor (its process died
+                        # meanwhile). Nothing would ever release it: it runs now.
+                        if call.caller not in self._out_of_order:  # told once per caller
+                            self._out_of_order.add(call.caller)
+                            late = (call.seq, expected)
+                        self._release(call, answers)
                 else:
                     held = self._held.get(call.caller)
                     if (
@@ -315,6 +331,16 @@ class Mailbox:
                     self._next_seq[call.caller] = expected
         for done, reply in answers:
             self._answer(done, reply)
+        if late is not None:
+            log.warning(
+                "%s: call %d of %s came after its turn (expected %d) and runs now, out of "
+                "its caller's order: its caller numbered it for an instance of the actor "
+                "whose process died. Said once per caller.",
+                self.what,
+                late[0],
+                call.caller,
+                late[1],
+            )
 
     def _release(self, call: Call, answers: list[tuple[Call, tuple[int, Any]]]) -> None:
         if call.method is None:  # a skipped seq only advances the order

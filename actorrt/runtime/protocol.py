@@ -222,6 +222,10 @@ class Liveness(Protocol):
         """The next sequence number of this process's calls to ``actor_id`` on ``worker``."""
         ...
 
+    def numbering(self, worker: str) -> str:
+        """Which process of the name ``worker`` a number taken now is for (``seq_worker``)."""
+        ...
+
     def worker_unreachable(self, worker: str) -> None:
         """A call could not reach ``worker``: let the driver judge it."""
         ...

@@ -161,7 +161,7 @@ class CallRetries:
         reply: torch.futures.Future[Wire] = torch.futures.Future()
         with self._actor_lock(target.actor_id):
             worker = target.worker
-            if seq_worker is not None and worker != seq_worker:
+            if seq_worker is not None and self._route.numbering(worker) != seq_worker:
                 # the retries thread's _recover moved the actor after the number was taken
                 seq = self._route.seq_at(target.actor_id, worker)
             if self._route.is_down(worker):

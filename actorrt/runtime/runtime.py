@@ -171,7 +171,9 @@ class Runtime:
         self._suspects: set[str] = set()  # workers a call could not reach (not rank 0)
         self._dead_lock = threading.Lock()
         self._coalesce = coalescing_enabled()
-        self._seqs: dict[tuple[str, str], itertools.count[int]] = {}  # (actor, process)
+        # (actor, numbering(process)) -> the numbers of this process's calls to it there
+        self._seqs: dict[tuple[str, str], itertools.count[int]] = {}
+        self._incarnations: dict[str, int] = {}  # process -> new processes that took its name
         self._dead_workers: set[str] = set()
         # Workers whose dead process was replaced: an actor there is asked about at rank 0
         # once (it may have lived on the dead process), then remembered here.
@@ -339,11 +341,27 @@ class Runtime:
 
     def seq_at(self, actor_id: str, worker: str) -> int:
         """:meth:`next_seq` of the actor's instance on ``worker``."""
-        key = (actor_id, worker)
+        return self.number(actor_id, worker)[0]
+
+    def number(self, actor_id: str, worker: str) -> tuple[int, str]:
+        """:meth:`seq_at`, and what the number is for (:meth:`numbering` of ``worker``)."""
+        numbered = self.numbering(worker)
+        key = (actor_id, numbered)
         try:
-            return next(self._seqs[key])
+            return next(self._seqs[key]), numbered
         except KeyError:
-            return next(self._seqs.setdefault(key, itertools.count()))
+            return next(self._seqs.setdefault(key, itertools.count())), numbered
+
+    def numbering(self, worker: str) -> str:
+        """Which process of the name ``worker`` a number taken now is for.
+
+        The name, and from the first new process that took it (``max_worker_restarts``)
+        on, the name and how many did: an actor's instance on each runs its callers'
+        calls in an order of its own, so a number taken for one is not sent to another
+        (``send``'s ``seq_worker``), where it would wait for ever, or run twice.
+        """
+        taken = self._incarnations.get(worker)
+        return worker if taken is None else f"{worker}#{taken}"
 
     def send(
         self,
@@ -363,16 +381,17 @@ class Runtime:
 
         Args:
             target: The actor (its handle, kept alive until the reply).
-            seq: From :meth:`next_seq` (or :meth:`seq_at` of ``seq_worker``).
+            seq: From :meth:`next_seq` (or :meth:`number`, with ``seq_worker``).
             method: The method's name.
             args: Positional arguments (values: refs were resolved by the caller side).
             kwargs: Keyword arguments.
             slot: Gets the reply's future, or the failure.
             raise_now: Raise an unsendable argument's ``TypeError`` here (a call made
                 now) instead of putting it in ``slot`` (a call sent once its refs came).
-            seq_worker: The worker ``seq`` was numbered for; if the actor has moved since
-                (``target.worker`` differs), the call is numbered afresh for its new
-                instance, whose mailbox would otherwise wait for that number for ever.
+            seq_worker: What ``seq`` was numbered for (:meth:`number`); if the actor
+                has moved since (``target.worker`` differs), or a new process took its
+                process's name, the call is numbered afresh for the instance it goes to,
+                whose mailbox would otherwise wait for that number for ever.
             retries: The call's own ``max_task_retries`` (its method's or its options');
                 None: the actor's. Only an actor with retries takes one (each of its
                 calls goes the retries' road, so they keep one order).
@@ -394,13 +413,13 @@ class Runtime:
             )
             return
         worker = target.worker
-        if seq_worker is not None and worker != seq_worker:
+        if seq_worker is not None and self.numbering(worker) != seq_worker:
             seq = self.seq_at(target.actor_id, worker)
         # An actor whose process is down or was replaced is looked for at rank 0; not a
         # function's executor (target.moves False): its own retries pick another process.
         if target.moves and (worker in self._dead_workers or worker in self._suspects):
             was_dead = worker in self._dead_workers
-            why = self._relocate(target, was_dead)
+            why = self._relocate(target)
             if why is not None:
                 slot.fail(
                     actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
@@ -494,13 +513,13 @@ class Runtime:
         """Whether ``worker`` is known dead here, or a call could not reach it."""
         return worker in self._dead_workers or worker in self._suspects
 
-    def _relocate(self, target: Target, dead: bool = False) -> str | None:
+    def _relocate(self, target: Target) -> str | None:
         """Asks rank 0 where an actor whose process is dead (or suspect) lives now.
 
         Points ``target`` at that process (an actor with ``max_restarts`` may have been
-        recreated elsewhere) and returns None; or returns why the actor is gone. ``dead``:
-        its process was known dead, so whatever instance it finds is a new one, even under
-        the same process name (a new process took it).
+        recreated elsewhere) and returns None; or returns why the actor is gone. An
+        instance on a new process that took the dead one's name is numbered for apart
+        (:meth:`numbering`).
         """
         # A suspect process may be dead and not yet judged: rank 0 waits (bounded) for its
         # verdict, and for the actor's restart, instead of sending it back there.
@@ -512,8 +531,6 @@ class Runtime:
         if record is None or record.worker in self._dead_workers:
             return why or "its process died"
         self._suspects.discard(target.worker)
-        if dead:
-            self._seqs.pop((target.actor_id, target.worker), None)
         self._left(target.actor_id, target.worker, record.worker)
         target.worker = record.worker
         return None
@@ -528,7 +545,7 @@ class Runtime:
         numbers before it (issue 25).
         """
         if old != new:
-            self._seqs.pop((actor_id, old), None)
+            self._seqs.pop((actor_id, self.numbering(old)), None)
 
     def moved_from_replaced(self, target: Target) -> str | None:
         """Checks (once) an actor whose process name was taken by a replacement process.
@@ -573,9 +590,8 @@ class Runtime:
             return None, f"rank 0 could not say where it is ({exc})"
         if record is None:
             return None, why
-        # ``dead``'s instance is gone even if the actor is back under that name (a new
-        # process took it): the caller numbers its calls afresh for the new instance.
-        self._seqs.pop((actor_id, dead), None)
+        # ``dead``'s instance is gone even if the actor is back under that name: a new
+        # process took it, whose instance is numbered for apart (numbering).
         return record.worker, ""
 
     def skip(self, target: Target, seq: int, worker: str | None = None) -> None:
@@ -975,9 +991,13 @@ class Runtime:
             self._checked.clear()
             # An actor recreated on the new process is a new instance whose mailbox counts
             # this process's calls from 0: numbers kept for an instance on the dead process
-            # of that name would make it wait for ever for the ones before (issue 25).
-            for key in [k for k in self._seqs if k[1] == worker]:
+            # of that name would make it wait for ever for the ones before (issue 25). A
+            # number taken for the dead one and sent later (once its ref arguments came) is
+            # numbered again by send: it was taken for another numbering.
+            dead = self.numbering(worker)
+            for key in [k for k in self._seqs if k[1] == dead]:
                 del self._seqs[key]
+            self._incarnations[worker] = self._incarnations.get(worker, 0) + 1
             self._dead_workers.discard(worker)
             self._suspects.discard(worker)
         # The other way round: the new process numbers its calls to the actors here from

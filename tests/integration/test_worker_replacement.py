@@ -339,3 +339,44 @@ def test_a_stream_of_a_dead_caller_never_reaches_the_process_that_took_its_name(
     )
     assert rep["same"] and rep["first"] == "OLD-0", rep
     assert rep["read"] == [f"NEW-{i}" for i in range(12)], rep
+
+
+def test_a_call_numbered_before_its_actor_came_back_under_the_same_name_is_not_lost(tmp_path):
+    """Was: a call waiting for its ref argument kept the number taken for the actor's
+    instance on the dead process, and went to the instance recreated on the new process
+    of the same name (its layout slot), whose mailbox waited for ever for the numbers
+    before it."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        @actorrt.actor
+        class Slow:
+            def value(self, seconds):
+                time.sleep(seconds)
+                return 5
+
+        rt = actorrt.start(labels={"counter": {"count": 1}, "slow": {"count": 1}},
+                           timeout=90, shutdown_timeout=10)
+        pids = set(rt.local_worker_pids)
+        slow = Slow.options(label="slow").remote()
+        c = Counter.options(label="counter", max_restarts=-1).remote()
+        first = [actorrt.get(c.add.remote(1), timeout=30) for _ in range(3)]
+        victim = actorrt.get(c.pid.remote(), timeout=30)
+        waiting = c.add.remote(slow.value.remote(6))  # numbered now, sent in 6 s
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: c.worker in rt.dead_workers, 60)
+        wait_for(lambda: c.worker not in rt.dead_workers, 60)  # its slot's new process
+        try:
+            got = actorrt.get(waiting, timeout=60)
+        except actorrt.GetTimeoutError:
+            got = "HANG"
+        new_pid = actorrt.get(c.pid.remote(), timeout=30)
+        pids.update(rt.local_worker_pids)
+        report(pids=sorted(pids), first=first, got=got, moved=new_pid != victim)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert rep["first"] == [1, 2, 3] and rep["moved"], rep
+    assert rep["got"] == 5, rep  # the new instance's count: 0 + 5

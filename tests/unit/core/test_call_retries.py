@@ -54,6 +54,9 @@ class FakeRuntime:
     def seq_at(self, actor_id, worker):
         return next(self._seqs.setdefault((actor_id, worker), itertools.count()))
 
+    def numbering(self, worker):
+        return worker  # no process is replaced here
+
     def pack_call(self, target, worker, seq, method, args, kwargs):
         return args, kwargs
 

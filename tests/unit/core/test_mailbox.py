@@ -132,6 +132,28 @@ def test_a_caller_forgotten_after_its_death_numbers_its_calls_from_zero_again():
     assert box._instance.seen == [0, 1, 2, 10, 11]
 
 
+def test_a_call_numbered_for_another_instance_runs_instead_of_waiting_for_ever(caplog):
+    """A number that has passed, or that a held call has, would never be released: such a
+    call (its caller numbered it for an instance whose process died) runs at once."""
+    box, _ = _box()
+    for seq in range(3):
+        box.deliver(_call(seq, "add", seq))
+    passed = _call(1, "add", "passed")
+    box.deliver(passed)
+    assert passed.future.wait() == (OK, "passed")
+    held = _call(5, "add", "held")
+    twin = _call(5, "add", "twin")
+    box.deliver(held)
+    box.deliver(twin)
+    assert twin.future.wait() == (OK, "twin") and not held.future.done()
+    for seq in (3, 4):
+        box.deliver(_call(seq, "add", seq))
+    assert held.future.wait() == (OK, "held")
+    assert box._instance.seen == [0, 1, 2, "passed", "twin", 3, 4, "held"]
+    told = [r for r in caplog.records if "came after its turn" in r.getMessage()]
+    assert len(told) == 1, "said once per caller"
+
+
 def test_a_reply_being_sent_does_not_hold_up_new_calls():
     # Completing a call's future sends its reply from the actor thread (pickling, network
     # write). The mailbox lock must not be held meanwhile, or every RPC thread delivering
