@@ -230,12 +230,12 @@ class ActorHost:
         # _mailbox(): the cancel may come before the call, or even before the actor
         self._mailbox(actor_id).cancel(caller, seq, recursive)
 
-    def forget_caller(self, caller: str) -> None:
+    def forget_caller(self, caller: str, answer: bool = True) -> None:
         """``caller``'s process died or was replaced (see :meth:`Mailbox.forget_caller`)."""
         with self._lock:
             boxes = list(self._mailboxes.values())
         for box in boxes:
-            box.forget_caller(caller)
+            box.forget_caller(caller, answer)
 
     def kill(self, actor_id: str, reason: str) -> bool:
         """Ends the actor now with ``reason``; False when it does not live here."""

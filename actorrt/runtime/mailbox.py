@@ -686,13 +686,16 @@ class Mailbox:
             except RuntimeError:  # the loop is closed: the actor ended, its calls answered
                 pass
 
-    def forget_caller(self, caller: str) -> None:
+    def forget_caller(self, caller: str, answer: bool = True) -> None:
         """``caller``'s process died, or a new one took its name: its order begins afresh.
 
         The new process numbers its calls from 0, so the dead one's next number must not
         be waited for (every call of the new one would wait for ever). The dead one's
-        calls held for order are dropped (nobody waits for their replies), and its
-        streaming calls are cancelled: their values would go to the new process.
+        streaming calls are cancelled (their values would go to the new process), and
+        its other calls held, queued or running are answered now, or, once the new
+        process may be listening (``answer`` False), never: a reply sent under the name
+        would complete the new process's call of the same number. Those not begun never
+        run; those running run on, their answers dropped.
         """
         with self._lock:
             streaming = [
@@ -704,11 +707,23 @@ class Mailbox:
             self.cancel(caller, seq, recursive=False)
         with self._lock:
             self._next_seq.pop(caller, None)
-            held = self._held.pop(caller, {})
             self._cancel_first = {key for key in self._cancel_first if key[0] != caller}
-            dropped = [call for call in held.values() if _claim(call)]
-        for call in dropped:
-            self._answer(call, died_reply(f"its caller {caller!r} died before its turn came"))
+            pending = list(self._held.pop(caller, {}).values())
+            pending += [c for c in (*self._before_open, *self._accepted) if c.caller == caller]
+            orphans = []
+            for call in pending:
+                if not _claim(call):  # answered already (a stream cancelled above)
+                    continue
+                call.cancel_asked = True  # one not begun is skipped by its thread (_dropped)
+                if call in self._before_open:
+                    self._before_open.remove(call)
+                elif not call.started:
+                    self._accepted.discard(call)
+                orphans.append(call)
+        if answer:
+            why = f"its caller {caller!r} died before it was answered"
+            for call in orphans:
+                self._answer(call, died_reply(why))
 
     def _dropped(self, call: Call) -> bool:
         """On the actor's thread, for a call whose cancel was asked: whether it was answered."""

@@ -1001,8 +1001,9 @@ class Runtime:
             self._dead_workers.discard(worker)
             self._suspects.discard(worker)
         # The other way round: the new process numbers its calls to the actors here from
-        # 0. Forgotten at its death already, unless that news never came here.
-        self.host.forget_caller(worker)
+        # 0. Forgotten at its death already, unless that news never came here; then the
+        # dead one's calls go unanswered (a reply would reach the new process).
+        self.host.forget_caller(worker, answer=False)
         self.inflight.revive(worker)
 
     def admit(self, worker: str, rpc_id: int, replaces: bool = True) -> None:

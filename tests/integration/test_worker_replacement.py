@@ -264,16 +264,16 @@ class Caller:
         return os.getpid()
 
 
-def replace_caller(rt, caller):
+def replace_caller(rt, caller, cls=Caller):
     # Kills the caller's process, waits for the new process under its name, and makes a
-    # new Caller there.
+    # new actor of cls there.
     worker = caller.worker
     os.kill(actorrt.get(caller.pid.remote(), timeout=30), signal.SIGKILL)
     wait_for(lambda: worker in rt.dead_workers, 60)
     wait_for(lambda: worker not in rt.dead_workers, 60)
-    made = [Caller.remote()]
+    made = [cls.remote()]
     while made[-1].worker != worker and len(made) < 10:  # the least loaded: the new one
-        made.append(Caller.remote())
+        made.append(cls.remote())
     return made[-1]
 
 
@@ -380,3 +380,60 @@ def test_a_call_numbered_before_its_actor_came_back_under_the_same_name_is_not_l
     )
     assert rep["first"] == [1, 2, 3] and rep["moved"], rep
     assert rep["got"] == 5, rep  # the new instance's count: 0 + 5
+
+
+def test_a_reply_to_a_dead_caller_never_answers_the_new_process_that_took_its_name(tmp_path):
+    """Was: a call of the dead caller that was still running answered, when it ended, the
+    new process's call of the same number (batched replies go to the caller's name)."""
+    (rep,) = run_script(
+        tmp_path,
+        CALLERS,
+        """
+        import threading
+
+        @actorrt.actor(max_concurrency=2)  # the dead caller's slow call beside the new ones
+        class Busy:
+            def __init__(self):
+                self.gate = threading.Event()
+
+            def add(self, i):  # unanswered while the burst goes: the rest goes in batches
+                time.sleep(0.1)
+                return ["add", i]
+
+            def slow(self):  # ends once the new caller's call 8 waits for its reply
+                self.gate.wait(60)
+                return ["slow", "for the dead caller"]
+
+            def echo(self, i):
+                if i == 7:
+                    self.gate.set()
+                time.sleep(0.3)
+                return ["echo", i]
+
+            def pid(self):
+                return os.getpid()
+
+        @actorrt.actor
+        class Burst:
+            def then_slow(self, busy):  # a burst goes in batches; the slow call is number 8
+                self.refs = [busy.add.remote(i) for i in range(8)] + [busy.slow.remote()]
+                return actorrt.get(self.refs[:8], timeout=30)
+
+            def echoes(self, busy, n):  # numbers 0 to 11, in batches too
+                return actorrt.get([busy.echo.remote(i) for i in range(n)], timeout=60)
+
+            def pid(self):
+                return os.getpid()
+
+        rt, pids, (busy, caller) = start_apart(Busy, Burst)
+        first = actorrt.get(caller.then_slow.remote(busy), timeout=60)
+        new = replace_caller(rt, caller, Burst)
+        echoes = actorrt.get(new.echoes.remote(busy, 12), timeout=90)
+        pids.update(rt.local_worker_pids)
+        report(pids=sorted(pids), first=first, echoes=echoes)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert rep["first"] == [["add", i] for i in range(8)], rep
+    assert rep["echoes"] == [["echo", i] for i in range(12)], rep

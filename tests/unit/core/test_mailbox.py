@@ -117,19 +117,29 @@ def test_a_number_given_up_after_its_call_came_is_answered_and_holds_nothing():
 
 def test_a_caller_forgotten_after_its_death_numbers_its_calls_from_zero_again():
     """A new process that took a dead caller's name numbers its calls from 0: the actor
-    must not wait for the dead one's next number, nor run the dead one's held calls."""
+    must not wait for the dead one's next number, nor run the dead one's calls not begun,
+    nor answer any of them under the name once the new process may be listening."""
     box, _ = _box()
-    for seq in range(3):
-        box.deliver(_call(seq, "add", seq, caller="w1"))
-    stranded = _call(4, "add", 4, caller="w1")  # number 3 never came: it waits
-    box.deliver(stranded)
-    box.forget_caller("w1")
-    assert stranded.future.wait()[0] == DIED, "the dead caller's held call is still held"
+    gate = threading.Event()
+    running = _call(0, "block", gate, caller="w1")
+    queued = _call(1, "add", "queued", caller="w1")
+    stranded = _call(3, "add", "stranded", caller="w1")  # number 2 never came: it waits
+    for call in (running, queued, stranded):
+        box.deliver(call)
+    _until(lambda: running.started)
+    box.forget_caller("w1")  # rank 0 said it died: answered now
+    assert [c.future.wait()[0] for c in (running, queued, stranded)] == [DIED] * 3
+    late = _call(0, "block", gate, caller="w2")
+    box.deliver(late)
+    box.forget_caller("w2", answer=False)  # a new process may have its name: no answer
+    gate.set()
     fresh = [_call(seq, "add", 10 + seq, caller="w1") for seq in range(2)]
     for call in fresh:
         box.deliver(call)
     assert [c.future.wait() for c in fresh] == [(OK, 10), (OK, 11)]
-    assert box._instance.seen == [0, 1, 2, 10, 11]
+    assert not late.future.done(), "a forgotten caller's call was answered under its name"
+    assert box._instance.seen == [10, 11], "a call of the dead caller not begun ran"
+    assert box.calls_in_flight() == 0
 
 
 def test_a_call_numbered_for_another_instance_runs_instead_of_waiting_for_ever(caplog):
