@@ -277,7 +277,7 @@ class Mailbox:
         if _trace.ON:
             _trace.arrived(call)
         answers: list[tuple[Call, tuple[int, Any]]] = []
-        late: tuple[int, int] | None = None
+        late: tuple[int, str, int] | None = None  # (seq, caller, expected) to tell of
         with self._lock:
             if self._dead is not None:
                 call.done = True  # nobody else has seen this call yet
@@ -305,7 +305,7 @@ class Mailbox:
                         # meanwhile). Nothing would ever release it: it runs now.
                         if call.caller not in self._out_of_order:  # told once per caller
                             self._out_of_order.add(call.caller)
-                            late = (call.seq, expected)
+                            late = (call.seq, call.caller, expected)
                         self._release(call, answers)
                 else:
                     held = self._held.get(call.caller)
@@ -337,9 +337,7 @@ class Mailbox:
                 "its caller's order: its caller numbered it for an instance of the actor "
                 "whose process died. Said once per caller.",
                 self.what,
-                late[0],
-                call.caller,
-                late[1],
+                *late,
             )
 
     def _release(self, call: Call, answers: list[tuple[Call, tuple[int, Any]]]) -> None:
