@@ -60,15 +60,22 @@ class ActorPool(Generic[A]):
             value: Its argument.
 
         Raises:
-            TypeError: ``fn`` did not return an ``ObjectRef`` (a task that waited for an
-                actor and fails to start when one is free fails at its turn instead:
-                ``get_next`` raises its error, and no other result is lost).
+            TypeError: ``fn`` did not return an ``ObjectRef``. Whatever ``fn`` raises is
+                raised here too, and the actor stays free. A task that waited for an actor
+                and fails to start when one is free fails at its turn instead:
+                ``get_next`` raises its error, and no other result is lost.
         """
         if not self._idle:
             self._waiting.append((fn, value))
             return
         actor = self._idle.pop()
-        ref = fn(actor, value)
+        try:
+            ref = fn(actor, value)
+        except BaseException:
+            # It started nothing on the actor (a bad argument, a typo in the method's
+            # name, PendingCallsLimitExceeded): the actor is free, not lost to the pool.
+            self._idle.append(actor)
+            raise
         if not isinstance(ref, ObjectRef):
             self._idle.append(actor)
             raise TypeError(

@@ -128,3 +128,26 @@ def test_a_waiting_task_whose_function_fails_raises_at_its_turn_and_no_result_is
         pool.get_next()
     assert pool.get_next() == 6
     assert not pool.has_next() and pool.has_free()
+
+
+def no_such_method(actor, x):
+    return actor.no_such_method.remote(x)  # fails at the call site: nothing starts
+
+
+def test_a_task_function_that_raises_leaves_its_actor_free(workers):
+    a, _ = workers
+    pool = actorrt.ActorPool([a])
+    with pytest.raises(AttributeError, match="no_such_method"):
+        pool.submit(no_such_method, 1)
+    assert pool.has_free()  # the actor was not lost to the pool
+    pool.submit(double, 2)
+    assert pool.get_next(timeout=30) == 4
+    # The same function waiting for an actor fails at its turn; the tasks behind it run.
+    pool.submit(double, 1)
+    pool.submit(no_such_method, 5)
+    pool.submit(double, 3)
+    assert pool.get_next(timeout=30) == 2
+    with pytest.raises(AttributeError, match="no_such_method"):
+        pool.get_next(timeout=30)
+    assert pool.get_next(timeout=30) == 6
+    assert not pool.has_next() and pool.has_free()
