@@ -336,12 +336,20 @@ class LocalFailure(Exception):
 
 
 def error_reply(what: str, exc: BaseException) -> tuple[int, Any]:
-    """Packs an exception raised by a method: its traceback text and, if it pickles, itself."""
+    """Packs an exception raised by a method: its traceback text and, if it travels, itself.
+
+    It travels when it pickles and unpickles again; else the caller's ``ActorError`` has
+    its text and traceback, and ``cause`` None.
+    """
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        cloudpickle.dumps(exc)  # the reply is packed the same way (see payload.py)
+        # The reply is packed the same way (see payload.py). Made again from its bytes
+        # too: one that pickles but cannot be made again (an ``__init__`` whose arguments
+        # are not its ``args``) would fail the caller's unpickling of the whole reply and
+        # lose its text and traceback.
+        pickle.loads(cloudpickle.dumps(exc))
         cause: BaseException | None = exc
-    except Exception:  # an unpicklable exception still reaches the caller as text
+    except Exception:  # such an exception still reaches the caller as text
         cause = None
     return ERROR, (what, f"{type(exc).__name__}: {exc}", text, cause)
 

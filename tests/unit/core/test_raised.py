@@ -16,6 +16,13 @@ class Unpicklable(Exception):
         raise TypeError("not this one")
 
 
+class NotMadeAgain(Exception):
+    """Pickles, but unpickling calls __init__ with its args (one string): it fails."""
+
+    def __init__(self, code, msg):
+        super().__init__(f"code {code}: {msg}")
+
+
 UNPACKED = []
 
 
@@ -49,6 +56,23 @@ def test_an_exception_that_did_not_pickle_is_retried_only_by_true():
     assert error_of(wire) == (True, None)
     assert retried(wire, True)
     assert not retried(wire, exception_names((Unpicklable,)))
+
+
+def test_an_exception_that_pickles_but_cannot_be_made_again_reaches_the_caller_as_text():
+    from actorrt.errors import ActorError
+    from actorrt.runtime.payload import unpack
+    from actorrt.runtime.protocol import decode_reply
+
+    wire = pack(error_reply("A.m", NotMadeAgain(7, "disk full")))
+    assert error_of(wire) == (True, None)
+    try:
+        decode_reply(unpack(wire))
+    except ActorError as error:
+        assert "code 7: disk full" in str(error)
+        assert "NotMadeAgain" in error.remote_traceback
+        assert error.cause is None
+    else:
+        raise AssertionError("an error reply decoded as a value")
 
 
 def test_a_values_reply_is_not_unpacked_to_read_its_status():
