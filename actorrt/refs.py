@@ -900,7 +900,9 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
 
     Raises:
         GetTimeoutError: The results did not all arrive within ``timeout``.
-        ActorError: The method raised (the remote traceback is in the message).
+        ActorError: The method raised (the remote traceback is in the message). Of a
+            list, the first failure is raised as soon as it is known, as in Ray: it does
+            not wait for slower calls before it in the list.
         ActorDiedError: The actor was killed, ended itself or its process died.
         TypeError: ``timeout`` is not a number.
         ValueError: ``timeout`` is negative.
@@ -939,7 +941,9 @@ def _get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], timeout: float | None)
         raise TypeError(f"actorrt.get takes an ObjectRef or a list of them, got {type(refs)!r}.")
     deadline = None if timeout is None else time.monotonic() + timeout
     refs = [_check_ref(ref) for ref in refs]
-    if len(refs) > 1:  # objects known to live elsewhere: fetch them all at once
+    if len(refs) > 1 and not all(ref.done() for ref in refs):
+        _all_or_first_error(refs, timeout)
+    elif len(refs) > 1:  # objects known to live elsewhere: fetch them all at once
         for ref in refs:
             if ref._loc is not None:
                 ref.future()
@@ -948,6 +952,26 @@ def _get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], timeout: float | None)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         out.append(_result(ref, left, total=timeout))
     return out
+
+
+def _all_or_first_error(refs: list[ObjectRef[Any]], timeout: float | None) -> None:
+    """Waits until every ref's value is here, or one of them failed (raises its error).
+
+    As Ray's ``get`` of a list: a call that failed is not hidden behind slower ones that
+    come before it in the list (nor behind a timeout they run past). Objects kept
+    elsewhere are fetched at once, not one after another.
+    """
+    futures = [ref.future() for ref in refs]
+    done, _ = cf.wait(futures, timeout=timeout, return_when=cf.FIRST_EXCEPTION)
+    for fut in futures:  # the first failed in the list's order, of those failed by now
+        if fut in done and fut.exception() is not None:
+            fut.result()  # raises it
+    for ref, fut in zip(refs, futures, strict=True):
+        if fut not in done:
+            raise GetTimeoutError(
+                f"{ref!r} not ready after {timeout} s; raise the timeout, or use "
+                "actorrt.wait(refs, timeout=...) to poll without raising."
+            )
 
 
 def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = None) -> Any:

@@ -404,6 +404,20 @@ def test_get_timeout(cluster):
     assert actorrt.get(ref, timeout=30) == 2.0
 
 
+def test_get_of_a_list_raises_a_failure_without_waiting_for_slower_calls_before_it(cluster):
+    slow, failing = Counter.remote(), Counter.remote()
+    refs = [slow.sleep.remote(6.0), failing.fail.remote("boom")]
+    # Before the fix the slow call hid the failure behind the timeout.
+    with pytest.raises(actorrt.ActorError, match="boom"):
+        actorrt.get(refs, timeout=3)
+    later = [slow.add.remote(2), failing.add.remote(3)]  # queued behind the sleep
+    with pytest.raises(actorrt.GetTimeoutError, match="Counter.add.*not ready after 0.2"):
+        actorrt.get(later, timeout=0.2)
+    assert actorrt.get(later, timeout=30) == [2, 3]  # in the list's order
+    actorrt.kill(slow)
+    actorrt.kill(failing)
+
+
 def test_constructor_error_reports_actor_died(cluster):
     bad = Broken.remote()
     with pytest.raises(actorrt.ActorDiedError, match="failed in __init__") as info:
