@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 import torch
 
-from actorrt.refs import ObjectRef
+from actorrt.errors import ObjectLostError
+from actorrt.refs import ObjectRef, failed
 from actorrt.runtime.backpressure import ALL, Reporter
-from actorrt.runtime.generators import FAILED, Inbox, Stream
+from actorrt.runtime.generators import FAILED, Inbox, Lost, Stream
 from actorrt.runtime.threads import lender
 
 if TYPE_CHECKING:
@@ -149,6 +150,10 @@ class ObjectRefGenerator(Generic[R_co]):
         if type(item) is str and item == FAILED:  # the call failed: its own ref says why
             self._ended = True
             return self._call  # type: ignore[return-value]  # get() raises
+        if type(item) is Lost:  # its producer died before it arrived
+            self._ended = True
+            what = self._call._call
+            return failed(what, ObjectLostError(f"value {self._next} of {what} is lost: {item}."))
         self._inbox.take(self._next)
         self._next += 1
         if self._reporter is not None:
@@ -218,6 +223,7 @@ def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:
     except BaseException:  # noqa: BLE001  # the call failed: the inbox ends with its error
         inbox.finish(None)
         return
+    inbox.producer = call._worker  # whose death loses the values still on their way
     inbox.finish(count if type(count) is int else None)
 
 

@@ -47,6 +47,7 @@ from actorrt.runtime.trace import wire_bytes
 
 __all__ = [
     "FAILED",
+    "Lost",
     "STREAMING",
     "Inbox",
     "Inboxes",
@@ -58,6 +59,11 @@ __all__ = [
 
 FAILED = "failed"
 """What an inbox gives for the index where the call itself failed: its reply is the error."""
+
+
+class Lost(str):
+    """What an inbox gives for the first value its dead producer never delivered: why."""
+
 
 MAX_IN_FLIGHT = 2
 """Messages of values one stream with backpressure may have on their way at once.
@@ -117,6 +123,8 @@ class Inbox:
         "_seen",
         "_end",
         "_failed",
+        "_lost",
+        "producer",
         "run",
         "on_run",
         "on_values",
@@ -139,6 +147,8 @@ class Inbox:
         self._seen = 0
         self._end: int | None = None  # how many values there are, once the call answered
         self._failed = False
+        self._lost: Lost | None = None  # why the values from _end on never came
+        self.producer: str | None = None  # the process whose reply said how many
 
     def slot(self, index: int) -> cf.Future[Any]:
         """The future of value ``index`` (made now, or known already)."""
@@ -149,8 +159,9 @@ class Inbox:
             fut = self._slots[index] = cf.Future()
             end = self._end
             failed = self._failed
+            lost = self._lost
         if end is not None and index >= end:
-            _settle(fut, FAILED if failed and index == end else None)
+            _settle(fut, (lost or FAILED) if (failed or lost) and index == end else None)
         return fut
 
     def take(self, index: int) -> None:
@@ -189,6 +200,27 @@ class Inbox:
             after = [(i, f) for i, f in self._slots.items() if i >= end and not f.done()]
         for index, fut in after:  # one a value settled meanwhile is let go at close()
             _settle(fut, FAILED if count is None and index == end else None)
+
+    def lose(self, why: str) -> None:
+        """The producer died after its reply, before values it counted arrived.
+
+        They never will (its messages died with it): the first missing value's ref
+        raises ``ObjectLostError`` saying ``why``, and the iteration ends there, as it
+        would had the call failed. Values above it that did arrive are let go at close().
+        """
+        with self._lock:
+            if self._end is None or self._seen >= self._end or self._lost is not None:
+                return  # no reply yet (a retry may come), or nothing missing
+            end = self._end = self._seen
+            lost = self._lost = Lost(why)
+            after = [(i, f) for i, f in self._slots.items() if i >= end and not f.done()]
+        for index, fut in after:
+            _settle(fut, lost if index == end else None)
+
+    def missing_from(self, worker: str) -> bool:
+        """Whether ``worker``'s reply counted values that have not all arrived."""
+        with self._lock:
+            return self.producer == worker and self._end is not None and self._seen < self._end
 
     def close(self) -> list[Wire]:
         """Ends the inbox (its generator is gone); the values arrived and not taken."""
@@ -311,6 +343,30 @@ class Inboxes:
         if inbox is None or inbox.on_values is None:
             return None
         return inbox.on_values(max(index for index, _ in items))
+
+    def producer_died(self, worker: str, grace: float = 1.0) -> None:
+        """``worker`` died: streams whose reply it sent lose the values that never came.
+
+        Its reply travels on the caller's own connection to it, its values on its
+        connection to the caller: the reply may arrive first and the process die with
+        values still unsent. After ``grace`` seconds (values it did send are handled by
+        then), each such stream's missing values fail instead of being waited for ever.
+        """
+        if not any(inbox.missing_from(worker) for inbox in list(self._open.values())):
+            return
+
+        def lose() -> None:
+            for inbox in list(self._open.values()):
+                if inbox.missing_from(worker):
+                    inbox.lose(
+                        f"{worker} died after its reply said how many values it yielded, "
+                        "before this one reached this process"
+                    )
+
+        timer = threading.Timer(grace, lose)
+        timer.daemon = True
+        timer.name = "actorrt-streams-lost"
+        timer.start()
 
     def __len__(self) -> int:
         return len(self._open)

@@ -975,11 +975,13 @@ class Runtime:
     def _let_go_of(self, worker: str, why: str) -> None:
         """Lets go of what this process held for the dead ``worker``.
 
-        The calls it waits for there fail (after ``inflight.GRACE_S``), the objects it
-        held are freed, the RRefs kept until it confirmed them go (it never will), and
-        the actors here forget its calls' order (:meth:`ActorHost.forget_caller`).
+        The calls it waits for there fail (after ``inflight.GRACE_S``), and so do the
+        streamed values its replies counted that never came; the objects it held are
+        freed, the RRefs kept until it confirmed them go (it never will), and the actors
+        here forget its calls' order (:meth:`ActorHost.forget_caller`).
         """
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
+        self.generators.producer_died(worker)
         self.objects.holder_died(worker)
         rref_keeper.owner_died(worker)
         self.host.forget_caller(worker)

@@ -80,3 +80,60 @@ def test_a_death_mid_stream_ends_it_or_with_retries_runs_it_again(tmp_path):
     assert rep["makers"] == 2 and rep["victim_made"] >= 5, rep  # both runs gave values
     assert rep["count"] == 40
     assert paced["paced"] == list(range(30)) and paced["paced_makers"] == 2, paced
+
+
+DIES_AFTER_ITS_REPLY = """
+import os, threading, time
+import actorrt
+import actorrt.runtime.generators as generators
+
+@actorrt.actor
+class Quick:
+    def values(self, n):
+        yield from range(n)
+        # gone once its reply has left, with values still waiting to be sent
+        threading.Timer(0.3, os._exit, (1,)).start()
+
+# The first message of values is held here, so the values after it wait in the actor's
+# sender: its reply (on this process's connection to it) arrives, then it dies.
+_deliver, _held = generators._deliver, []
+def _held_deliver(*args):
+    if not _held:
+        _held.append(1)
+        time.sleep(2.0)
+    return _deliver(*args)
+generators._deliver = _held_deliver
+"""
+
+
+def test_a_stream_whose_process_died_after_its_reply_ends_instead_of_waiting_for_ever(tmp_path):
+    (rep,) = run_script(
+        tmp_path,
+        DIES_AFTER_ITS_REPLY,
+        """
+        import threading
+        rt = actorrt.start(num_workers=1, max_worker_restarts=0, shutdown_timeout=5)
+        pids = list(rt.local_worker_pids)
+        gen = Quick.remote().values.remote(4)
+        got = []
+        def take():
+            for ref in gen:
+                try:
+                    got.append(actorrt.get(ref, timeout=30))
+                except actorrt.ObjectLostError as exc:
+                    got.append(str(exc))
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        taker.join(30)  # before the fix: the values the reply counted were waited for ever
+        report(pids=pids, hung=taker.is_alive(), got=got,
+               count=actorrt.get(gen.completed(), timeout=30))
+        actorrt.shutdown()
+        """,
+    )
+    assert not rep["hung"], rep
+    *values, last = rep["got"]
+    # Value 0 arrived, or it was still held here when the death was judged (1 s grace).
+    assert values in ([], [0]), rep
+    assert f"value {len(values)} of Quick.values is lost" in last, rep
+    assert "worker1 died after its reply said how many values it yielded" in last, rep
+    assert rep["count"] == 4  # what the reply said

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actorrt.runtime import generators
-from actorrt.runtime.generators import FAILED, Inbox, Inboxes, Sender, Stream
+from actorrt.runtime.generators import FAILED, Inbox, Inboxes, Lost, Sender, Stream
 from actorrt.runtime.mailbox import Call, Mailbox
 from actorrt.runtime.protocol import CANCELLED, ERROR, OK
 
@@ -83,6 +83,42 @@ def test_a_failed_call_ends_after_the_values_that_arrived():
     inbox.take(0)
     inboxes.close(stream_id)  # value 2 was never given: let go now
     assert gone == [W[1], W[2]]
+
+
+def test_values_a_dead_producers_reply_counted_and_that_never_came_are_lost():
+    """Its reply overtook its values and it died: they never come (not waited for ever)."""
+    gone = []
+    inboxes = Inboxes(gone.append)
+    stream_id, inbox = inboxes.open()
+    other_id, other = inboxes.open()  # another producer's stream: untouched
+    inboxes.put(stream_id, 0, W[0])
+    inboxes.put(stream_id, 2, W[2])  # 1 is missing
+    pending = inbox.slot(1)
+    inbox.producer = "worker1"
+    inbox.finish(4)
+    other.producer = "worker2"
+    other.finish(2)
+    assert inbox.missing_from("worker1") and not inbox.missing_from("worker2")
+    inboxes.producer_died("worker1", grace=0)
+    lost = pending.result(timeout=5)
+    assert type(lost) is Lost and "worker1 died after its reply" in lost
+    assert inbox.slot(0).result(timeout=1) == W[0]  # what arrived stays good
+    assert inbox.slot(3).result(timeout=1) is None  # the iteration ends at the loss
+    assert not inbox.missing_from("worker1")
+    assert not other.slot(0).done()  # worker2's values may still come
+    inbox.take(0)
+    inboxes.close(stream_id)
+    assert gone == [W[2]]  # arrived after the loss, never given: let go
+
+
+def test_a_producer_that_dies_before_its_reply_leaves_the_stream_to_the_calls_error():
+    inboxes = Inboxes(lambda wire: None)
+    _, inbox = inboxes.open()
+    inbox.producer = "worker1"
+    inboxes.producer_died("worker1", grace=0)  # no reply yet: a retry may still come
+    time.sleep(0.1)
+    inbox.finish(None)  # the call failed: its own error, not a loss
+    assert inbox.slot(0).result(timeout=1) == FAILED
 
 
 def test_a_slot_cannot_be_cancelled_by_a_cancelled_wait():
