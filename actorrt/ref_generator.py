@@ -135,7 +135,10 @@ class ObjectRefGenerator(Generic[R_co]):
             raise StopAsyncIteration from None
 
     def completed(self) -> ObjectRef[int]:
-        """A ref ready once the method has ended: its value is how many values it yielded.
+        """A ref ready once the method has ended: its value is how many refs it gave.
+
+        That is how many values it yielded, plus one for an exception it raised (which
+        has a ref of its own) or for a cancel that stopped it between values.
 
         Its ``get`` raises the call's error when the call failed as a whole (the actor
         died, the call was cancelled before it began), as Ray's ``completed()``.

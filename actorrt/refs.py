@@ -43,6 +43,7 @@ from actorrt.runtime.protocol import (
     rpc_failure,
     unreadable,
 )
+from actorrt.runtime.raised import fails
 from actorrt.runtime.runtime import current, current_or_none
 from actorrt.runtime.threads import lender
 from actorrt.runtime.trace import wire_bytes
@@ -955,23 +956,62 @@ def _get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], timeout: float | None)
 
 
 def _all_or_first_error(refs: list[ObjectRef[Any]], timeout: float | None) -> None:
-    """Waits until every ref's value is here, or one of them failed (raises its error).
+    """Waits until every ref is ready or one of them failed (raises the first failed).
 
     As Ray's ``get`` of a list: a call that failed is not hidden behind slower ones that
     come before it in the list (nor behind a timeout they run past). Objects kept
-    elsewhere are fetched at once, not one after another.
+    elsewhere are fetched at once, not one after another. A reply is read only as far as
+    its status here; the values are read by the caller's thread afterwards, as before.
     """
-    futures = [ref.future() for ref in refs]
-    done, _ = cf.wait(futures, timeout=timeout, return_when=cf.FIRST_EXCEPTION)
-    for fut in futures:  # the first failed in the list's order, of those failed by now
-        if fut in done and fut.exception() is not None:
-            fut.result()  # raises it
-    for ref, fut in zip(refs, futures, strict=True):
-        if fut not in done:
-            raise GetTimeoutError(
-                f"{ref!r} not ready after {timeout} s; raise the timeout, or use "
-                "actorrt.wait(refs, timeout=...) to poll without raising."
-            )
+    for ref in refs:
+        if ref._loc is not None and ref._cf is None:
+            ref.future()  # its fetch starts now
+    waiting: list[cf.Future[Any] | torch.futures.Future[Wire]] = []
+    for ref in refs:
+        fut: cf.Future[Any] | torch.futures.Future[Wire] | None = ref._cf
+        if fut is None:
+            fut = ref._sent if ref._sent is not None else ref._borrow()
+        if fut is not None and not fut.done():
+            waiting.append(fut)
+    if waiting:
+        ready = threading.Condition()
+        state = [len(waiting), False]  # replies still to come; whether one failed
+
+        def arrived(failure: bool) -> None:
+            with ready:
+                state[0] -= 1
+                state[1] = state[1] or failure
+                if state[0] <= 0 or failure:  # the waiter wakes once, not per reply
+                    ready.notify()
+
+        for fut in waiting:
+            if isinstance(fut, cf.Future):
+                fut.add_done_callback(lambda f: arrived(f.exception() is not None))
+            else:
+                fut.add_done_callback(lambda f: arrived(_reply_fails(f)))
+        with ready:
+            ready.wait_for(lambda: state[0] <= 0 or state[1], timeout)
+    for ref in refs:  # the first failed in the list's order, of those failed by now
+        if _failed_already(ref):
+            _result(ref, 0.0)  # raises its error
+
+
+def _reply_fails(sent: torch.futures.Future[Wire]) -> bool:
+    """Whether an arrived reply stands for an error (the RPC failing counts)."""
+    try:
+        wire = sent.value()
+    except Exception:
+        return True
+    if wire[0] is None and wire[1][0][0] == OK:  # a plain value: most replies
+        return False
+    return fails(wire)
+
+
+def _failed_already(ref: ObjectRef[Any]) -> bool:
+    if ref._cf is not None:
+        return ref._cf.done() and ref._cf.exception() is not None
+    sent = ref._sent
+    return sent is not None and sent.done() and _reply_fails(sent)
 
 
 def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = None) -> Any:

@@ -14,12 +14,12 @@ import pickletools
 from typing import TYPE_CHECKING, TypeAlias
 
 from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import ERROR
+from actorrt.runtime.protocol import CANCELLED, DIED, ERROR, LOST, RAISE
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
 
-__all__ = ["RetryOn", "error_of", "exception_names", "retried", "retry_on"]
+__all__ = ["RetryOn", "error_of", "exception_names", "fails", "retried", "retry_on"]
 
 RetryOn: TypeAlias = "bool | tuple[str, ...]"
 """A call's ``retry_exceptions``: False, True (any ``Exception``), or class names."""
@@ -50,6 +50,14 @@ def error_of(wire: Wire) -> tuple[bool, BaseException | None]:
     if status != ERROR:
         return False, None
     return True, payload[3]  # (what, summary, traceback, the exception if it pickled)
+
+
+_FAILURES = frozenset((ERROR, DIED, LOST, RAISE, CANCELLED))
+
+
+def fails(wire: Wire) -> bool:
+    """Whether the reply ``wire`` stands for an error, read as far as its status only."""
+    return _status(wire) in _FAILURES
 
 
 def _status(wire: Wire) -> int | None:

@@ -4,7 +4,7 @@ import torch
 
 from actorrt.runtime.payload import pack
 from actorrt.runtime.protocol import OK, error_reply
-from actorrt.runtime.raised import error_of, exception_names, retried
+from actorrt.runtime.raised import error_of, exception_names, fails, retried
 
 
 class Flaky(ConnectionError):
@@ -86,3 +86,15 @@ def test_a_values_reply_is_not_unpacked_to_read_its_status():
     for plain in ((OK, 3), (OK, "text"), (OK, torch.ones(2))):
         assert error_of(pack(plain)) == (False, None)
     assert error_of(pack(error_reply("A.m", ValueError("v"))))[0]
+
+
+def test_a_failing_reply_is_told_from_its_status_alone():
+    from actorrt.runtime.protocol import cancelled_reply, died_reply
+
+    UNPACKED.clear()
+    assert fails(pack(error_reply("A.m", ValueError("v"))))
+    assert fails(pack(died_reply("it died")))
+    assert fails(pack(cancelled_reply("A.m", "before it ran")))
+    assert not fails(pack((OK, 3)))
+    assert not fails(pack((OK, [Recorded(), torch.ones(2)])))
+    assert UNPACKED == []  # a value is not unpacked to say so
