@@ -9,11 +9,13 @@ processes use to reach it are at the bottom of this module.
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
-from actorrt.errors import PlacementError
+from actorrt.errors import ActorRtError, PlacementError
 from actorrt.options import ActorOptions
 from actorrt.placement.functions import FunctionSpot, function_spots
 from actorrt.placement.node import ProcessInfo
@@ -29,6 +31,7 @@ __all__ = [
     "NodeInfo",
     "Placement",
     "rpc_actors",
+    "rpc_directory",
     "rpc_function_spots",
     "rpc_lookup",
     "rpc_nodes",
@@ -515,6 +518,26 @@ class ClusterDirectory:
 def _directory() -> ClusterDirectory:
     # Only rank 0 installs one: elsewhere this is NotInitializedError.
     return context.part(ClusterDirectory, "the cluster directory (rank 0 only)")
+
+
+def rpc_directory(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+    """Runs on rank 0: the entry point ``fn``, its exception sent back as a value.
+
+    Returns:
+        ``(True, its value)``, or ``(False, the exception it raised)``, which the caller
+        raises as it is (``PlacementError``, ``ValueError``...). Raised through torch RPC
+        it would arrive as a ``RuntimeError`` (or its own type with rank 0's traceback
+        as its message), unlike the same error on rank 0.
+    """
+    try:
+        return True, fn(*args)
+    except Exception as exc:
+        exc.__traceback__ = None  # rank 0's frames stay here
+        try:
+            pickle.loads(pickle.dumps(exc))  # it must be made again at the caller
+        except Exception:
+            exc = ActorRtError(f"{type(exc).__name__}: {exc}")
+        return False, exc
 
 
 def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:

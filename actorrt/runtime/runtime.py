@@ -39,6 +39,7 @@ from actorrt.runtime.directory import (
     NodeInfo,
     Placement,
     rpc_actors,
+    rpc_directory,
     rpc_function_spots,
     rpc_lookup,
     rpc_nodes,
@@ -325,10 +326,13 @@ class Runtime:
         return self._directory_call(rpc_function_spots, shape.label, shape.resources)
 
     def _directory_call(self, fn: Callable[..., R], *args: Any) -> R:
+        """``fn(*args)`` on rank 0, raising here what it raised there (as it is)."""
         if self.directory is not None:
             return fn(*args)
-        result: R = rpc.rpc_sync(self.driver_name, fn, args=args)
-        return result
+        ok, result = rpc.rpc_sync(self.driver_name, rpc_directory, args=(fn, *args))
+        if not ok:
+            raise result
+        return cast(R, result)
 
     def next_seq(self, target: Target) -> int:
         """Takes the next sequence number of this process's calls to ``target``.

@@ -558,6 +558,31 @@ def test_gpu_actor_on_a_cpu_cluster_is_a_placement_error(cluster):
     assert actorrt.get(Counter.remote(1).add.remote(1), timeout=30) == 2  # cluster goes on
 
 
+@actorrt.actor
+class Maker:
+    def attempt(self, what):
+        try:
+            if what == "gpu":
+                Counter.options(num_gpus=1).remote()
+            else:
+                Counter.options(name=what).remote()
+        except Exception as exc:
+            return type(exc).__name__, str(exc)
+        return "no error", ""
+
+
+def test_an_actor_creating_actors_gets_the_errors_the_driver_gets(cluster):
+    # Raised on rank 0's directory and sent back: not torch's RuntimeError wrapping it.
+    maker = Maker.remote()
+    kind, message = actorrt.get(maker.attempt.remote("gpu"), timeout=30)
+    assert kind == "PlacementError", (kind, message)
+    assert message.startswith("Counter") and "no process that may host it has a GPU" in message
+    keep = Counter.options(name="made-once").remote()
+    kind, message = actorrt.get(maker.attempt.remote("made-once"), timeout=30)
+    assert kind == "ValueError" and message.startswith("an actor named 'made-once'"), message
+    actorrt.kill(keep)
+
+
 def test_second_start_is_an_error(cluster):
     with pytest.raises(RuntimeError, match="already started"):
         actorrt.start(num_workers=1)

@@ -183,3 +183,24 @@ def test_without_layout_a_grown_process_offers_its_labels():
     d.grow(plan.grown(make_plan([*ps, newcomer], Layout()), 3), newcomer)
     assert d.place("c", ActorOptions(label="collector"), "C").worker == "w3"
     assert d.place("l", ActorOptions(label="learner"), "L").worker == "w1"
+
+
+class _NotMadeAgain(Exception):
+    def __init__(self, code, msg):
+        super().__init__(f"code {code}: {msg}")
+
+
+def _raises(exc):
+    raise exc
+
+
+def test_a_directory_call_sends_its_exception_back_as_a_value():
+    from actorrt.errors import ActorRtError, PlacementError
+    from actorrt.runtime.directory import rpc_directory
+
+    assert rpc_directory(lambda a, b: a + b, 1, 2) == (True, 3)
+    ok, exc = rpc_directory(_raises, PlacementError("no room"))
+    assert not ok and type(exc) is PlacementError and str(exc) == "no room"
+    assert exc.__traceback__ is None
+    ok, exc = rpc_directory(_raises, _NotMadeAgain(7, "full"))  # cannot be unpickled
+    assert not ok and type(exc) is ActorRtError and str(exc) == "_NotMadeAgain: code 7: full"
