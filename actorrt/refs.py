@@ -226,7 +226,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         Args:
             reply: The torch future of the call's packed reply.
             worker: The process it went to (named in errors).
-            keep: Holds the actor's handle until the reply is in; let go when this ref goes.
+            keep: Holds the actor's handle until the reply is in; let go once it is read
+                (or the ref goes).
             ticket: What cancels the call (see ``ReplySlot.attach``).
         """
         with _hook_lock:
@@ -278,6 +279,16 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         else:
             self._fetch_into_future(loc)
 
+    def _answered(self) -> None:
+        """Its reply is in and read: the actor's handle it kept (KeepAlive) goes now.
+
+        Not when the ref goes: a ref kept after its call answered would keep an unnamed
+        actor alive, and its resources taken, after every handle of it went.
+        """
+        keep, self._keep = self._keep, None
+        if keep is not None:
+            keep.let_go()
+
     def _reply_value(self, sent: torch.futures.Future[Wire]) -> tuple[ObjectLocation | None, Any]:
         """The reply ``sent`` (arrived already), read without fetching anything.
 
@@ -285,6 +296,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         owner (a copy that came along is a value: the location is kept in ``_loc``, for
         the ref to travel with); raises the error the reply stands for.
         """
+        if self._keep is not None:
+            self._answered()
         try:
             wire = sent.value()
         except LocalFailure as failure:
@@ -364,6 +377,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
 
         A value kept at its owner is fetched from it (this blocks).
         """
+        if self._keep is not None:
+            self._answered()
         try:
             wire = sent.value()
         except Exception:
@@ -514,7 +529,11 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         if sent is None and self._loan is not None:
             sent = self._borrow()
         if sent is not None:
-            return sent.done()
+            if sent.done():
+                if self._keep is not None:
+                    self._answered()
+                return True
+            return False
         return self._cf is not None and self._cf.done()
 
     def future(self) -> cf.Future[R_co]:

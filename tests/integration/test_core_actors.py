@@ -498,6 +498,27 @@ def test_unnamed_actor_is_released_when_last_handle_goes(cluster):
     assert not _alive(worker, actor_id)
 
 
+@pytest.mark.parametrize("read", ["get", "wait"])
+def test_refs_kept_after_their_calls_answered_do_not_keep_the_actor(cluster, read):
+    import gc
+
+    c = Counter.remote()
+    refs = [c.add.remote(1), c.add.remote(2)]  # kept, as a list of results often is
+    if read == "get":
+        assert actorrt.get(refs, timeout=30) == [1, 3]
+    else:
+        assert len(actorrt.wait(refs, num_returns=2, timeout=30)[0]) == 2
+    worker, actor_id = c.worker, c.actor_id
+    del c
+    gc.collect()
+    deadline = time.monotonic() + 20
+    while _alive(worker, actor_id) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker, actor_id)  # before the fix: alive while the refs lived
+    if read == "get":
+        assert actorrt.get(refs, timeout=30) == [1, 3]  # the values stay good
+
+
 def test_handle_passed_to_actor_keeps_actor_alive(cluster):
     import gc
 
