@@ -448,7 +448,8 @@ def timeline(
     (``cat`` ``call``, with ``bytes_out`` and ``bytes_back``), and on the actor's
     process as its wait in the mailbox (``wait``), its run (``run``) and its reply
     (``reply``, with ``bytes``); the four share the key ``args.call``
-    (``caller/actor id/seq``). Spans marked with ``actorrt.profile``
+    (``caller/actor id/seq``; a remote function's, ``caller/fn/N@process/seq``). A call
+    whose reply was read before this is in it. Spans marked with ``actorrt.profile``
     (:class:`~actorrt.runtime.trace.profile`) lie on their threads (``cat`` ``span``).
     Records are kept, not cleared: a later call gathers everything since the start.
     Driver only.

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from actorrt.placement.functions import EXECUTOR_PREFIX
 from actorrt.runtime import context
 from actorrt.runtime.gpu_spans import GpuSpans
 
@@ -104,6 +105,8 @@ def enable(on: bool = True) -> None:
     _tracks.clear()
     _gpu_spans.clear()
     _dropped[0] = 0
+    _process_name.clear()  # a new cluster names this process anew
+    _unrecorded.clear()
     ON = bool(on)
 
 
@@ -211,7 +214,7 @@ def sent(
     if not begin:
         return
     what = f"{actor}.{method}"
-    key = f"{caller}/{actor_id}/{seq}"
+    key = call_key(caller, actor_id, seq, worker)
     tid = _thread()
     out = wire_bytes(wire)
 
@@ -224,8 +227,25 @@ def sent(
         _record(
             _CALL, what, begin, end, tid, key, {"to": worker, "bytes_out": out, "bytes_back": back}
         )
+        _unrecorded.discard(f)
 
+    _unrecorded.add(fut)
     fut.add_done_callback(done)
+
+
+_unrecorded: set[torch.futures.Future[Any]] = set()
+"""Replies of calls sent while tracing whose round trip is not recorded yet.
+
+torch wakes a ``get`` waiting on a reply before it runs the reply's callbacks: a
+``timeline()`` right after would miss the call just answered (:func:`_settle`).
+"""
+
+
+def _settle(bound: float = 1.0) -> None:
+    """Waits (at most ``bound`` s) until every reply already in has its round trip recorded."""
+    deadline = time.monotonic() + bound
+    while any(f.done() for f in list(_unrecorded)) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def fetching(
@@ -262,6 +282,31 @@ def arrived(call: Any) -> None:
     _stamps[id(call)] = [clock(), 0, 0, 0]
 
 
+def call_key(caller: str, actor_id: str, seq: int, worker: str) -> str:
+    """The key a call's records share on both sides (``args.call``).
+
+    ``caller/actor id/seq`` for an actor's call. Remote functions' executors have the
+    same id on every process (``fn/1``), and a caller numbers its calls per process, so a
+    function call's key names the process that ran it too: ``caller/fn/1@worker1/seq``.
+    """
+    if actor_id.startswith(EXECUTOR_PREFIX):
+        return f"{caller}/{actor_id}@{worker}/{seq}"
+    return f"{caller}/{actor_id}/{seq}"
+
+
+_process_name: list[str] = []
+
+
+def _here() -> str:
+    """This process's RPC name (once RPC runs; "" before)."""
+    if not _process_name:
+        try:
+            _process_name.append(torch.distributed.rpc.get_worker_info().name)
+        except Exception:  # no RPC agent (a mailbox in a unit test)
+            return ""
+    return _process_name[0]
+
+
 def started(call: Any) -> None:
     """The actor's thread begins the call's method."""
     stamps = _stamps.get(id(call))
@@ -292,7 +337,7 @@ def answered(actor: str, actor_id: str, call: Any, wire: Any) -> None:
     end = clock()
     arrival, start, ran_end, tid = stamps
     what = f"{actor}.{call.method}"
-    key = f"{call.caller}/{actor_id}/{call.seq}"
+    key = call_key(call.caller, actor_id, call.seq, _here())
     detail = {"caller": call.caller, "seq": call.seq, "actor_id": actor_id}
     here = _thread()
     if not start:  # killed before it ran: it waited until now
@@ -309,7 +354,7 @@ def value(actor: str, actor_id: str, call: Any, index: int, begin: int, wire: An
     Recorded on the actor's thread, under the call's key, with its bytes.
     """
     detail = {"caller": call.caller, "seq": call.seq, "index": index, "bytes": wire_bytes(wire)}
-    key = f"{call.caller}/{actor_id}/{call.seq}"
+    key = call_key(call.caller, actor_id, call.seq, _here())
     _record(_VALUE, f"{actor}.{call.method}", begin, clock(), _thread(), key, detail)
 
 
@@ -396,6 +441,7 @@ def rpc_collect() -> dict[str, Any]:
     """This process's records and who it is (asked by the driver's :func:`gather`)."""
     rt = context.installed()  # the runtime, without importing it (it imports this module)
     _record_gpu_spans()  # what the GPU finished since the last span closed
+    _settle()
     return {
         "name": getattr(rt, "name", "?"),
         "rank": getattr(rt, "rank", -1),

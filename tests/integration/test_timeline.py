@@ -37,6 +37,11 @@ class Streamer:
         for i in range(n):
             yield torch.full((1024,), i)
 
+@actorrt.remote
+def nap_fn(x):
+    time.sleep(0.05)
+    return x
+
 @actorrt.actor
 class Relay:
     def relay(self, echo, n):
@@ -137,6 +142,30 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
     assert len(fetches) == 1 and fetches[0]["pid"] == rep["driver"], fetches
     assert fetches[0]["args"]["bytes"] >= 40 << 20
     assert fetches[0]["args"]["from"].startswith("worker") and fetches[0]["args"]["road"]
+
+
+def test_remote_function_calls_each_have_a_key_of_their_own(tmp_path):
+    # Executors have one id on every process (fn/1) and callers number per process:
+    # before, calls to two processes shared keys and their slices were paired wrongly.
+    body = f"""
+    path = {str(tmp_path / "timeline.json")!r}
+    with actorrt.start(num_workers=2, trace=True) as rt:
+        assert actorrt.get([nap_fn.remote(i) for i in range(4)], timeout=60) == [0, 1, 2, 3]
+        actorrt.timeline(path)  # at once: the replies just read are recorded too
+        report(pids=list(rt.local_worker_pids), driver=os.getpid())
+    """
+    (rep,) = run_script(tmp_path, HEADER, body, timeout=150, name="trace_fn.py")
+    trace = _events(tmp_path / "timeline.json")
+    calls = [ev for ev in trace["traceEvents"] if ev.get("cat") == "call" and ev["ph"] == "b"]
+    assert len(calls) == 4 and len({ev["id"] for ev in calls}) == 4, calls
+    spans = _spans(trace)
+    for ev in calls:
+        s = spans[ev["id"]]
+        call_b, call_e, caller_pid = s["call"]
+        run_b, run_e, run_pid = s["run"]
+        assert caller_pid == rep["driver"] != run_pid
+        assert call_b <= s["wait"][0] <= run_b <= run_e <= call_e, s
+        assert ev["args"]["to"] in ev["id"]  # the process that ran it is in its key
 
 
 def test_trace_from_the_environment_and_timeline_refused_when_off(tmp_path):
