@@ -113,10 +113,56 @@ def _check_keys(d: Mapping[str, Any], allowed: set[str], where: str) -> None:
         raise PlacementError(f"{where}: unknown field(s) {unknown}; known: {sorted(allowed)}")
 
 
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PlacementError(f"{where}: expected a table, got {value!r}")
+    return value
+
+
+def _list(value: Any, where: str, of: str) -> list[Any]:
+    if not isinstance(value, (list, tuple)):  # a tuple: a cluster given as Python data
+        raise PlacementError(f"{where}: expected a list of {of}, got {value!r}")
+    return list(value)
+
+
+def _indices(value: Any, where: str) -> list[int]:
+    """A list of GPU indices (``nvlink_peers``, ``near_gpus``)."""
+    items = _list(value, where, "GPU indices, e.g. [0, 1]")
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise PlacementError(
+                f"{where}: expected a list of GPU indices (integers >= 0), got {value!r}"
+            )
+    return items
+
+
+def _labels(value: Any, where: str) -> tuple[str, ...]:
+    # A string would be taken letter by letter: "collector" as c, o, l...
+    items = _list(value, where, 'label names, e.g. ["collector"]')
+    if not all(isinstance(item, str) for item in items):
+        raise PlacementError(
+            f'{where}: expected a list of label names, e.g. ["collector"], got {value!r}'
+        )
+    return tuple(items)
+
+
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise PlacementError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
 def _gpu_tables(node: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
     raw = node.get("gpus", 0)
-    if isinstance(raw, bool) or not isinstance(raw, (int, list)):
-        raise PlacementError(f"{where}.gpus: expected a count or a list of tables, got {raw!r}")
+    if (
+        isinstance(raw, bool)
+        or not isinstance(raw, (int, list))
+        or isinstance(raw, int)
+        and raw < 0
+    ):
+        raise PlacementError(
+            f"{where}.gpus: expected a count >= 0 or a list of tables, got {raw!r}"
+        )
     if isinstance(raw, int):
         raw = [{} for _ in range(raw)]
     tables: list[dict[str, Any]] = []
@@ -129,7 +175,9 @@ def _gpu_tables(node: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
                 # Synthetic but unique bus ids: processes that see the same GPU agree on it.
                 "bus": normalize_bus_id(str(g.get("pci_bus_id", f"0000:{0x10 + i:02x}:00.0"))),
                 "name": str(g.get("name", node.get("gpu_name", ""))),
-                "peers": {int(x) for x in g.get("nvlink_peers", ())},
+                "peers": set(
+                    _indices(g.get("nvlink_peers", []), f"{where}.gpus[{i}].nvlink_peers")
+                ),
             }
         )
     nvlink = node.get("nvlink", "none")
@@ -262,7 +310,11 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
         if "hostname" not in node:
             raise PlacementError(f"{where}: needs a hostname")
         num_cpus = _num_cpus(node.get("num_cpus", _DEFAULT_NUM_CPUS), where)
-        hostname = str(node["hostname"])
+        if not isinstance(node["hostname"], str) or not node["hostname"]:
+            raise PlacementError(
+                f"{where}.hostname: expected a host name, got {node['hostname']!r}"
+            )
+        hostname = node["hostname"]
         tables = _gpu_tables(node, where)
         container = _container(node, where)
         node_name = _WORKER_NAME.sub(
@@ -275,16 +327,18 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
                 )
             ),
         )
-        hca_raw = node.get("hcas", [])
+        hca_raw = _list(node.get("hcas", []), f"{where}.hcas", "tables")
         hcas: list[tuple[HcaInfo, set[int]]] = []
         for h_idx, h in enumerate(hca_raw):
             hw = f"{where}.hcas[{h_idx}]"
+            h = _table(h, hw)
             _check_keys(
                 h, {"name", "pci_bus_id", "port_state", "gdr_capable", "near_gpus", "numa_node"}, hw
             )
             if "name" not in h:
                 raise PlacementError(f"{hw}: needs a name (e.g. mlx5_0)")
-            hcas.append((HcaInfo.from_dict({**h, "near_gpus": ()}), set(h.get("near_gpus", ()))))
+            near = set(_indices(h.get("near_gpus", []), f"{hw}.near_gpus"))
+            hcas.append((HcaInfo.from_dict({**h, "near_gpus": ()}), near))
         groups = node.get("processes", 1)
         if isinstance(groups, int) and not isinstance(groups, bool):
             if groups < 1:
@@ -301,12 +355,19 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
         k = 0
         for g_idx, group in enumerate(groups):
             gw = f"{where}.processes[{g_idx}]"
+            group = _table(group, gw)
             _check_keys(group, _GROUP_KEYS, gw)
             count = group.get("count", 1)
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise PlacementError(f"{gw}.count: expected an integer >= 1, got {count!r}")
-            hosts_actors = bool(group.get("hosts_actors", node.get("hosts_actors", True)))
-            labels = tuple(group.get("labels", node.get("labels", ())))
+            hosts_actors = _flag(
+                group.get("hosts_actors", node.get("hosts_actors", True)),
+                f"{gw}.hosts_actors" if "hosts_actors" in group else f"{where}.hosts_actors",
+            )
+            labels = _labels(
+                group.get("labels", node.get("labels", [])),
+                f"{gw}.labels" if "labels" in group else f"{where}.labels",
+            )
             visible_sets = _visible_sets(
                 group, count, len(tables), node.get("gpus_per_process", "all"), gw
             )
@@ -365,9 +426,12 @@ def _overrides(
     data: Mapping[str, Any], processes: list[ProcessInfo], source: str
 ) -> dict[str, dict[str, dict[str, str]]]:
     override: dict[str, dict[str, dict[str, str]]] = {}
-    for src, per_peer in data.get("device_maps", {}).items():
+    where = f"{source} [device_maps]"
+    for src, per_peer in _table(data.get("device_maps", {}), where).items():
+        per_peer = _table(per_peer, f"{where} {src}")
         override[str(src)] = {
-            str(p): {str(a): str(b) for a, b in m.items()} for p, m in per_peer.items()
+            str(p): {str(a): str(b) for a, b in _table(m, f"{where} {src}.{p}").items()}
+            for p, m in per_peer.items()
         }
     di = data.get("cuda_device_map", {})
     if di:

@@ -82,6 +82,35 @@ processes = [{ count = 2, name = "gw", gpus = [1, 0], gpus_per_process = 1 }]
             {"nodes": [{"hostname": "h", "processes": 2}], "cuda_device_map": {"x": "1_0_0"}},
             "keys are ranks",
         ),
+        # Fields of the wrong type: a named error, not a traceback (or labels taken as
+        # letters: "collector" was c, o, l, ...).
+        (
+            {"nodes": [{"hostname": "h", "labels": "collector"}]},
+            r"nodes\[0\]\.labels: expected a list",
+        ),
+        ({"nodes": [{"hostname": "h", "labels": 5}]}, r"nodes\[0\]\.labels"),
+        (
+            {"nodes": [{"hostname": "h", "processes": [{"labels": [1]}]}]},
+            r"processes\[0\]\.labels: expected a list of label names",
+        ),
+        ({"nodes": [{"hostname": "h", "hcas": 5}]}, r"nodes\[0\]\.hcas: expected a list of tables"),
+        ({"nodes": [{"hostname": "h", "hcas": [5]}]}, r"hcas\[0\]: expected a table"),
+        (
+            {"nodes": [{"hostname": "h", "gpus": 1, "hcas": [{"name": "m", "near_gpus": 0}]}]},
+            r"hcas\[0\]\.near_gpus: expected a list of GPU",
+        ),
+        ({"nodes": [{"hostname": "h", "processes": [5]}]}, r"processes\[0\]: expected a table"),
+        (
+            {"nodes": [{"hostname": "h", "gpus": [{"nvlink_peers": ["a"]}]}]},
+            r"gpus\[0\]\.nvlink_peers: expected a list of GPU indices",
+        ),
+        ({"nodes": [{"hostname": "h", "gpus": -1}]}, r"gpus: expected a count >= 0"),
+        ({"nodes": [{"hostname": 5}]}, r"hostname: expected a host name"),
+        ({"nodes": [{"hostname": "h", "hosts_actors": "false"}]}, r"hosts_actors: expected true"),
+        (
+            {"nodes": [{"hostname": "h"}], "device_maps": {"x": 5}},
+            r"\[device_maps\] x: expected a table",
+        ),
     ],
 )
 def test_cluster_file_errors_name_the_field(data, match):
