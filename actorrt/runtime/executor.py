@@ -27,6 +27,7 @@ from actorrt.runtime.exits import in_actor, in_method
 from actorrt.runtime.mailbox import Mailbox
 from actorrt.runtime.payload import pack
 from actorrt.runtime.protocol import FunctionNotLoaded
+from actorrt.runtime.raised import ExitRefused
 from actorrt.runtime.threads import may_lend
 
 __all__ = ["FunctionExecutor", "open_executor"]
@@ -102,8 +103,8 @@ def _call(fn: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
     return result
 
 
-def _no_exit(name: str, exc: SystemExit) -> RuntimeError:
-    return RuntimeError(
+def _no_exit(name: str, exc: SystemExit) -> ExitRefused:
+    return ExitRefused(
         f"{name} called sys.exit({exc.code!r}); a remote function cannot end its worker "
         "process: return, or raise an exception, instead"
     )

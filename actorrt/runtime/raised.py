@@ -19,10 +19,26 @@ from actorrt.runtime.protocol import CANCELLED, DIED, ERROR, LOST, RAISE
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
 
-__all__ = ["RetryOn", "error_of", "exception_names", "fails", "retried", "retry_on"]
+__all__ = [
+    "ExitRefused",
+    "RetryOn",
+    "error_of",
+    "exception_names",
+    "fails",
+    "retried",
+    "retry_on",
+]
 
 RetryOn: TypeAlias = "bool | tuple[str, ...]"
 """A call's ``retry_exceptions``: False, True (any ``Exception``), or class names."""
+
+
+class ExitRefused(RuntimeError):
+    """A remote function called ``sys.exit()``: that call fails (its worker goes on).
+
+    Never retried by ``retry_exceptions``: ``SystemExit`` is no ``Exception``, and a
+    function that asked to exit would only ask again.
+    """
 
 
 def exception_names(kinds: tuple[type, ...]) -> tuple[str, ...]:
@@ -79,12 +95,13 @@ def retried(wire: Wire, on: RetryOn) -> bool:
 
     True retries any ``Exception``, and an exception that did not pickle (it reached the
     caller as text alone); names retry an exception whose class, or a base of it, has
-    one of them, and never one that did not pickle.
+    one of them, and never one that did not pickle. A function's ``sys.exit()``
+    (:class:`ExitRefused`) is never retried.
     """
     if not on:
         return False
     failed, cause = error_of(wire)
-    if not failed:
+    if not failed or isinstance(cause, ExitRefused):
         return False
     if isinstance(on, bool):
         return cause is None or isinstance(cause, Exception)

@@ -107,6 +107,22 @@ def exits():
     sys.exit(3)
 
 
+@actorrt.remote(retry_exceptions=True, max_retries=2)
+def exits_counted(tally):
+    actorrt.get(tally.add.remote(1))
+    sys.exit(3)
+
+
+@actorrt.actor
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def add(self, k):
+        self.n += k
+        return self.n
+
+
 @actorrt.actor
 class Holder:
     def total(self, t):
@@ -236,6 +252,10 @@ def test_exit_actor_and_sys_exit_in_a_function_fail_only_that_call(cluster):
     with pytest.raises(actorrt.ActorError, match=r"called sys.exit\(3\)"):
         actorrt.get(exits.remote(), timeout=30)
     assert actorrt.get([square.remote(i) for i in range(6)], timeout=30)[-1] == 25
+    tally = Tally.remote()  # retry_exceptions=True does not run it again: it asked to exit
+    with pytest.raises(actorrt.ActorError, match=r"called sys.exit\(3\)"):
+        actorrt.get(exits_counted.remote(tally), timeout=30)
+    assert actorrt.get(tally.add.remote(0), timeout=30) == 1
 
 
 def test_remote_on_a_class_makes_an_actor_class(cluster):

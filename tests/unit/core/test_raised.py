@@ -98,3 +98,13 @@ def test_a_failing_reply_is_told_from_its_status_alone():
     assert not fails(pack((OK, 3)))
     assert not fails(pack((OK, [Recorded(), torch.ones(2)])))
     assert UNPACKED == []  # a value is not unpacked to say so
+
+
+def test_a_functions_sys_exit_is_never_retried():
+    from actorrt.runtime.raised import ExitRefused
+
+    wire = pack(error_reply("f", ExitRefused("f called sys.exit(3)")))
+    assert fails(wire) and error_of(wire)[0]
+    assert not retried(wire, True)
+    assert not retried(wire, exception_names((RuntimeError,)))
+    assert retried(pack(error_reply("f", RuntimeError("x"))), True)
