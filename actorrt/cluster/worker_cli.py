@@ -36,6 +36,7 @@ from actorrt.cluster.launch_env import (
 from actorrt.errors import PlacementError
 from actorrt.logs import ENV_VAR, parse_level
 from actorrt.placement.device_flags import parse_local_cuda_devices
+from actorrt.placement.layout import check_label
 from actorrt.placement.plan import TRANSPORT_MODES
 
 if TYPE_CHECKING:
@@ -189,6 +190,11 @@ def config_from_args(
         )
     check_cuda_device_map(args.cuda_device_map, rank=rank, world_size=world)
     labels = tuple(x.strip() for item in args.labels for x in item.split(",") if x.strip())
+    for label in labels:  # one the plan cannot name would be offered, and never match
+        try:
+            check_label(label, "--labels")
+        except PlacementError as exc:
+            raise ValueError(str(exc)) from None
     gpus = _gpus(args.gpus)
     # Under a launcher each process offers its LOCAL_RANK's GPU, resolved where torch is
     # imported anyway: in the worker (`--nproc` children count from 0 instead).

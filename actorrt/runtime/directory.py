@@ -91,7 +91,8 @@ class NodeInfo:
         process: Its RPC name.
         rank: Its rank (0 is the driver).
         host: Its host name.
-        labels: The labels the plan gave its slots.
+        labels: The labels the plan gave its slots; without a layout, the labels the
+            process offers (``actorrt worker --labels``, a cluster file's ``labels``).
         gpus: Local CUDA indices the plan gave its slots.
         alive: False once it died.
         actors: Actors it hosts now.
@@ -438,7 +439,7 @@ class ClusterDirectory:
                         process=p.name,
                         rank=p.rank,
                         host=p.node.hostname,
-                        labels=pp.labels,
+                        labels=pp.labels or tuple(p.node.labels),
                         gpus=pp.gpus,
                         alive=self._placer.alive[i],
                         actors=counts.get(i, 0),

@@ -143,6 +143,7 @@ def scenario_simple(rt, cfg):
         "echo_ok": all(
             torch.equal(x, t) for x in actorrt.get([p.echo.remote(t) for p in probes], timeout=60)
         ),
+        "labels": {n.process: list(n.labels) for n in actorrt.nodes()},
     }
 
 

@@ -350,6 +350,8 @@ def test_torchrun_launches_the_workers(procs):
     got = sorted((i["rank"], i["env"]["RANK"], i["env"]["LOCAL_RANK"]) for i in res["where"])
     assert got == [(1, "0", "0"), (2, "1", "1")]
     assert res["echo_ok"]
+    # what the workers offer (no layout), as actorrt.nodes() and status() show it
+    assert sorted(res["labels"].values()) == [[], ["collector"], ["collector"]], res["labels"]
     assert procs.wait("driver", 30) == 0, procs.logs()
     assert procs.wait("torchrun", 30) == 0, procs.logs()
 

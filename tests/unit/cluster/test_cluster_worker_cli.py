@@ -146,3 +146,16 @@ def test_grow_takes_no_rank_and_ignores_a_launchers_ranks():
             _config(*init, "--grow", *extra)
     with pytest.raises(ValueError, match="--cuda-device-map cannot be used with --grow"):
         _config(*init, "--grow", "--cuda-device-map", "0_0_0")
+
+
+@pytest.mark.parametrize("labels", ["1bad", "collector,has space", "ok,-x"])
+def test_a_label_no_plan_could_name_is_refused_naming_the_flag(labels):
+    args = _by_hand("--rank", "1", "--world-size", "2", "--labels", labels)
+    with pytest.raises(ValueError, match=r"--labels=.* is not a valid label"):
+        worker_cli.config_from_args(args, environ={})
+
+
+def test_labels_given_comma_separated_or_repeated():
+    args = _by_hand("--rank", "1", "--world-size", "2", "--labels", "learner, collector")
+    args.labels.append("eval")
+    assert worker_cli.config_from_args(args, environ={}).labels == ("learner", "collector", "eval")
