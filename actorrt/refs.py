@@ -1064,7 +1064,11 @@ def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = No
 
 @overload
 def wait(
-    refs: Sequence[ObjectRef[T]], *, num_returns: int = 1, timeout: float | None = None
+    refs: Sequence[ObjectRef[T]],
+    *,
+    num_returns: int = 1,
+    timeout: float | None = None,
+    fetch_local: bool = False,
 ) -> tuple[list[ObjectRef[T]], list[ObjectRef[T]]]: ...
 @overload
 def wait(
@@ -1072,11 +1076,16 @@ def wait(
     *,
     num_returns: int = 1,
     timeout: float | None = None,
+    fetch_local: bool = False,
 ) -> tuple[list[Any], list[Any]]: ...
 
 
 def wait(
-    refs: Sequence[Any], *, num_returns: int = 1, timeout: float | None = None
+    refs: Sequence[Any],
+    *,
+    num_returns: int = 1,
+    timeout: float | None = None,
+    fetch_local: bool = False,
 ) -> tuple[list[Any], list[Any]]:
     """Waits until ``num_returns`` of ``refs`` are ready, or ``timeout`` passes.
 
@@ -1086,6 +1095,9 @@ def wait(
             in Ray.
         num_returns: How many ready refs to wait for (1 <= num_returns <= len(refs)).
         timeout: Seconds to wait at most; ``None`` waits as long as it takes.
+        fetch_local: As Ray's: True counts a ref ready once its value is here (a value
+            kept at its owner is fetched, all at once); False (the default here, unlike
+            Ray) once its call answered, fetching nothing.
 
     Returns:
         ``(ready, not_ready)``, each in the order of ``refs``; ``ready`` holds at most
@@ -1112,18 +1124,28 @@ def wait(
         raise ValueError("actorrt.wait got the same ObjectRef twice; pass each ref once.")
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")
+    if not isinstance(fetch_local, bool):
+        raise TypeError(f"fetch_local={fetch_local!r} must be True or False.")
+    is_ready = _is_here if fetch_local else _is_ready
     pool = lender()
-    if pool is not None and sum(1 for r in refs if _is_ready(r)) < num_returns:
+    if pool is not None and sum(1 for r in refs if is_ready(r)) < num_returns:
         with pool.lending():  # in a remote function: lend its thread while it waits
-            return _wait(refs, num_returns, timeout)
-    return _wait(refs, num_returns, timeout)
+            return _wait(refs, num_returns, timeout, fetch_local)
+    return _wait(refs, num_returns, timeout, fetch_local)
 
 
-def _wait(refs: list[Any], num_returns: int, timeout: float | None) -> tuple[list[Any], list[Any]]:
+def _wait(
+    refs: list[Any], num_returns: int, timeout: float | None, fetch_local: bool = False
+) -> tuple[list[Any], list[Any]]:
     """:func:`wait` of checked arguments (refs and generators), waiting on this thread."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    pending = {r._ready_future() for r in refs}  # ready, not fetched (as Ray's fetch_local=False)
-    while sum(1 for r in refs if _is_ready(r)) < num_returns:
+    if fetch_local:  # a ref's own future is done once its value is here (fetched)
+        is_ready = _is_here
+        pending = {r.future() if type(r) is ObjectRef else r._ready_future() for r in refs}
+    else:  # ready: answered, not fetched
+        is_ready = _is_ready
+        pending = {r._ready_future() for r in refs}
+    while sum(1 for r in refs if is_ready(r)) < num_returns:
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
@@ -1131,8 +1153,16 @@ def _wait(refs: list[Any], num_returns: int, timeout: float | None) -> tuple[lis
     ready: list[Any] = []
     not_ready: list[Any] = []
     for r in refs:
-        (ready if _is_ready(r) and len(ready) < num_returns else not_ready).append(r)
+        (ready if is_ready(r) and len(ready) < num_returns else not_ready).append(r)
     return ready, not_ready
+
+
+def _is_here(ref: Any) -> bool:
+    """With ``fetch_local``: a ref's value is here (its future done); a generator as before."""
+    if type(ref) is ObjectRef:
+        fut = ref._cf
+        return fut is not None and fut.done()
+    return bool(ref._next_ready())
 
 
 def _is_generator(value: object) -> bool:

@@ -251,6 +251,18 @@ def test_wait_says_ready_without_fetching(cluster):
     assert cluster.payload_bytes_in - before < MB
 
 
+def test_wait_with_fetch_local_says_ready_once_the_values_are_here(cluster):
+    p = Producer.remote()
+    refs = [p.make.remote(64 * MB), p.make.remote(64 * MB)]
+    before = cluster.payload_bytes_in
+    ready, not_ready = actorrt.wait(refs, num_returns=2, timeout=60, fetch_local=True)
+    assert ready == refs and not_ready == []
+    assert cluster.payload_bytes_in - before >= 2 * 64 * MB  # both fetched (Ray's default)
+    assert all(ref.future().done() for ref in refs)
+    with pytest.raises(TypeError, match="fetch_local"):
+        actorrt.wait(refs, fetch_local="yes")
+
+
 def test_an_object_is_freed_when_its_last_ref_goes(cluster):
     c = Consumer.remote()
     ref = actorrt.put(torch.ones(MB))
