@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from actorrt.actor_class import ActorHandle, actor
 from actorrt.errors import ActorError
-from actorrt.refs import ObjectRef, check_timeout, get
+from actorrt.refs import ObjectRef, check_timeout, get, wait
 from actorrt.runtime.runtime import current
 
 __all__ = ["Empty", "Full", "Queue"]
@@ -201,12 +201,34 @@ class Queue(Generic[T]):
         items: list[T] = _call(self.actor.get_nowait_batch.remote(num_items))
         return items
 
-    def shutdown(self) -> None:
-        """Ends the queue's actor now, dropping its items.
+    def shutdown(self, force: bool = False, grace_period_s: float | None = 5) -> None:
+        """Ends the queue's actor, dropping its items (Ray's arguments).
 
         Later calls raise ``ActorDiedError``, as do the ``get`` and ``put`` calls waiting.
+
+        Args:
+            force: True ends it now. False (the default) first lets the calls this
+                process sent it before run (a ``put`` that did not wait for its answer),
+                for at most ``grace_period_s`` seconds; calls waiting for room or items
+                are not waited for.
+            grace_period_s: That bound, in seconds (None: as long as they take).
+
+        Raises:
+            TypeError: ``force`` is not a bool, or ``grace_period_s`` not a number.
+            ValueError: ``grace_period_s`` is negative.
         """
-        current("Queue.shutdown()").kill(self.actor)
+        rt = current("Queue.shutdown()")
+        if not isinstance(force, bool):
+            raise TypeError(f"force={force!r} must be True or False.")
+        try:
+            grace = check_timeout(grace_period_s)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(str(exc).replace("timeout=", "grace_period_s=", 1)) from None
+        if not force:
+            # Sent after them, it is answered once they ran (a caller's calls start in
+            # order): then nothing this process put is lost in flight.
+            wait([self.actor.qsize.remote()], timeout=grace)
+        rt.kill(self.actor)
 
 
 def _wait_for(block: bool, timeout: float | None) -> float | None:

@@ -117,7 +117,11 @@ def test_bad_arguments_and_a_shut_down_queue_say_what_to_do(cluster):
         q.get_nowait_batch(-1)
     waiting = Consumer.remote().take.remote(q, 1, 30)
     time.sleep(0.3)
-    q.shutdown()
+    with pytest.raises(TypeError, match="force='yes' must be True or False"):
+        q.shutdown(force="yes")
+    with pytest.raises(ValueError, match="grace_period_s=-1 must be >= 0"):
+        q.shutdown(grace_period_s=-1)
+    q.shutdown(force=True)  # Ray's arguments
     with pytest.raises(actorrt.ActorDiedError):
         q.put(1)
     with pytest.raises(actorrt.ActorError) as info:  # the consumer's get died with the queue
