@@ -1021,9 +1021,12 @@ def _reply_fails(sent: torch.futures.Future[Wire]) -> bool:
         wire = sent.value()
     except Exception:
         return True
-    if wire[0] is None and wire[1][0][0] == OK:  # a plain value: most replies
-        return False
-    return fails(wire)
+    try:
+        if wire[0] is None and wire[1][0][0] == OK:  # a plain value: most replies
+            return False
+        return fails(wire)
+    except Exception:  # unreadable here: its own read raises what it is (and must wake)
+        return True
 
 
 def _failed_already(ref: ObjectRef[Any]) -> bool:
