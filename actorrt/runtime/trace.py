@@ -105,7 +105,6 @@ def enable(on: bool = True) -> None:
     _tracks.clear()
     _gpu_spans.clear()
     _dropped[0] = 0
-    _process_name.clear()  # a new cluster names this process anew
     _unrecorded.clear()
     ON = bool(on)
 
@@ -294,17 +293,9 @@ def call_key(caller: str, actor_id: str, seq: int, worker: str) -> str:
     return f"{caller}/{actor_id}/{seq}"
 
 
-_process_name: list[str] = []
-
-
 def _here() -> str:
-    """This process's RPC name (once RPC runs; "" before)."""
-    if not _process_name:
-        try:
-            _process_name.append(torch.distributed.rpc.get_worker_info().name)
-        except Exception:  # no RPC agent (a mailbox in a unit test)
-            return ""
-    return _process_name[0]
+    """This process's RPC name, as its runtime has it ("" without one: a unit test)."""
+    return getattr(context.installed(), "name", "")
 
 
 def started(call: Any) -> None:
