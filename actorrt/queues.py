@@ -220,10 +220,7 @@ class Queue(Generic[T]):
         rt = current("Queue.shutdown()")
         if not isinstance(force, bool):
             raise TypeError(f"force={force!r} must be True or False.")
-        try:
-            grace = check_timeout(grace_period_s)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(str(exc).replace("timeout=", "grace_period_s=", 1)) from None
+        grace = check_timeout(grace_period_s, "grace_period_s")
         if not force:
             # Sent after them, it is answered once they ran (a caller's calls start in
             # order): then nothing this process put is lost in flight.

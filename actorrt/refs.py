@@ -865,18 +865,21 @@ def put(value: Any) -> ObjectRef[Any]:
     return ref
 
 
-def check_timeout(timeout: object) -> float | None:
-    """``timeout`` as seconds (None: no limit); rejects what is not a number >= 0."""
+def check_timeout(timeout: object, name: str = "timeout") -> float | None:
+    """``timeout`` as seconds (None: no limit); rejects what is not a number >= 0.
+
+    ``name`` is the parameter the errors name.
+    """
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
         raise TypeError(
-            f"timeout={timeout!r} must be a number of seconds (e.g. timeout=30) or None to "
+            f"{name}={timeout!r} must be a number of seconds (e.g. {name}=30) or None to "
             "wait as long as it takes."
         )
     if not float(timeout) >= 0:  # also NaN
         raise ValueError(
-            f"timeout={timeout!r} must be >= 0 seconds (0 polls once), or None to wait as "
+            f"{name}={timeout!r} must be >= 0 seconds (0 polls once), or None to wait as "
             "long as it takes."
         )
     return None if math.isinf(timeout) else float(timeout)

@@ -344,13 +344,14 @@ class Inboxes:
             return None
         return inbox.on_values(max(index for index, _ in items))
 
-    def producer_died(self, worker: str, grace: float = 1.0) -> None:
+    def producer_died(self, worker: str, grace: float) -> None:
         """``worker`` died: streams whose reply it sent lose the values that never came.
 
         Its reply travels on the caller's own connection to it, its values on its
         connection to the caller: the reply may arrive first and the process die with
-        values still unsent. After ``grace`` seconds (values it did send are handled by
-        then), each such stream's missing values fail instead of being waited for ever.
+        values still unsent. After ``grace`` seconds (its connections have closed, and
+        values it did send are handled by then: the runtime gives the grace its waits for
+        calls get), each such stream's missing values fail instead of being waited for ever.
         """
         if not self._open:  # checked after the grace: a reply may be read after the news
             return

@@ -52,7 +52,7 @@ from actorrt.runtime.directory import (
 from actorrt.runtime.functions import FunctionRoutes, Shape
 from actorrt.runtime.generators import Inboxes
 from actorrt.runtime.host import ActorHost
-from actorrt.runtime.inflight import InFlight
+from actorrt.runtime.inflight import GRACE_S, InFlight
 from actorrt.runtime.objects import (
     INLINE_BYTES,
     PULL_BYTES,
@@ -985,7 +985,7 @@ class Runtime:
         here forget its calls' order (:meth:`ActorHost.forget_caller`).
         """
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
-        self.generators.producer_died(worker)
+        self.generators.producer_died(worker, GRACE_S)
         self.objects.holder_died(worker)
         rref_keeper.owner_died(worker)
         self.host.forget_caller(worker)
