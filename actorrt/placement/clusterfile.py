@@ -167,8 +167,7 @@ def _gpu_tables(node: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
         raw = [{} for _ in range(raw)]
     tables: list[dict[str, Any]] = []
     for i, g in enumerate(raw):
-        if not isinstance(g, Mapping):
-            raise PlacementError(f"{where}.gpus[{i}]: expected a table, got {g!r}")
+        g = _table(g, f"{where}.gpus[{i}]")
         _check_keys(g, {"pci_bus_id", "name", "nvlink_peers"}, f"{where}.gpus[{i}]")
         tables.append(
             {
@@ -283,8 +282,7 @@ def _verbatim_processes(raw: Any, source: str) -> list[ProcessInfo]:
     out = []
     for i, entry in enumerate(raw):
         where = f"{source} processes[{i}]"
-        if not isinstance(entry, Mapping):
-            raise PlacementError(f"{where}: expected a table, got {entry!r}")
+        entry = _table(entry, where)
         _check_keys(entry, _PROCESS_KEYS, where)
         if "name" not in entry or not isinstance(entry.get("node"), Mapping):
             raise PlacementError(f"{where}: needs a name and a node table")
@@ -304,8 +302,7 @@ def _expand_nodes(nodes: list[Any], source: str) -> list[ProcessInfo]:
     processes: list[ProcessInfo] = []
     for n_idx, node in enumerate(nodes):
         where = f"{source} nodes[{n_idx}]"
-        if not isinstance(node, Mapping):
-            raise PlacementError(f"{where}: expected a table, got {node!r}")
+        node = _table(node, where)
         _check_keys(node, _NODE_KEYS, where)
         if "hostname" not in node:
             raise PlacementError(f"{where}: needs a hostname")
