@@ -9,7 +9,6 @@ processes use to reach it are at the bottom of this module.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -23,7 +22,7 @@ from actorrt.placement.plan import Plan
 from actorrt.placement.resources import Resources
 from actorrt.placement.scheduler import Placer, Slot
 from actorrt.runtime import context
-from actorrt.runtime.protocol import ActorRecord
+from actorrt.runtime.protocol import ActorRecord, travels
 
 __all__ = [
     "ActorInfo",
@@ -534,9 +533,7 @@ def rpc_directory(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         return True, fn(*args)
     except Exception as exc:
         exc.__traceback__ = None  # rank 0's frames stay here
-        try:
-            pickle.loads(pickle.dumps(exc))  # it must be made again at the caller
-        except Exception:
+        if not travels(exc):  # it must be made again at the caller
             exc = ActorRtError(f"{type(exc).__name__}: {exc}")
         return False, exc
 

@@ -60,6 +60,7 @@ __all__ = [
     "failed_in_pickling",
     "rpc_failure",
     "split_returns",
+    "travels",
     "unreadable",
     "unsendable_argument",
     "unsendable_reply",
@@ -342,16 +343,22 @@ def error_reply(what: str, exc: BaseException) -> tuple[int, Any]:
     its text and traceback, and ``cause`` None.
     """
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        # The reply is packed the same way (see payload.py). Made again from its bytes
-        # too: one that pickles but cannot be made again (an ``__init__`` whose arguments
-        # are not its ``args``) would fail the caller's unpickling of the whole reply and
-        # lose its text and traceback.
-        pickle.loads(cloudpickle.dumps(exc))
-        cause: BaseException | None = exc
-    except Exception:  # such an exception still reaches the caller as text
-        cause = None
+    cause = exc if travels(exc) else None  # one that does not still reaches it as text
     return ERROR, (what, f"{type(exc).__name__}: {exc}", text, cause)
+
+
+def travels(exc: BaseException) -> bool:
+    """Whether ``exc`` can be sent and made again at the other end.
+
+    Pickled as replies are (see payload.py), and made again from its bytes: one that
+    pickles but cannot be made again (an ``__init__`` whose arguments are not its
+    ``args``) would fail the receiver's unpickling of the whole message and lose its text.
+    """
+    try:
+        pickle.loads(cloudpickle.dumps(exc))
+    except Exception:
+        return False
+    return True
 
 
 def cancelled_reply(what: str, when: str) -> tuple[int, Any]:
