@@ -955,6 +955,16 @@ class ActorMethod:
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
     ) -> StreamingReturns: ...
+    # 1 is also an int: the next overload's list would be wrong for it, so this one wins.
+    @overload
+    def options(  # type: ignore[overload-overlap]
+        self,
+        *,
+        num_returns: Literal[1],
+        concurrency_group: str | None = None,
+        max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
+    ) -> ActorMethod: ...
     @overload
     def options(
         self,
@@ -995,7 +1005,8 @@ class ActorMethod:
 
         Args:
             num_returns: How many values the method returns: ``.remote()`` then gives
-                that many refs (see :func:`method`); ``"streaming"``: it gives an
+                a list of that many refs (see :func:`method`), or one ref for 1, as
+                Ray's; ``"streaming"``: it gives an
                 :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values a
                 generator method yields. None: the method's own.
             concurrency_group: The actor's concurrency group the call runs in (its
@@ -1012,9 +1023,9 @@ class ActorMethod:
                 are not yet taken by the caller (-1: no limit).
 
         Returns:
-            What ``.remote()`` is called on: with ``num_returns`` or backpressure, an
-            object whose ``remote`` gives a list of refs or a generator; with only a
-            group or retries, the method itself with them.
+            What ``.remote()`` is called on: with ``num_returns`` other than 1 or
+            backpressure, an object whose ``remote`` gives a list of refs or a
+            generator; otherwise the method itself with the options given.
 
         Raises:
             TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
@@ -1083,8 +1094,8 @@ class ActorMethod:
                     "generator method, or num_returns='streaming')."
                 )
         method = ActorMethod(self._handle, self._name, n, limit, concurrency_group, retries, on)
-        if num_returns is None and limit is None:
-            return method  # only a group chosen: its own number of values
+        if limit is None and (num_returns is None or n == 1):
+            return method  # one ref (or the method's own number of values)
         if n == STREAMING:
             return StreamingReturns(method)
         return ManyReturns(method)
@@ -1111,8 +1122,6 @@ class ManyReturns:
 
     def remote(self, *args: Any, **kwargs: Any) -> list[ObjectRef[Any]]:
         """Sends the call; returns its refs at once, the i-th of the i-th value returned.
-
-        With ``num_returns=1``, a list of one ref.
 
         Raises:
             TypeError: The arguments do not bind to the method's signature.

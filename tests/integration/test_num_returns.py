@@ -62,8 +62,10 @@ def test_options_set_num_returns_for_a_call(cluster):
     s = Splitter.remote()
     refs = s.many.options(num_returns=3).remote(3)
     assert len(refs) == 3 and actorrt.get(refs, timeout=30) == [0, 1, 2]
-    (one,) = s.single.options(num_returns=1).remote()
-    assert actorrt.get(one, timeout=30) == 5
+    one = s.single.options(num_returns=1).remote()  # one ref, as Ray's (not a list)
+    assert isinstance(one, actorrt.ObjectRef) and actorrt.get(one, timeout=30) == 5
+    both = s.pair.options(num_returns=1).remote(10)  # marked 2, asked 1: the pair, whole
+    assert actorrt.get(both, timeout=30) == (10, 11)
     assert actorrt.get(s.single.remote(), timeout=30) == 5  # unmarked: one ref, as before
 
 

@@ -124,6 +124,9 @@ def run() -> dict[str, Any]:
     assert_type(p, ActorHandle)
     assert_type(p.value.remote(), ObjectRef[Any])
     plain = actorrt.get(p.value.remote())
+    one = p.value.options(num_returns=1).remote()  # one ref, as Ray's; N > 1: a list
+    assert_type(one, ObjectRef[Any])
+    assert actorrt.get(one) == plain
 
     twice = actorrt.get(c.twice.remote())
     gen = c.upto.remote(2)
