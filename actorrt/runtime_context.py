@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from actorrt.actor_class import ActorHandle, handle_of
 from actorrt.runtime import context, lineage
-from actorrt.runtime.exits import in_actor
+from actorrt.runtime.exits import in_actor, in_method
 
 if TYPE_CHECKING:
     from actorrt.runtime.host import ActorHost
@@ -56,6 +56,50 @@ class RuntimeContext:
             return rt.plan.for_name(rt.name).node
         except Exception:  # a process the plan does not know (a worker that grew in)
             return None
+
+    def get_worker_id(self) -> str | None:
+        """The process running here, by its RPC name, as ``actorrt.nodes()`` lists it.
+
+        ``"worker3"``, ``"driver_1a2b3c4d"`` (a readable name where Ray gives hex; the
+        same in every thread of the process). None in a process that is not started.
+        """
+        from actorrt.runtime.runtime import current_or_none  # torch: only when asked
+
+        rt = current_or_none()
+        return None if rt is None else rt.name
+
+    def get_task_id(self) -> str | None:
+        """An id of the call running here, as Ray's: the same for the call's whole run.
+
+        Readable, where Ray's is hex: ``"<caller>:<n>@<actor id>"`` for an actor's call
+        (the caller's n-th call to that actor), ``"<caller>:<n>@fn:<process>"`` for a
+        remote function's. No two calls running at one time share it; a call sent again
+        (``max_task_retries``, ``max_retries``) gets a new one.
+
+        Returns:
+            None outside a call: the driver's own code, an actor's constructor, a thread
+            the method started itself.
+        """
+        call = lineage.serving.get()
+        if call is None:
+            return None
+        actor_id = in_actor.get()
+        if actor_id is None:
+            return f"{call.caller}:{call.seq}@fn:{self.get_worker_id()}"
+        return f"{call.caller}:{call.seq}@{actor_id}"
+
+    def get_task_name(self) -> str | None:
+        """The name of the call running here, as Ray's: ``"Class.method"`` or the function's.
+
+        An actor's constructor is ``"Class.__init__"``. None outside an actor method,
+        constructor or remote function (the driver's own code, a thread the method
+        started itself).
+        """
+        method = in_method.get()  # an actor's method or constructor
+        if method is not None:
+            return method
+        call = lineage.serving.get()  # a remote function: its executor runs it by name
+        return None if call is None or call.method is None else str(call.method)
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         """The accelerators of the running actor or remote function, as Ray's.
@@ -119,6 +163,21 @@ class RuntimeContext:
                 "a remote function, in the thread (or task) that runs it"
             )
         return call.cancel_asked
+
+    def get(self) -> dict[str, Any]:
+        """What this context knows, as one dict (Ray's ``get()``): the set values only.
+
+        Keys: ``worker_id`` and ``node_id`` in a started process; ``actor_id``,
+        ``task_id`` and ``task_name`` where they apply (see their methods).
+        """
+        values = {
+            "worker_id": self.get_worker_id(),
+            "node_id": self.get_node_id(),
+            "actor_id": self.get_actor_id(),
+            "task_id": self.get_task_id(),
+            "task_name": self.get_task_name(),
+        }
+        return {key: value for key, value in values.items() if value is not None}
 
     def __repr__(self) -> str:
         return f"RuntimeContext(actor_id={self.get_actor_id()!r})"

@@ -34,10 +34,17 @@ class Child(Protocol):
 
 
 class Parent(Protocol):
-    """A call a mailbox runs (``mailbox.Call``): its cancel flag, and the calls it made."""
+    """A call a mailbox runs (``mailbox.Call``): its cancel flag, and the calls it made.
+
+    Its caller and number (in the caller's order for that actor) also name it for
+    ``get_runtime_context().get_task_id()``, and its method for ``get_task_name()``.
+    """
 
     cancel_asked: bool
     children: weakref.WeakSet[Child] | None
+    caller: str
+    seq: int
+    method: str | None
 
 
 serving: contextvars.ContextVar[Parent | None] = contextvars.ContextVar(

@@ -130,3 +130,53 @@ def test_an_actor_knows_its_name_and_node(cluster):
     assert ctx.get_accelerator_ids() == {"GPU": []}
     assert actorrt.get(accelerators.remote(), timeout=30) == {"GPU": []}  # no num_gpus
     actorrt.kill(named)
+
+
+@actorrt.actor
+class Tasks:
+    def __init__(self):
+        self.at_init = actorrt.get_runtime_context().get_task_name()
+
+    def about(self):
+        ctx = actorrt.get_runtime_context()
+        return self.at_init, ctx.get_task_name(), ctx.get_task_id(), ctx.get_worker_id()
+
+    async def about_async(self):
+        await asyncio.sleep(0)
+        ctx = actorrt.get_runtime_context()
+        return ctx.get_task_name(), ctx.get_task_id()
+
+    def streamed(self):
+        for _ in range(2):
+            yield actorrt.get_runtime_context().get_task_name()
+
+    def everything(self):
+        return actorrt.get_runtime_context().get()
+
+
+@actorrt.remote
+def task_in_a_function():
+    ctx = actorrt.get_runtime_context()
+    return ctx.get_task_name(), ctx.get_task_id(), ctx.get_worker_id()
+
+
+def test_a_call_knows_its_task_name_and_id_and_its_process(cluster):
+    t = Tasks.remote()
+    at_init, name, first, worker = actorrt.get(t.about.remote(), timeout=30)
+    assert (at_init, name) == ("Tasks.__init__", "Tasks.about")
+    assert worker in {p.name for p in cluster.plan.processes}  # a process of the plan
+    second = actorrt.get(t.about.remote(), timeout=30)[2]
+    assert first != second and first.endswith(t.actor_id) and second.endswith(t.actor_id)
+    assert first.startswith(cluster.name + ":")  # the caller: this driver
+    async_name, async_id = actorrt.get(t.about_async.remote(), timeout=30)
+    assert async_name == "Tasks.about_async" and async_id not in (first, second)
+    assert [actorrt.get(r, timeout=30) for r in t.streamed.remote()] == ["Tasks.streamed"] * 2
+    fn_name, fn_id, fn_worker = actorrt.get(task_in_a_function.remote(), timeout=30)
+    assert fn_name == "task_in_a_function" and fn_id.endswith(f"@fn:{fn_worker}")
+    everything = actorrt.get(t.everything.remote(), timeout=30)
+    assert everything["task_name"] == "Tasks.everything"
+    assert everything["actor_id"] == t.actor_id and everything["worker_id"] == worker
+    ctx = actorrt.get_runtime_context()  # the driver: no call runs here
+    assert (ctx.get_task_name(), ctx.get_task_id()) == (None, None)
+    assert ctx.get_worker_id() == cluster.name
+    assert ctx.get() == {"worker_id": cluster.name, "node_id": ctx.get_node_id()}
