@@ -96,10 +96,10 @@ def test_a_named_actors_own_handle_is_its_handle(cluster):
     actorrt.kill(n)
 
 
-@actorrt.actor
-class Where:
+class _Where:
     def __init__(self):
         self.name_at_init = actorrt.get_runtime_context().get_actor_name()
+        self.task_at_init = actorrt.get_runtime_context().get_task_name()
 
     def about(self):
         ctx = actorrt.get_runtime_context()
@@ -109,6 +109,9 @@ class Where:
         from actorrt.runtime.runtime import current_or_none
 
         return current_or_none().name
+
+
+Where = actorrt.actor(_Where)
 
 
 @actorrt.remote
@@ -133,13 +136,10 @@ def test_an_actor_knows_its_name_and_node(cluster):
 
 
 @actorrt.actor
-class Tasks:
-    def __init__(self):
-        self.at_init = actorrt.get_runtime_context().get_task_name()
-
-    def about(self):
+class Tasks(_Where):
+    def task(self):
         ctx = actorrt.get_runtime_context()
-        return self.at_init, ctx.get_task_name(), ctx.get_task_id(), ctx.get_worker_id()
+        return self.task_at_init, ctx.get_task_name(), ctx.get_task_id(), ctx.get_worker_id()
 
     async def about_async(self):
         await asyncio.sleep(0)
@@ -162,10 +162,10 @@ def task_in_a_function():
 
 def test_a_call_knows_its_task_name_and_id_and_its_process(cluster):
     t = Tasks.remote()
-    at_init, name, first, worker = actorrt.get(t.about.remote(), timeout=30)
-    assert (at_init, name) == ("Tasks.__init__", "Tasks.about")
+    at_init, name, first, worker = actorrt.get(t.task.remote(), timeout=30)
+    assert (at_init, name) == ("Tasks.__init__", "Tasks.task")
     assert worker in {p.name for p in cluster.plan.processes}  # a process of the plan
-    second = actorrt.get(t.about.remote(), timeout=30)[2]
+    second = actorrt.get(t.task.remote(), timeout=30)[2]
     assert first != second and first.endswith(t.actor_id) and second.endswith(t.actor_id)
     assert first.startswith(cluster.name + ":")  # the caller: this driver
     async_name, async_id = actorrt.get(t.about_async.remote(), timeout=30)
