@@ -184,6 +184,18 @@ def _nbytes(x: Any) -> int:
 # -- caller side ----------------------------------------------------------------------
 
 
+def _what(actor: str, method: str) -> str:
+    """A call's name on the timeline: ``Class.method``, or a remote function's own name.
+
+    A function's calls go to an executor, which both sides name "remote function ..."
+    as their class; shown so, the same call read "remote function f.f" on the caller's
+    row and "remote function.f" on the row that ran it.
+    """
+    if actor.startswith("remote function"):
+        return str(method)
+    return f"{actor}.{method}"
+
+
 def sent(
     actor: str,
     method: str,
@@ -212,7 +224,7 @@ def sent(
     """
     if not begin:
         return
-    what = f"{actor}.{method}"
+    what = _what(actor, method)
     key = call_key(caller, actor_id, seq, worker)
     tid = _thread()
     out = wire_bytes(wire)
@@ -327,7 +339,7 @@ def answered(actor: str, actor_id: str, call: Any, wire: Any) -> None:
         return  # arrived before tracing began, or a skipped sequence number
     end = clock()
     arrival, start, ran_end, tid = stamps
-    what = f"{actor}.{call.method}"
+    what = _what(actor, call.method)
     key = call_key(call.caller, actor_id, call.seq, _here())
     detail = {"caller": call.caller, "seq": call.seq, "actor_id": actor_id}
     here = _thread()
@@ -346,7 +358,7 @@ def value(actor: str, actor_id: str, call: Any, index: int, begin: int, wire: An
     """
     detail = {"caller": call.caller, "seq": call.seq, "index": index, "bytes": wire_bytes(wire)}
     key = call_key(call.caller, actor_id, call.seq, _here())
-    _record(_VALUE, f"{actor}.{call.method}", begin, clock(), _thread(), key, detail)
+    _record(_VALUE, _what(actor, call.method), begin, clock(), _thread(), key, detail)
 
 
 # -- user spans -----------------------------------------------------------------------

@@ -166,6 +166,8 @@ def test_remote_function_calls_each_have_a_key_of_their_own(tmp_path):
         assert caller_pid == rep["driver"] != run_pid
         assert call_b <= s["wait"][0] <= run_b <= run_e <= call_e, s
         assert ev["args"]["to"] in ev["id"]  # the process that ran it is in its key
+    names = {ev["name"] for ev in trace["traceEvents"] if ev.get("cat") in ("call", "run")}
+    assert names == {"nap_fn"}, names  # the function's name on both sides
 
 
 def test_trace_from_the_environment_and_timeline_refused_when_off(tmp_path):
