@@ -101,6 +101,9 @@ class _Streaming(Protocol):
 # same moment (only refs passed as arguments are visible to others before their send).
 _hook_lock = threading.Lock()
 
+_NO_COPY: Any = object()
+"""Said by ``ObjectRef._copy_of_lost`` when a ref travels as its location."""
+
 
 class _RefFuture(cf.Future[Any]):
     """A ref's future, which cannot be cancelled: the ref would be spoilt for good.
@@ -356,9 +359,28 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         (:func:`send_call`). A ref without a location travels as it is.
         """
         loc = self._loc
-        if loc is None:
-            return self
+        if loc is None or self._copy_of_lost(loc) is not _NO_COPY:
+            return self  # travels as it is (inline)
         return _located_ref(self._call, self._actor_id, loc._replace(rref=None))
+
+    def _copy_of_lost(self, loc: ObjectLocation) -> Any:
+        """The copy of its value that came with the reply, if its owner may have died since.
+
+        Such a ref travels with that copy, inline: its owner cannot be fetched from any
+        more, and the value is here. :data:`_NO_COPY` otherwise (the common case: its
+        owner is alive, and the receiver fetches from it in one hop).
+        """
+        sent = self._sent
+        if sent is None or not sent.done():
+            return _NO_COPY
+        rt = current_or_none()
+        if rt is None or loc.owner == rt.name or not rt.may_have_lost(loc.owner):
+            return _NO_COPY
+        try:
+            at, value = self._reply_value(sent)
+        except Exception:  # its error travels as the ref's (see __reduce__)
+            return _NO_COPY
+        return _NO_COPY if at is not None else value
 
     def _leased(self) -> ObjectLocation:
         """Its location, with a lease (made now if it held the object directly)."""
@@ -600,6 +622,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             )
         head = (self._call, self._actor_id)
         if self._loc is not None:
+            copy = self._copy_of_lost(self._loc)
+            if copy is not _NO_COPY:
+                return _inline_ref, (*head, copy)
             return _located_ref, (*head, self._leased())
         sent = self._sent
         ready = sent.done() if sent is not None else self._cf is not None and self._cf.done()
@@ -607,7 +632,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             error = self._failure()  # reads the reply: _loc is known from here on
             if error is not None:
                 return _failed_ref, (*head, error)
-            if self._loc is not None:
+            if self._loc is not None and self._copy_of_lost(self._loc) is _NO_COPY:
                 return _located_ref, (*head, self._leased())
             if sent is not None:
                 _, value = self._reply_value(sent)

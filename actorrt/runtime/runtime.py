@@ -1051,6 +1051,14 @@ class Runtime:
             if self.directory is not None:
                 self.directory.revive(worker)
 
+    def may_have_lost(self, worker: str) -> bool:
+        """Whether objects ``worker`` made may be gone: it is (or was once) known dead.
+
+        A process of that name that replaced the dead one keeps none of its objects; the
+        name alone cannot tell an object of the new one from an object of the dead one.
+        """
+        return worker in self._dead_workers or worker in self._replaced
+
     @property
     def ever_lost_a_peer(self) -> bool:
         """Whether a process of the cluster died (or was replaced) while this one ran."""

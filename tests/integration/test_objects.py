@@ -396,6 +396,8 @@ class Consumer:
     def slowly(self, seconds):
         time.sleep(seconds)
         return 1
+    def total_of_first(self, box):
+        return int(actorrt.get(box[0], timeout=30).sum())
     def pid(self):
         return os.getpid()
 
@@ -437,6 +439,33 @@ def test_owner_death_makes_get_raise_object_lost(tmp_path):
     assert final["owner"] in final["outcome"] and "lost" in final["outcome"]
     assert final["took"] < 10, final
     assert final["owner"] in final["passed"]
+
+
+def test_a_result_whose_copy_came_back_travels_with_it_once_its_owner_died(tmp_path):
+    """Its owner cannot be fetched from any more, and the caller has the value."""
+    body = """
+    rt, pids, p, c = start_apart()
+    ref = p.make.remote(4 << 20)  # over INLINE_BYTES, under PULL_BYTES: a copy came back
+    assert int(actorrt.get(ref, timeout=30).sum()) == 4 << 20 and ref._loc is not None
+    os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while p.worker not in rt.dead_workers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dead = (
+        actorrt.get(c.total.remote(ref), timeout=60),
+        actorrt.get(c.total_of_first.remote([ref]), timeout=60),
+    )
+    while p.worker in rt.dead_workers and time.monotonic() < deadline:
+        time.sleep(0.05)  # until a new process took its name
+    replaced = (
+        actorrt.get(c.total.remote(ref), timeout=60),
+        actorrt.get(c.total_of_first.remote([ref]), timeout=60),
+    )
+    report(pids=pids + list(rt.local_worker_pids), dead=dead, replaced=replaced)
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
+    assert final["dead"] == final["replaced"] == [4 << 20, 4 << 20], final
 
 
 def test_objects_of_an_owner_whose_process_was_replaced_say_that_it_died(tmp_path):
