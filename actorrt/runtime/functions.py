@@ -224,6 +224,7 @@ class FunctionRoutes:
                 call.retry(worker, counts)
             except Exception as error:  # never lose the thread: its calls would wait
                 call.give_up(error)
+            del item, call  # not kept (with its arguments) until the next resend
 
     def close(self) -> None:
         """Stops the resending thread (the runtime is stopping)."""

@@ -301,6 +301,7 @@ class Inboxes:
                 work()
             except Exception:  # a send to a process that is gone: nothing to tell
                 pass
+            del work  # not kept (with the values it sent) until the next
 
     def open(self) -> tuple[int, Inbox]:
         """A new stream: its id (what the call's :class:`Stream` name carries) and inbox."""

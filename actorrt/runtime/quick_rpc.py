@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed.rpc as rpc
 
-from actorrt.runtime import streams
+from actorrt.runtime import rref_keeper, streams
 
 __all__ = ["forget", "rpc_async", "quick"]
 
@@ -57,9 +57,13 @@ def _dispatch_table() -> dict[type, Callable[[Any], Any]]:
     # entry that needs torch's tables (tensors, RRefs) or that torch's pickler adds
     # (reducers registered with it: importing torch.distributed.nn registers two)
     # refusing, so that the request pickles here exactly as torch would pickle it, or
-    # not at all.
+    # not at all. A carried RRef too: its reduction registers a fork with torch, and a
+    # fork made here for a request that then falls back to torch's road (a tensor after
+    # it) would be a second one, never delivered, that keeps the RRef's owner holding it
+    # (an actor whose handle went with a small tensor was never freed).
     table = dict(_internal_rpc_pickler._dispatch_table)
-    for kind in (torch.Tensor, rpc.PyRRef, rpc.RRef, *_internal_rpc_pickler._class_reducer_dict):
+    refused = (torch.Tensor, rpc.PyRRef, rpc.RRef, rref_keeper.Carried)
+    for kind in (*refused, *_internal_rpc_pickler._class_reducer_dict):
         table[kind] = _refuse
     return table
 

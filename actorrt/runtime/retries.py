@@ -304,6 +304,7 @@ class CallRetries:
                 return
             if isinstance(item, _Call):
                 self._raised(item)
+                del item  # not kept (with its arguments) while waiting for the next
                 continue
             actor_id, dead = item
             try:

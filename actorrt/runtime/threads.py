@@ -141,6 +141,9 @@ class ActorThreads:
                 return
             fn, arg = item
             fn(arg)
+            # Not kept while the thread waits for more: the last call (its reply, whatever
+            # its value holds: handles, refs, tensors) would live until the next one came.
+            del item, fn, arg
             if self._started != self._count:  # else no submit counts idle threads any more
                 with self._lock:
                     if self._started > self._count:  # a lent thread is back: one too many

@@ -498,6 +498,39 @@ def test_unnamed_actor_is_released_when_last_handle_goes(cluster):
     assert not _alive(worker, actor_id)
 
 
+@actorrt.actor
+class Taker:
+    def take(self, message):
+        return True
+
+    def back(self, handles):
+        return [handles, torch.zeros(2)]  # the handle leaves in a reply, a tensor after it
+
+
+@pytest.mark.parametrize("road", ["arguments", "reply"])
+def test_a_handle_that_travelled_beside_a_tensor_does_not_keep_the_actor(cluster, road):
+    # Before: a handle before a small tensor in one call made a second fork of its RRef
+    # (the quick pickler reached it before falling back to torch's), never delivered;
+    # and the actor thread kept its last call, reply and all, until its next call.
+    import gc
+
+    taker = Taker.remote()
+    c = Counter.remote()
+    worker, actor_id = c.worker, c.actor_id
+    if road == "arguments":
+        assert actorrt.get(taker.take.remote({"who": c, "obs": torch.zeros(4)}), timeout=30)
+    else:
+        back = actorrt.get(taker.back.remote([c]), timeout=30)
+        assert back[0][0].actor_id == actor_id
+        del back
+    del c
+    gc.collect()
+    deadline = time.monotonic() + 40  # past the RRef keeper's holds (SENT_HOLD_S)
+    while _alive(worker, actor_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(worker, actor_id)
+
+
 @pytest.mark.parametrize("read", ["get", "wait"])
 def test_refs_kept_after_their_calls_answered_do_not_keep_the_actor(cluster, read):
     import gc
