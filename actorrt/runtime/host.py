@@ -74,12 +74,24 @@ class ActorHost:
         self._names: dict[str, str] = {}
         self._on_actor_end = on_actor_end
         self._pack_reply = pack_reply
-        self._released: queue.SimpleQueue[str] = queue.SimpleQueue()  # reentrant-safe put
+        # reentrant-safe put; None ends the thread (close)
+        self._released: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         threading.Thread(target=self._release_loop, name="actorrt-release", daemon=True).start()
 
     def _release_loop(self) -> None:
         while True:
-            self.release(self._released.get(), "no handle refers to the actor any more")
+            actor_id = self._released.get()
+            if actor_id is None:
+                return
+            self.release(actor_id, "no handle refers to the actor any more")
+
+    def close(self) -> None:
+        """Ends the thread that releases actors (at shutdown, once every actor is killed).
+
+        Without this, each start() and shutdown() in one process left that thread, and
+        with it the whole ended runtime, alive.
+        """
+        self._released.put(None)
 
     def _mailbox(self, actor_id: str) -> Mailbox:
         # Calls may arrive before the creation request (RPC threads race), so the first

@@ -987,6 +987,7 @@ class Runtime:
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
         self.generators.producer_died(worker, GRACE_S)
         self.objects.holder_died(worker)
+        shm.forget_dead()  # its segments this process mapped, if it was on this host
         rref_keeper.owner_died(worker)
         self.host.forget_caller(worker)
 
@@ -1073,7 +1074,9 @@ class Runtime:
         """Stops the actors here; the caller (api.shutdown / worker main) ends RPC."""
         self.stopped.set()
         self.host.kill_all("the cluster is shutting down")
+        self.host.close()
         self.objects.clear()
+        shm.forget_all()
         self.generators.shut()
         self.calls.close("the cluster is shutting down")
         self.retries.close()

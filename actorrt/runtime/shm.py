@@ -42,7 +42,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-__all__ = ["ShmTensor", "enabled", "peer_ok", "rpc_probe", "swap_one"]
+__all__ = [
+    "ShmTensor",
+    "enabled",
+    "forget_all",
+    "forget_dead",
+    "peer_ok",
+    "rpc_probe",
+    "swap_one",
+]
 
 _HEADER = 4096  # flag at byte 0, generation (u64) at byte 8; data is page aligned
 _MIN_SEGMENT = 1 << 20
@@ -269,6 +277,38 @@ def _map(pid: int, fd: int, capacity: int) -> mmap.mmap:
                     os.close(local)
                 _maps[key] = mm
     return mm
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie has: its memory is gone with it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
+def forget_dead() -> int:
+    """Drops the mappings of segments whose process ended (a peer died, or was replaced).
+
+    A mapping keeps its segment's pages (up to a peer's whole pool) for as long as it is
+    held; tensors still using one keep it mapped until they go.
+
+    Returns:
+        How many mappings it dropped.
+    """
+    with _maps_lock:
+        dead = [key for key in _maps if _gone(key[0])]
+        for key in dead:
+            del _maps[key]
+    return len(dead)
+
+
+def forget_all() -> None:
+    """Drops every mapping of a peer's segment (the cluster ended)."""
+    with _maps_lock:
+        _maps.clear()
 
 
 def _release(mm: mmap.mmap) -> None:

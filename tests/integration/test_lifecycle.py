@@ -184,11 +184,15 @@ def test_three_restarts_in_one_process_print_nothing_with_handles_kept(tmp_path)
             got.append(actorrt.get(made.add.remote(), timeout=30))
             kept += [c, named, h, made]
             actorrt.shutdown()
-            report(round=round, got=got, pids=pids)
+            import threading
+            left = sum(t.name == "actorrt-release" for t in threading.enumerate())
+            report(round=round, got=got, pids=pids, release_threads=left)
         """,
         timeout=240,
     )
     assert [r["got"] for r in reports] == [[1, 2, 3, 1, 1, 1]] * 3
+    # Each round's thread ends with it: it kept the whole ended runtime alive before.
+    assert max(r["release_threads"] for r in reports) <= 1, reports
     noise = TORCH_NOISE.findall(stderr)
     assert not noise, f"stderr of three start/shutdown rounds holds {noise}:\n{stderr[-6000:]}"
     # Nothing else either, but start()'s warning about the second cluster's limits (its

@@ -5,6 +5,7 @@ works within one process too, so the lifetime rules are checked here without RPC
 """
 
 import gc
+import os
 import pickle
 
 import pytest
@@ -94,3 +95,23 @@ def test_swap_one_leaves_small_grad_and_non_contiguous_layouts_alone():
     handle = shm.swap_one(big)
     assert isinstance(handle, shm.ShmTensor)
     assert torch.equal(pickle.loads(pickle.dumps(handle)), big)
+
+
+def test_mappings_of_ended_processes_are_dropped_and_the_rest_kept():
+    import mmap
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=30)  # ended and reaped: its pid names no process now
+    dead, alive = (child.pid, 3, 1), (os.getpid(), 3, 2)
+    try:
+        shm._maps[dead] = mmap.mmap(-1, 4096)
+        shm._maps[alive] = mmap.mmap(-1, 4096)
+        assert shm.forget_dead() >= 1
+        assert dead not in shm._maps and alive in shm._maps
+        shm.forget_all()
+        assert not shm._maps
+    finally:
+        shm._maps.pop(dead, None)
+        shm._maps.pop(alive, None)
