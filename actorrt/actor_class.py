@@ -33,6 +33,7 @@ from typing import (
 )
 
 from actorrt.binding import Binder, params_of, signature_of
+from actorrt.errors import ActorDiedError
 from actorrt.options import (
     BACKPRESSURE,
     ActorOptions,
@@ -727,6 +728,7 @@ class ActorHandle:
         "_table",
         "_rref",
         "_pending",
+        "_session",
         "__weakref__",
     )
 
@@ -748,6 +750,25 @@ class ActorHandle:
         self._table = methods
         self._rref = rref
         self._pending = PendingCalls(max_pending_calls) if max_pending_calls > 0 else None
+        rt = current_or_none()
+        self._session = 0 if rt is None else rt.session  # 0: made outside any cluster
+
+    def _check_cluster(self, rt: Runtime) -> None:
+        """Raises if this handle was made in a cluster this process has shut down since.
+
+        Its worker's name may be taken by a process of the new cluster, where a call
+        would wait for ever for an actor that is not coming.
+
+        Raises:
+            ActorDiedError: It belongs to an ended cluster.
+        """
+        if self._session and self._session != rt.session:
+            raise ActorDiedError(
+                f"{self!r} belongs to a cluster that was shut down (actorrt.shutdown()): "
+                "its actor ended with it. Make the actor again in this cluster (a named "
+                "one: Cls.options(name=...).remote(), then actorrt.get_actor(name)).",
+                self.actor_id,
+            )
 
     moves = True  # runtime.protocol.Target: an actor lives on one process at a time
 
@@ -785,6 +806,9 @@ class ActorHandle:
                 "(Cls.options(name=...).remote()) and use actorrt.get_actor(name); "
                 "handles of named actors pickle anywhere."
             )
+        rt = current_or_none()
+        if rt is not None and self._session != rt.session:
+            self._check_cluster(rt)
         rref = self._rref
         if rref is not None and group.keeping_rrefs():
             # To a peer that cannot receive RRefs (a second cluster's driver): the handle
@@ -887,6 +911,8 @@ class ActorMethod:
         rt = current_or_none()
         if rt is None:  # raises; its message is made only here, not on every call
             rt = current(f"{handle.class_name}.{self._name}.remote()")
+        if handle._session != rt.session:
+            handle._check_cluster(rt)
         returns = self._returns or (table.returns.get(self._name, 1) if table.returns else 1)
         retries = self._retries
         if retries is None and table.retries:

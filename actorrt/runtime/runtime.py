@@ -93,6 +93,9 @@ __all__ = ["Runtime", "current", "current_or_none", "is_initialized"]
 R = TypeVar("R")
 
 
+_sessions = itertools.count(1)
+
+
 def current(what: str = "this call") -> Runtime:
     """The process's running ``Runtime``; raises ``NotInitializedError`` before ``start``."""
     rt = context.installed()
@@ -137,6 +140,9 @@ class Runtime:
         self.rank = rank
         self.driver_name = driver_name
         self.directory = directory
+        # Which of this process's clusters this is (start/shutdown/start): a handle made
+        # in an ended one names processes and actors that are gone, or names now taken.
+        self.session = next(_sessions)
         self._device_maps = dict(device_maps or {})
         self._guard_tiny = guard_tiny_cuda
         self._cuda = torch.cuda.is_available()

@@ -182,15 +182,24 @@ def test_three_restarts_in_one_process_print_nothing_with_handles_kept(tmp_path)
             made = actorrt.get(h.make_for_driver.remote(), timeout=30)
             time.sleep(0.5)  # time for the actor to be released, were nothing holding it
             got.append(actorrt.get(made.add.remote(), timeout=30))
+            stale = None
+            for old in kept[:1]:  # a handle of the first cluster: refused, not left waiting
+                try:
+                    old.add.remote()
+                    stale = "no error"
+                except actorrt.ActorDiedError as exc:
+                    stale = str(exc)
             kept += [c, named, h, made]
             actorrt.shutdown()
             import threading
             left = sum(t.name == "actorrt-release" for t in threading.enumerate())
-            report(round=round, got=got, pids=pids, release_threads=left)
+            report(round=round, got=got, pids=pids, release_threads=left, stale=stale)
         """,
         timeout=240,
     )
     assert [r["got"] for r in reports] == [[1, 2, 3, 1, 1, 1]] * 3
+    assert reports[0]["stale"] is None, reports
+    assert all("cluster that was shut down" in r["stale"] for r in reports[1:]), reports
     # Each round's thread ends with it: it kept the whole ended runtime alive before.
     assert max(r["release_threads"] for r in reports) <= 1, reports
     noise = TORCH_NOISE.findall(stderr)
