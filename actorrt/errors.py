@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 __all__ = [
     "ActorDiedError",
     "ActorError",
@@ -13,6 +16,7 @@ __all__ = [
     "PendingCallsLimitExceeded",
     "PlacementError",
     "TaskCancelledError",
+    "actor_error",
 ]
 
 
@@ -32,6 +36,12 @@ class NotInitializedError(ActorRtError, RuntimeError):
 
 class ActorError(ActorRtError):
     """An actor method (or constructor) raised; the actor itself stays usable.
+
+    As Ray's ``RayTaskError``, the error ``get`` raises is also an instance of the class
+    the method raised (when that is an ``Exception`` that is not actorrt's own): ``except
+    KeyError`` catches a method's ``KeyError``, and ``except actorrt.ActorError`` catches
+    it too. Its class is then named ``ActorError(KeyError)``; the method's exception
+    itself is ``cause``.
 
     Attributes:
         cause: The exception the method raised, when it could be sent back; otherwise None.
@@ -127,3 +137,98 @@ class PlacementError(ActorRtError):
 
 class ClusterError(ActorRtError):
     """The cluster could not be started, joined or reached (rendezvous, token, ports)."""
+
+
+# One class per class of cause (Ray's as_instanceof_cause does the same), made on first use.
+_duals: dict[type[BaseException], type[ActorError] | None] = {}
+_duals_lock = threading.Lock()
+
+
+def actor_error(
+    message: str, cause: BaseException | None, remote_traceback: str, actor_id: str | None = None
+) -> ActorError:
+    """The :class:`ActorError` of a method that raised ``cause``, also of ``cause``'s class.
+
+    A cause that is itself such an error (a method that let a call's error through) gives
+    the class of the error first raised. A plain ``ActorError`` where no such class can
+    be made: no cause (it did not travel),
+    a ``BaseException`` that is not an ``Exception``, one of actorrt's own errors (they
+    keep their meaning: ``ObjectLostError`` raised by the method is its error, not the
+    call's), or a class Python cannot combine with ``ActorError`` (layout, ``final``).
+    """
+    cls = None
+    if isinstance(cause, Exception):
+        kind: type[BaseException] = getattr(type(cause), "_actorrt_cause_class", type(cause))
+        cls = _dual(kind)  # kind: the error first raised, for a nested call's error
+    if cls is None:
+        return ActorError(message, cause, remote_traceback, actor_id)
+    error = cls.__new__(cls)  # the cause's own __init__ takes other arguments: not called
+    _fill(error, message, cause, remote_traceback, actor_id)
+    return error
+
+
+def _fill(
+    error: ActorError,
+    message: str,
+    cause: BaseException | None,
+    remote_traceback: str,
+    actor_id: str | None,
+) -> None:
+    # ActorError.__init__'s work, without super().__init__ (which would reach the cause's).
+    BaseException.__init__(error, f"{message}\n\nRemote traceback:\n{remote_traceback}")
+    error.cause = cause
+    error.remote_traceback = remote_traceback
+    error.actor_id = actor_id
+    if isinstance(error, OSError) and isinstance(cause, OSError):  # fields, not attributes
+        error.errno, error.strerror = cause.errno, cause.strerror
+        error.filename, error.filename2 = cause.filename, cause.filename2
+
+
+def _dual(kind: type[BaseException]) -> type[ActorError] | None:
+    with _duals_lock:
+        if kind in _duals:
+            return _duals[kind]
+        made: type[ActorError] | None = None
+        if not issubclass(kind, ActorRtError):
+            try:
+                made = type(
+                    f"ActorError({kind.__name__})",
+                    (ActorError, kind),
+                    {
+                        "__module__": __name__,
+                        "__init__": _dual_init,
+                        "__str__": BaseException.__str__,  # not KeyError's repr of it
+                        "__repr__": BaseException.__repr__,
+                        "__reduce__": _dual_reduce,
+                        "__getattr__": _dual_getattr,
+                        "_actorrt_cause_class": kind,
+                    },
+                )
+            except TypeError:  # instance layout conflict, a final class, a metaclass
+                made = None
+        _duals[kind] = made
+        return made
+
+
+def _dual_init(
+    self: ActorError,
+    message: str,
+    cause: BaseException | None,
+    remote_traceback: str,
+    actor_id: str | None = None,
+) -> None:
+    _fill(self, message, cause, remote_traceback, actor_id)
+
+
+def _dual_reduce(self: ActorError) -> tuple[Any, tuple[Any, ...]]:
+    # Rebuilt by actor_error: the class is made on the receiver's side too.
+    message = self.args[0].split("\n\nRemote traceback:")[0]
+    return (actor_error, (message, self.cause, self.remote_traceback, self.actor_id))
+
+
+def _dual_getattr(self: ActorError, name: str) -> Any:
+    # The cause's own attributes (OSError's errno, a user's fields), as Ray's does.
+    cause = self.__dict__.get("cause")
+    if cause is None or name.startswith("__"):
+        raise AttributeError(name)
+    return getattr(cause, name)

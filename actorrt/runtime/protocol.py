@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
 
 import cloudpickle
 
-from actorrt.errors import ActorDiedError, ActorError, ObjectLostError, TaskCancelledError
+from actorrt.errors import (
+    ActorDiedError,
+    ActorError,
+    ObjectLostError,
+    TaskCancelledError,
+    actor_error,
+)
 
 if TYPE_CHECKING:
     import threading
@@ -391,7 +397,7 @@ def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:
         return payload
     if status == ERROR:
         what, summary, text, cause = payload
-        raise ActorError(f"{what} raised {summary}", cause, text, actor_id)
+        raise actor_error(f"{what} raised {summary}", cause, text, actor_id)
     if status == LOST:
         raise ObjectLostError(payload)
     if status == RAISE:

@@ -237,6 +237,14 @@ def test_await_object_ref(cluster):
     assert asyncio.run(main()) == 3
 
 
+def test_a_methods_exception_is_caught_by_its_own_class_as_in_ray(cluster):
+    c = Counter.remote(1)
+    with pytest.raises(ValueError, match="boom") as info:  # ActorError(ValueError)
+        actorrt.get(c.fail.remote("boom"), timeout=30)
+    assert isinstance(info.value, actorrt.ActorError) and info.value.actor_id == c.actor_id
+    assert type(info.value.cause) is ValueError
+
+
 def test_get_without_timeout_waits_on_the_reply_directly(cluster):
     # no timeout: `get` takes the direct road (waits on the torch future); the module's
     # pytest timeout bounds these waits
