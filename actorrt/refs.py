@@ -524,7 +524,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self.future()
 
     def _when_ready(self, fn: Callable[[], None]) -> None:
-        self._ready_future().add_done_callback(lambda _: fn())
+        self._ready_future().add_done_callback(_Once(lambda _: fn()))
 
     def _resolution(self, requester: str) -> Wire:
         rt = current("resolving a lent ObjectRef")
@@ -784,6 +784,27 @@ def _close_gap(
         return
     if failed_in_pickling(exc):
         rt.skip_at(actor_id, worker, ticket)
+
+
+class _Once:
+    """A ready future's callback that lets go of what it runs once it ran.
+
+    A ``concurrent.futures.Future`` keeps its callbacks after running them, and a ref
+    keeps its ready future: a callback that holds the ref (a lender's answer to a
+    borrower, a call waiting for its ref arguments) made a cycle that only the cyclic
+    garbage collector frees, which an idle process may never run, and the ref's object
+    stayed at its owner meanwhile.
+    """
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Any], None]) -> None:
+        self._fn: Callable[[Any], None] | None = fn
+
+    def __call__(self, arg: Any) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn(arg)
 
 
 def _let_go_after_reply(held: list[ObjectRef[Any]], _: object) -> None:
@@ -1305,7 +1326,7 @@ def when_ready(
             sent.add_done_callback(partial(_let_go_after_reply, deps))
 
     for dep in deps:
-        dep._ready_future().add_done_callback(on_dep_ready)
+        dep._ready_future().add_done_callback(_Once(on_dep_ready))
 
 
 def send_call(

@@ -122,3 +122,49 @@ def test_get_gives_the_value_or_raises_what_the_reply_stands_for():
     reply.set_result(payload.pack(died_reply("it was killed")))
     with pytest.raises(ActorDiedError, match="it was killed"):
         actorrt.get(ref)
+
+
+@pytest.fixture
+def no_cyclic_gc():
+    import gc
+
+    was = gc.isenabled()
+    gc.disable()  # an idle process may never run it: a cycle would keep the ref
+    yield
+    if was:
+        gc.enable()
+
+
+def test_a_ready_callback_that_holds_its_ref_lets_it_go_once_run(no_cyclic_gc):
+    # A lender's answer to a borrower holds the lent ref: before, the ref's ready future
+    # kept the callback after running it, and ref, future and callback made a cycle.
+    import weakref
+
+    ref = ObjectRef("Leaf.big")
+    ran = []
+
+    def answer(ref=ref):
+        ran.append(ref._call)
+
+    ref._when_ready(answer)
+    ref.fail(RuntimeError("answered"))
+    assert ran == ["Leaf.big"]
+    alive = weakref.ref(ref)
+    del ref, answer
+    assert alive() is None
+
+
+def test_refs_a_call_waited_for_are_let_go_when_one_failed(no_cyclic_gc):
+    import weakref
+
+    from actorrt.refs import when_ready
+
+    first, second = ObjectRef("A.make"), ObjectRef("B.make")
+    failed = []
+    when_ready((first, second), {}, lambda a, kw, now: None, failed.append)
+    first.fail(RuntimeError("first"))
+    second.fail(RuntimeError("second"))
+    assert len(failed) == 1
+    alive = [weakref.ref(first), weakref.ref(second)]
+    del first, second
+    assert [r() for r in alive] == [None, None]
