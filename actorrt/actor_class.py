@@ -85,11 +85,31 @@ else:  # typing.ParamSpec takes no default before 3.13; run time does not need i
     P = ParamSpec("P")
 
 
+# A class's own dunder methods that are never called remotely: Python's and pickle's hooks.
+_NOT_REMOTE = frozenset(
+    {"__del__", "__copy__", "__deepcopy__", "__setstate__", "__set_name__", "__post_init__"}
+)
+
+
+def _remote_dunder(cls: type, name: str) -> bool:
+    """Whether ``handle.<name>.remote()`` calls the class's own dunder method ``name``.
+
+    As in Ray: one the class defines in Python (``__call__``, ``__len__``,
+    ``__getitem__``...), which a handle does not have itself (``__repr__``, ``__eq__``
+    stay the handle's), and that is not a hook of Python's (:data:`_NOT_REMOTE`).
+    """
+    raw = inspect.getattr_static(cls, name, None)
+    handles_own = any(name in vars(k) for k in ActorHandle.__mro__)  # not type's __call__
+    return inspect.isfunction(raw) and not handles_own and name not in _NOT_REMOTE
+
+
 def _method_specs(cls: type) -> str:
     """The methods of ``cls`` in the form :class:`MethodTable` takes."""
     entries = []
     for name, member in inspect.getmembers(cls):  # sorted by name
-        if name.startswith("__") or not name.isidentifier() or not callable(member):
+        if not name.isidentifier() or not callable(member):
+            continue
+        if name.startswith("__") and not _remote_dunder(cls, name):
             continue
         raw = inspect.getattr_static(cls, name)
         # Functions and method descriptors get the instance as first argument; static
@@ -782,8 +802,10 @@ class ActorHandle:
         return self._table.names
 
     def __getattr__(self, name: str) -> ActorMethod:
-        if name in ActorHandle.__slots__ or name.startswith("__"):
+        if name in ActorHandle.__slots__:
             raise AttributeError(name)
+        if name.startswith("__") and name not in self._table._binders:
+            raise AttributeError(name)  # Python's and libraries' probes: no message to make
         if name not in self._table._binders:  # MethodTable.__contains__, without its call
             raise AttributeError(
                 f"actor {self.class_name} has no method {name!r}; its methods are: "

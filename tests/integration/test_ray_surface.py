@@ -135,6 +135,27 @@ def test_an_actor_creating_an_actor_of_its_own_class_gets_a_full_handle(cluster)
     assert generation == 2 and actorrt.get(grandchild.whoami.remote(), timeout=60) == 2
 
 
+@actorrt.actor
+class Policy:
+    def __call__(self, obs):
+        return obs * 2
+
+    def __len__(self):
+        return 3
+
+    def __del__(self):  # Python's hook: never called remotely
+        pass
+
+
+def test_the_classs_own_dunder_methods_are_called_remotely_as_in_ray(cluster):
+    p = Policy.remote()
+    assert actorrt.get(p.__call__.remote(21), timeout=30) == 42
+    assert actorrt.get(p.__len__.remote(), timeout=30) == 3
+    assert {"__call__", "__len__"} <= set(p.methods) and "__del__" not in p.methods
+    assert not hasattr(p, "__del__") and not hasattr(p, "__getitem__")  # probes: no method
+    assert repr(p).startswith("ActorHandle(Policy")  # the handle's own stay its own
+
+
 def test_handle_init_remote_is_an_error(cluster):
     t = Tally.remote(0)
     with pytest.raises(TypeError, match="constructors cannot be called as methods"):
