@@ -201,14 +201,35 @@ class ActorOptions:
 _O = TypeVar("_O", "ActorOptions", "FunctionOptions")
 
 
+_RAY_ONLY = {
+    "lifetime": "actorrt has no detached actors: every actor ends with its cluster, and a "
+    "named one lives until killed",
+    "namespace": "actorrt has no namespaces: an actor's name is unique in its cluster",
+    "resources": "custom resources are labels here: label='x' places on processes "
+    "started with that label (actorrt.start(labels=...), actorrt worker --labels)",
+    "memory": "actorrt reserves no memory: only num_cpus and num_gpus are counted",
+    "runtime_env": "every process runs the driver's environment; classes and functions of "
+    "the driver's script travel by value",
+    "scheduling_strategy": "placement is by label= and the cluster's layout (actorrt.start("
+    "layout=...)), shown by `actorrt plan`",
+    "placement_group": "placement is by label= and the cluster's layout (actorrt.start("
+    "layout=...)), shown by `actorrt plan`",
+}
+"""Ray options actorrt does not take, and what to do instead (for their TypeError)."""
+
+
 def _replaced(base: _O, kwargs: Mapping[str, Any], what: str) -> _O:
-    """``base`` with ``kwargs`` replaced; an unknown key is a ``TypeError`` naming valid ones."""
+    """``base`` with ``kwargs`` replaced; an unknown key is a ``TypeError`` naming valid ones.
+
+    A Ray option actorrt does not take says what to use instead (:data:`_RAY_ONLY`).
+    """
     valid = [f.name for f in dataclasses.fields(base)]
     unknown = sorted(set(kwargs) - set(valid))
     if unknown:
+        hints = "".join(f" {key!r}: {_RAY_ONLY[key]}." for key in unknown if key in _RAY_ONLY)
         raise TypeError(
             f"unknown {what} option(s) {', '.join(map(repr, unknown))}; "
-            f"valid options are: {', '.join(valid)}."
+            f"valid options are: {', '.join(valid)}.{hints}"
         )
     return dataclasses.replace(base, **dict(kwargs))
 

@@ -408,3 +408,20 @@ def test_retry_exceptions_are_refused_on_streams():
         plain.options(num_returns="streaming")
     with pytest.raises(TypeError, match="ticks: retry_exceptions is not for streaming calls"):
         actorrt.remote(ticks).options(retry_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("option", "hint"),
+    [
+        ("lifetime", "no detached actors"),
+        ("namespace", "no namespaces"),
+        ("resources", "label="),
+        ("memory", "reserves no memory"),
+    ],
+)
+def test_a_ray_option_actorrt_lacks_says_what_to_use_instead(option, hint):
+    with pytest.raises(TypeError, match=f"unknown actor option.*{option!r}.*{hint}"):
+
+        @actorrt.actor(**{option: "detached" if option == "lifetime" else 1})
+        class Detached:
+            pass
