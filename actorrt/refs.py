@@ -565,6 +565,11 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         :func:`get` would raise. Its ``cancel()`` does nothing and returns False: the
         call runs on (to cancel the call, :func:`cancel` the ref).
 
+        Its callbacks run on the thread that completes it, often one of torch's RPC
+        threads: keep them short. One that blocks (a ``get`` of the next call) holds that
+        thread, and once every RPC thread waits so, no reply is read; hand such work to a
+        thread of your own (an executor).
+
         Returns:
             The future of the call's result.
 
