@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import heapq
+import threading
 import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
@@ -49,6 +51,9 @@ class ObjectRefGenerator(Generic[R_co]):
     ``_generator_backpressure_num_objects=N`` (Ray's option) the method is not asked for
     its next value while N of its values are not taken here.
 
+    Several threads or tasks may iterate one generator: each value's ref goes to one of
+    them (which one, as each is ready to take it), and every one of them ends.
+
     Example::
 
         @actorrt.actor
@@ -67,6 +72,9 @@ class ObjectRefGenerator(Generic[R_co]):
         "_stream_id",
         "_inboxes",
         "_next",
+        "_returned",
+        "_taken",
+        "_claims",
         "_ended",
         "_reporter",
         "__weakref__",
@@ -77,7 +85,13 @@ class ObjectRefGenerator(Generic[R_co]):
         self._call: ObjectRef[int] = ObjectRef(what, actor_id)
         self._inboxes = rt.generators
         self._stream_id, self._inbox = rt.generators.open()
-        self._next = 0  # the index of the next value to give
+        # Consumers claim an index each under _claims, so that two iterating one generator
+        # (threads, asyncio tasks) never get the same value, nor skip one: an index
+        # claimed and not given (a cancelled await) is returned for the next claim.
+        self._next = 0  # the lowest index never claimed
+        self._returned: list[int] = []  # a heap of indices claimed and given back
+        self._taken = 0  # how many values' refs were given
+        self._claims = threading.Lock()
         self._ended = False
         # Backpressure: tells the process running the call how many values were taken.
         self._reporter: Reporter | None = None
@@ -109,12 +123,19 @@ class ObjectRefGenerator(Generic[R_co]):
         """
         if self._ended:
             raise StopIteration
-        slot = self._inbox.slot(self._next)
-        pool = lender()
-        if pool is not None and not slot.done():  # in a remote function: lend its thread
-            with pool.lending():
-                return self._ref(slot.result())
-        return self._ref(slot.result())
+        index = self._claim()
+        try:
+            slot = self._inbox.slot(index)
+            pool = lender()
+            if pool is not None and not slot.done():  # in a remote function: lend its thread
+                with pool.lending():
+                    item = slot.result()
+            else:
+                item = slot.result()
+        except BaseException:  # an interrupt: the value goes to the next claim
+            self._give_back(index)
+            raise
+        return self._ref(item, index)
 
     def __aiter__(self) -> ObjectRefGenerator[R_co]:
         return self
@@ -127,12 +148,34 @@ class ObjectRefGenerator(Generic[R_co]):
         """
         if self._ended:
             raise StopAsyncIteration
-        slot = self._inbox.slot(self._next)
-        item = await asyncio.shield(asyncio.wrap_future(slot))
+        index = self._claim()
         try:
-            return self._ref(item)
+            item = await asyncio.shield(asyncio.wrap_future(self._inbox.slot(index)))
+        except BaseException:  # cancelled: the value goes to the next claim
+            self._give_back(index)
+            raise
+        try:
+            return self._ref(item, index)
         except StopIteration:
             raise StopAsyncIteration from None
+
+    def _claim(self) -> int:
+        """The index of the value this consumer gives next (each index to one consumer)."""
+        with self._claims:
+            if self._returned:
+                return heapq.heappop(self._returned)
+            index = self._next
+            self._next += 1
+            return index
+
+    def _give_back(self, index: int) -> None:
+        with self._claims:
+            heapq.heappush(self._returned, index)
+
+    def _unclaimed(self) -> int:
+        """The index the next claim gets."""
+        with self._claims:
+            return self._returned[0] if self._returned else self._next
 
     def completed(self) -> ObjectRef[int]:
         """A ref ready once the method has ended: its value is how many refs it gave.
@@ -145,8 +188,8 @@ class ObjectRefGenerator(Generic[R_co]):
         """
         return self._call
 
-    def _ref(self, item: Any) -> ObjectRef[R_co]:
-        """The ref of the value the inbox gave (``item``), or the end of the iteration."""
+    def _ref(self, item: Any, index: int) -> ObjectRef[R_co]:
+        """The ref of value ``index`` (the inbox gave ``item``), or the end of the iteration."""
         if item is None:  # the method yielded no more
             self._ended = True
             raise StopIteration
@@ -156,11 +199,13 @@ class ObjectRefGenerator(Generic[R_co]):
         if type(item) is Lost:  # its producer died before it arrived
             self._ended = True
             what = self._call._call
-            return failed(what, ObjectLostError(f"value {self._next} of {what} is lost: {item}."))
-        self._inbox.take(self._next)
-        self._next += 1
+            return failed(what, ObjectLostError(f"value {index} of {what} is lost: {item}."))
+        self._inbox.take(index)
+        with self._claims:
+            self._taken += 1
+            taken = self._taken
         if self._reporter is not None:
-            self._reporter.took(self._next)
+            self._reporter.took(taken)
         ref: ObjectRef[R_co] = ObjectRef(self._call._call, self._call._actor_id)
         arrived: torch.futures.Future[Any] = torch.futures.Future()
         arrived.set_result(item)
@@ -169,7 +214,7 @@ class ObjectRefGenerator(Generic[R_co]):
 
     def _next_ready(self) -> bool:
         # What actorrt.wait() reads: next() would give a ref, or end, without waiting.
-        return self._ended or self._inbox.slot(self._next).done()
+        return self._ended or self._inbox.slot(self._unclaimed()).done()
 
     def _ready_future(self) -> cf.Future[Any]:
         # The future actorrt.wait() waits on; done once _next_ready() is.
@@ -177,14 +222,14 @@ class ObjectRefGenerator(Generic[R_co]):
             done: cf.Future[Any] = cf.Future()
             done.set_result(None)
             return done
-        return self._inbox.slot(self._next)
+        return self._inbox.slot(self._unclaimed())
 
     def _when_ready(self, fn: Callable[[], None]) -> None:
         # What PendingCalls reads of a call's refs: the call answered (all values sent).
         self._call._when_ready(fn)
 
     def __repr__(self) -> str:
-        state = "done" if self._ended else f"{self._next} taken"
+        state = "done" if self._ended else f"{self._taken} taken"
         return f"ObjectRefGenerator({self._call._call}, {state})"
 
     def __reduce__(self) -> NoReturn:

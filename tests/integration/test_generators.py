@@ -412,3 +412,37 @@ def test_wait_says_when_a_generators_next_value_is_there(cluster):
     with pytest.raises(StopIteration):
         next(gen)
     assert actorrt.wait([gen], timeout=0) == ([gen], [])
+
+
+def test_several_consumers_of_one_generator_share_its_values_once_each_and_all_end(cluster):
+    # Before: two threads (or asyncio tasks) read one index at once, so a value went to
+    # both and the next to none, and a consumer waited for ever after the end.
+    s = Source.remote()
+    n = 300
+    gen = s.count.remote(n)
+    got: list[list[int]] = [[], []]
+
+    def consume(into):
+        for ref in gen:
+            into.append(actorrt.get(ref, timeout=30))
+
+    threads = [threading.Thread(target=consume, args=(into,), daemon=True) for into in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)  # every consumer ended
+    assert sorted(got[0] + got[1]) == list(range(n))
+
+    async def tasks():
+        gen = s.count.remote(n)
+        out: list[int] = []
+
+        async def consume():
+            async for ref in gen:
+                out.append(await ref)
+
+        await asyncio.wait_for(asyncio.gather(*(consume() for _ in range(4))), 60)
+        return out
+
+    assert sorted(asyncio.run(tasks())) == list(range(n))
