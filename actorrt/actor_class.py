@@ -15,6 +15,7 @@ methods and calls are the same as for any other class.
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -46,7 +47,7 @@ from actorrt.options import (
 from actorrt.pending_calls import PendingCalls
 from actorrt.ref_generator import ObjectRefGenerator, streaming_refs
 from actorrt.refs import ObjectRef, new_refs, send_call
-from actorrt.runtime import group, shipping
+from actorrt.runtime import group, rref_keeper, shipping
 from actorrt.runtime.generators import STREAMING
 from actorrt.runtime.payload import packing
 from actorrt.runtime.protocol import CONCURRENCY_GROUP, ActorRecord
@@ -860,6 +861,23 @@ class ActorHandle:
 
     def __hash__(self) -> int:
         return hash(self.actor_id)
+
+
+def _handle_rrefs_owned_by(worker: str) -> list[Any]:
+    """The RRefs of this process's handles that ``worker`` owns (it died: they are pinned).
+
+    A handle's RRef is owned by the process that hosted its actor when the handle was
+    made, which it keeps after the actor is restarted elsewhere. Found by walking the
+    objects the garbage collector tracks: once per death, nothing per handle.
+    """
+    return [
+        h._rref
+        for h in gc.get_objects()
+        if type(h) is ActorHandle and h._rref is not None and rref_keeper.owned_by(h._rref, worker)
+    ]
+
+
+rref_keeper.find_owned_by(_handle_rrefs_owned_by)
 
 
 def handle_of(record: ActorRecord, rref: Any = None) -> ActorHandle:

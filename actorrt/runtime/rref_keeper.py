@@ -36,6 +36,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -49,7 +50,10 @@ __all__ = [
     "holds",
     "hold_received",
     "hold_sent",
+    "find_owned_by",
     "owner_died",
+    "pin",
+    "pinned",
     "release_all",
 ]
 
@@ -73,6 +77,11 @@ _thread: threading.Thread | None = None
 _work = threading.Event()  # set by every hold: the keeper sleeps on it while it holds none
 _arrivals = 0  # RRefs held on their arrival so far
 _arriving_queue: queue.SimpleQueue[tuple[Any, Arriving]] = queue.SimpleQueue()
+# User RRefs whose owner died, kept until the process ends (see pin).
+_pinned: list[Any] = []
+# Functions that find the RRefs this process's objects hold that a given process owns
+# (the layers above register theirs: actor handles), called when that process dies.
+_finders: list[Callable[[str], list[Any]]] = []
 _arrivals_thread: threading.Thread | None = None
 
 
@@ -214,13 +223,43 @@ def arrivals() -> int:
         return _arrivals
 
 
+def pin(rrefs: list[Any]) -> None:
+    """Keeps user RRefs whose owner died until this process ends: dropped, they would not be.
+
+    Dropping a user RRef sends its owner a delete, which torch retries for about 13 s
+    when the owner is gone; each retry holds a reference to the owner's entry in the
+    agent, and when a new process takes the dead one's name that entry is replaced:
+    the retry thread then reads freed memory (a driver died of SIGSEGV so, in
+    ``RpcAgent::retryExpiredRpcs``), and the deletes that do go reach the new process
+    and print torch's tracebacks. An RRef kept here sends nothing; a few bytes each.
+    """
+    with _lock:
+        _pinned.extend(rrefs)
+
+
+def find_owned_by(finder: Callable[[str], list[Any]]) -> None:
+    """Registers ``finder(worker)``: RRefs owned by ``worker`` held by objects it knows.
+
+    :func:`owner_died` pins what each finder gives, so that no later drop of those
+    objects sends the dead owner a delete.
+    """
+    _finders.append(finder)
+
+
+def pinned() -> int:
+    """How many RRefs :func:`pin` keeps (diagnostics, tests)."""
+    with _lock:
+        return len(_pinned)
+
+
 def owner_died(worker: str) -> int:
     """Lets go of the RRefs held until ``worker``, their owner, confirms them: it died.
 
     Dropping them here runs no delete: torch keeps its own reference to an unconfirmed
     user RRef (its pending users) until the confirmation, which will not come now.
     Without this the keeper would look at each of them every tick for as long as this
-    process lives. An RRef held because it was sent on goes at its time, as before.
+    process lives. An RRef held because it was sent on or is settling (confirmed) is
+    pinned instead (:func:`pin`): its drop would send the dead owner a delete.
 
     Args:
         worker: The dead process's name (an RRef's ``owner_name()``).
@@ -229,12 +268,29 @@ def owner_died(worker: str) -> int:
         How many RRefs it let go.
     """
     with _lock:
-        gone = [r for r in _unconfirmed.values() if r.owner_name() == worker]
+        gone = [r for r in _unconfirmed.values() if _owned_by(r, worker)]
         for rref in gone:
             del _unconfirmed[id(rref)]
+        for timed in (_sent, _settling):
+            for key in [k for k, (r, _) in timed.items() if _owned_by(r, worker)]:
+                _pinned.append(timed.pop(key)[0])
     count = len(gone)
     del gone  # dropped outside the lock (see release_all)
+    for finder in list(_finders):
+        pin(finder(worker))
     return count
+
+
+def owned_by(rref: Any, worker: str) -> bool:
+    """Whether user RRef ``rref`` is owned by the process named ``worker``."""
+    return _owned_by(rref, worker)
+
+
+def _owned_by(rref: Any, worker: str) -> bool:
+    try:
+        return bool(rref.owner_name() == worker)
+    except Exception:  # its owner is no longer known to the agent: not that one's
+        return False
 
 
 def release_all() -> None:

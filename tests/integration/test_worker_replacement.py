@@ -6,7 +6,7 @@ reports must be gone shortly after the script ends.
 """
 
 import pytest
-from scripts import run_script
+from scripts import run_script, run_script_with_stderr
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]
 
@@ -88,6 +88,42 @@ def test_a_killed_local_worker_is_replaced_and_takes_actors_again(tmp_path):
     assert rep["new_pid"] != rep["victim"]
     assert rep["from_actor"] == 5
     assert rep["nodes"] == 3
+
+
+def test_handles_of_a_dead_workers_actors_dropped_after_its_replacement_send_nothing(tmp_path):
+    """Their RRefs are owned by the dead process: dropped, torch retried a delete to it,
+    which printed tracebacks (in the driver, and in the process that took its name) and
+    raced the replacement's admission (a driver died of SIGSEGV in torch's retry thread).
+    They are kept (pinned) from the death on instead."""
+    reports, stderr = run_script_with_stderr(
+        tmp_path,
+        HEADER,
+        """
+        import gc
+        from actorrt.runtime import rref_keeper
+
+        rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=5, max_worker_restarts=1)
+        pids = list(rt.local_worker_pids)
+        handles = [Counter.remote() for _ in range(12)]
+        victim = rt.local_worker_pids[0]
+        where = actorrt.get([h.pid.remote() for h in handles], timeout=30)
+        mine = [h for h, p in zip(handles, where) if p == victim]
+        worker = mine[0].worker
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: worker in rt.dead_workers, 60)
+        wait_for(lambda: worker not in rt.dead_workers, 120)  # replaced and admitted
+        pinned, on_victim = rref_keeper.pinned(), len(mine)
+        del handles, mine
+        gc.collect()
+        time.sleep(3)  # torch's first retries of a delete came within this
+        report(pids=pids + list(rt.local_worker_pids), pinned=pinned, on_victim=on_victim)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert reports[-1]["on_victim"] >= 1 and reports[-1]["pinned"] >= reports[-1]["on_victim"]
+    for noise in ("could not find destination id", "deletingUserRRef", "request type 267"):
+        assert noise not in stderr, stderr[-4000:]
 
 
 def test_dead_local_workers_are_replaced_by_default_and_a_restartable_actor_comes_back(

@@ -141,17 +141,24 @@ def test_an_rref_whose_owner_is_gone_arrives_as_none(monkeypatch):
     assert rref_keeper.held() == 0
 
 
-def test_the_rrefs_a_dead_owner_never_confirmed_are_let_go():
+def test_the_rrefs_a_dead_owner_never_confirmed_are_let_go(monkeypatch):
     theirs, mine = FakeRRef(where="w1"), FakeRRef(where="w2")
-    sent = FakeRRef(where="w1")
+    sent, sent_mine = FakeRRef(where="w1"), FakeRRef(where="w2")
     for rref in (theirs, mine):
         rref_keeper.hold_received(rref)
-    rref_keeper.hold_sent(sent)  # goes at its time (SENT_HOLD_S), owner dead or not
+    rref_keeper.hold_sent(sent)
+    rref_keeper.hold_sent(sent_mine)
+    found = FakeRRef(where="w1")  # held by an object a finder knows (an actor handle)
+    monkeypatch.setattr(rref_keeper, "_finders", [])
+    rref_keeper.find_owned_by(lambda worker: [found] if worker == "w1" else [])
+    pinned = rref_keeper.pinned()
     gone = weakref.ref(theirs)
     del theirs
     assert rref_keeper.owner_died("w1") == 1
     assert gone() is None, "still held after its owner died"
-    assert rref_keeper.holds(mine) and rref_keeper.holds(sent)
+    assert rref_keeper.holds(mine) and rref_keeper.holds(sent_mine)
+    # Kept for good: dropped, they would send the dead owner a delete (torch retries it).
+    assert not rref_keeper.holds(sent) and rref_keeper.pinned() == pinned + 2
     assert rref_keeper.owner_died("w1") == 0
 
 
