@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import logging
 import math
 import numbers
 import threading
@@ -24,6 +25,7 @@ import torch
 
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
 from actorrt.runtime import lineage, quick_rpc
+from actorrt.runtime.exits import in_actor
 from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, unpack
@@ -981,11 +983,32 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
         TypeError: ``timeout`` is not a number.
         ValueError: ``timeout`` is negative.
     """
+    if in_actor.get() is not None and asyncio._get_running_loop() is not None:
+        _blocking_an_event_loop()
     pool = lender()
     if pool is not None and not _all_done(refs):  # in a remote function: lend its thread
         with pool.lending():
             return _get(refs, timeout)
     return _get(refs, timeout)
+
+
+_warned_blocking = False
+
+
+def _blocking_an_event_loop() -> None:
+    """Says once per process that an async actor's method blocks its loop in ``get``.
+
+    The actor's other calls (and its own awaits) wait meanwhile; a call back into it
+    then waits for ever. Ray warns the same way.
+    """
+    global _warned_blocking
+    if not _warned_blocking:
+        _warned_blocking = True
+        logging.getLogger("actorrt").warning(
+            "actorrt.get() inside an async actor's method blocks its event loop: every "
+            "other call of the actor waits meanwhile. Await the ref instead (await ref, "
+            "await asyncio.gather(*refs))."
+        )
 
 
 def _all_done(refs: object) -> bool:

@@ -261,3 +261,50 @@ def test_a_huge_max_concurrency_starts_threads_on_demand(tmp_path):
     )
     assert rep["opened"] == [True] * 20
     assert 21 <= rep["threads"] <= 100, rep
+
+
+def _caught_while(fn):
+    """What the actorrt logger said in this process while ``fn`` ran, and its value."""
+    import logging
+
+    from actorrt import refs
+
+    refs._warned_blocking = False  # said once per process: not yet, for this test
+    seen = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Catch()
+    logging.getLogger("actorrt").addHandler(handler)
+    try:
+        return fn(), seen
+    finally:
+        logging.getLogger("actorrt").removeHandler(handler)
+
+
+@actorrt.actor
+class Value:
+    def value(self):
+        return 7
+
+
+@actorrt.actor
+class Blocker:
+    async def blocks(self, other):
+        return _caught_while(lambda: actorrt.get(other.value.remote(), timeout=30))
+
+
+@actorrt.actor
+class PlainGetter:
+    def gets(self, other):
+        return _caught_while(lambda: actorrt.get(other.value.remote(), timeout=30))
+
+
+def test_a_blocking_get_in_an_async_method_says_it_blocks_the_loop_as_ray_does(cluster):
+    target = Value.remote()
+    value, said = actorrt.get(Blocker.remote().blocks.remote(target), timeout=60)
+    assert value == 7 and any("blocks its event loop" in line for line in said), said
+    value, said = actorrt.get(PlainGetter.remote().gets.remote(target), timeout=60)
+    assert value == 7 and not any("blocks its event loop" in line for line in said), said
