@@ -56,17 +56,22 @@ class ActorError(ActorRtError):
         remote_traceback: str,
         actor_id: str | None = None,
     ) -> None:
-        super().__init__(f"{message}\n\nRemote traceback:\n{remote_traceback}")
+        # BaseException's, not super()'s: in an ActorError(KeyError) (actor_error) that
+        # would be the cause's own __init__, which takes other arguments.
+        BaseException.__init__(self, f"{message}\n\nRemote traceback:\n{remote_traceback}")
         self.cause = cause
         self.remote_traceback = remote_traceback
         self.actor_id = actor_id
 
+    def _fields(self) -> tuple[str, BaseException | None, str, str | None]:
+        """What ``__init__`` took: kept when the error is pickled onwards."""
+        message = self.args[0].split("\n\nRemote traceback:")[0]
+        return (message, self.cause, self.remote_traceback, self.actor_id)
+
     def __reduce__(
         self,
     ) -> tuple[type[ActorError], tuple[str, BaseException | None, str, str | None]]:
-        # keep the fields when the error is pickled onwards
-        message = self.args[0].split("\n\nRemote traceback:")[0]
-        return (type(self), (message, self.cause, self.remote_traceback, self.actor_id))
+        return (type(self), self._fields())
 
 
 class ActorDiedError(ActorRtError):
@@ -162,26 +167,12 @@ def actor_error(
         cls = _dual(kind)  # kind: the error first raised, for a nested call's error
     if cls is None:
         return ActorError(message, cause, remote_traceback, actor_id)
-    error = cls.__new__(cls)  # the cause's own __init__ takes other arguments: not called
-    _fill(error, message, cause, remote_traceback, actor_id)
-    return error
-
-
-def _fill(
-    error: ActorError,
-    message: str,
-    cause: BaseException | None,
-    remote_traceback: str,
-    actor_id: str | None,
-) -> None:
-    # ActorError.__init__'s work, without super().__init__ (which would reach the cause's).
-    BaseException.__init__(error, f"{message}\n\nRemote traceback:\n{remote_traceback}")
-    error.cause = cause
-    error.remote_traceback = remote_traceback
-    error.actor_id = actor_id
+    error = cls.__new__(cls)  # not cls(...): a cause's own __new__ may read the arguments
+    ActorError.__init__(error, message, cause, remote_traceback, actor_id)
     if isinstance(error, OSError) and isinstance(cause, OSError):  # fields, not attributes
         error.errno, error.strerror = cause.errno, cause.strerror
         error.filename, error.filename2 = cause.filename, cause.filename2
+    return error
 
 
 def _dual(kind: type[BaseException]) -> type[ActorError] | None:
@@ -196,7 +187,6 @@ def _dual(kind: type[BaseException]) -> type[ActorError] | None:
                     (ActorError, kind),
                     {
                         "__module__": __name__,
-                        "__init__": _dual_init,
                         "__str__": BaseException.__str__,  # not KeyError's repr of it
                         "__repr__": BaseException.__repr__,
                         "__reduce__": _dual_reduce,
@@ -210,20 +200,9 @@ def _dual(kind: type[BaseException]) -> type[ActorError] | None:
         return made
 
 
-def _dual_init(
-    self: ActorError,
-    message: str,
-    cause: BaseException | None,
-    remote_traceback: str,
-    actor_id: str | None = None,
-) -> None:
-    _fill(self, message, cause, remote_traceback, actor_id)
-
-
 def _dual_reduce(self: ActorError) -> tuple[Any, tuple[Any, ...]]:
     # Rebuilt by actor_error: the class is made on the receiver's side too.
-    message = self.args[0].split("\n\nRemote traceback:")[0]
-    return (actor_error, (message, self.cause, self.remote_traceback, self.actor_id))
+    return (actor_error, self._fields())
 
 
 def _dual_getattr(self: ActorError, name: str) -> Any:

@@ -51,6 +51,7 @@ __all__ = [
     "hold_received",
     "hold_sent",
     "find_owned_by",
+    "owned_by",
     "owner_died",
     "pin",
     "pinned",
@@ -268,11 +269,11 @@ def owner_died(worker: str) -> int:
         How many RRefs it let go.
     """
     with _lock:
-        gone = [r for r in _unconfirmed.values() if _owned_by(r, worker)]
+        gone = [r for r in _unconfirmed.values() if owned_by(r, worker)]
         for rref in gone:
             del _unconfirmed[id(rref)]
         for timed in (_sent, _settling):
-            for key in [k for k, (r, _) in timed.items() if _owned_by(r, worker)]:
+            for key in [k for k, (r, _) in timed.items() if owned_by(r, worker)]:
                 _pinned.append(timed.pop(key)[0])
     count = len(gone)
     del gone  # dropped outside the lock (see release_all)
@@ -283,10 +284,6 @@ def owner_died(worker: str) -> int:
 
 def owned_by(rref: Any, worker: str) -> bool:
     """Whether user RRef ``rref`` is owned by the process named ``worker``."""
-    return _owned_by(rref, worker)
-
-
-def _owned_by(rref: Any, worker: str) -> bool:
     try:
         return bool(rref.owner_name() == worker)
     except Exception:  # its owner is no longer known to the agent: not that one's
