@@ -119,9 +119,10 @@ class CallBatches:
             return None
         self._track(worker, sent)
         # The handles live until the batch is done, so actors outlive their calls; the
-        # arguments do not (the caller may have dropped them).
+        # arguments do not (the caller may have dropped them). So does ``sent``: the
+        # tracker holds it weakly, and a death notice must find it to fail its calls.
         handles = [item.handle for item in items]
-        sent.add_done_callback(partial(self._batch_done, keys, handles))
+        sent.add_done_callback(partial(self._batch_done, keys, handles, sent))
         return sent
 
     def _send_alone(self, worker: str, item: QueuedCall) -> None:
@@ -134,9 +135,12 @@ class CallBatches:
             return
         self._track(worker, alone)
 
-        def relay(f: torch.futures.Future[Wire], _keep: Target = handle) -> None:
+        # Holds ``alone`` until it is done: the tracker holds it weakly (see _send).
+        def relay(
+            _: object, sent: torch.futures.Future[Wire] = alone, _keep: Target = handle
+        ) -> None:
             try:
-                future.set_result(f.value())
+                future.set_result(sent.value())
             except Exception as exc:
                 _fail(future, exc)
 
@@ -147,6 +151,7 @@ class CallBatches:
         keys: list[tuple[str, str, int]],
         _handles: list[Target],
         sent: torch.futures.Future[None],
+        _done: object,
     ) -> None:
         try:
             sent.wait()

@@ -718,7 +718,15 @@ class Runtime:
             result.set_exception(exc)  # type: ignore[arg-type]  # torch's stub is wrong
             return
         self.inflight.track(whom, fut)  # failed when rank 0 marks that process dead
-        fut.add_done_callback(lambda f: self._answered(loc, whom, result, f))
+
+        # Holds ``fut`` until it is done: InFlight keeps weak references, and nothing else
+        # holds this future (a call's is held by its ref), so without it the death notice
+        # found nothing to fail, and a fetch whose connection never broke (the owner's
+        # sockets held open by a forked child) waited for ever.
+        def answered(_: object, held: torch.futures.Future[Wire] = fut) -> None:
+            self._answered(loc, whom, result, held)
+
+        fut.add_done_callback(answered)
 
     def _answered(
         self,

@@ -25,6 +25,17 @@ import json as _json
 
 def report(**kw):
     print("REPORT", _json.dumps(kw), flush=True)
+
+def fork_holder(seconds):
+    # A child that inherits the calling process's sockets and outlives it (as an
+    # environment or data loader forked by an actor would): once that process died, its
+    # connections stay open and answer nothing. The child's pid (report it, to be killed).
+    import os as _os, time as _time
+    child = _os.fork()
+    if child == 0:
+        _time.sleep(seconds)
+        _os._exit(0)
+    return child
 """
 
 

@@ -388,6 +388,8 @@ class Producer:
         return [other.slowly.remote(seconds)]  # unanswered as it leaves: lent from here
     def pid(self):
         return os.getpid()
+    def fork_holder(self, seconds):
+        return fork_holder(seconds)  # scripts.REPORT_HELPER's
 
 @actorrt.actor
 class Consumer:
@@ -439,6 +441,33 @@ def test_owner_death_makes_get_raise_object_lost(tmp_path):
     assert final["owner"] in final["outcome"] and "lost" in final["outcome"]
     assert final["took"] < 10, final
     assert final["owner"] in final["passed"]
+
+
+def test_a_fetch_from_an_owner_that_died_with_its_connections_open_fails(tmp_path):
+    """A fetch is failed when its owner is marked dead, as a call is, however its
+    connection behaves. Was: nothing held the fetch's RPC future, so the death notice
+    could not reach it, and a fetch the connection never failed waited for ever (here its
+    sockets stay open in a forked child, so neither the driver's nor a worker's fails)."""
+    body = """
+    rt, pids, p, c = start_apart()
+    ref = p.make.remote(40 << 20)  # over ACTORRT_PULL_BYTES: only the producer has it
+    assert actorrt.wait([ref], timeout=30)[0] == [ref]
+    child = actorrt.get(p.fork_holder.remote(90), timeout=30)
+    report(pids=[*pids, child])  # cleaned up even if what follows hangs
+    actorrt.get(c.total.remote(ref), timeout=30)  # the consumer's connection is open too
+    os.kill(actorrt.get(p.pid.remote(), timeout=30), signal.SIGKILL)
+    start = time.monotonic()
+    got = outcome(lambda: actorrt.get(ref, timeout=40))
+    took = time.monotonic() - start
+    passed = outcome(lambda: actorrt.get(c.total.remote(ref), timeout=40))
+    os.kill(child, signal.SIGKILL)
+    report(outcome=got, took=took, passed=passed, owner=ref._loc.owner)
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
+    assert final["owner"] in final["outcome"] and "lost" in final["outcome"], final
+    assert final["took"] < 10, final
+    assert final["owner"] in final["passed"] and "lost" in final["passed"], final
 
 
 def test_a_result_whose_copy_came_back_travels_with_it_once_its_owner_died(tmp_path):
