@@ -576,8 +576,10 @@ class Runtime:
             process, state = self._directory_call(rpc_where, target.actor_id)
         except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
             return f"rank 0 could not say where it is ({exc})"
-        if state == "RESTARTING":
-            return self._relocate(target)  # waits for the restart
+        if state in ("RESTARTING", "DEAD"):
+            # Waits for a restart under way; for an actor gone for good, says why as rank
+            # 0 knows it (no restarts left, its restart failed, no max_restarts).
+            return self._relocate(target)
         if process is None or state != "ALIVE":
             return "its process died and was replaced by a new one"
         self._left(target.actor_id, target.worker, process)

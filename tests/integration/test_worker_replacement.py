@@ -473,3 +473,34 @@ def test_a_reply_to_a_dead_caller_never_answers_the_new_process_that_took_its_na
     )
     assert rep["first"] == [["add", i] for i in range(8)], rep
     assert rep["echoes"] == [["echo", i] for i in range(12)], rep
+
+
+def test_an_old_handle_after_the_replacement_says_why_its_actor_is_gone(tmp_path):
+    """A call through a handle that predates the replacement says why the actor is gone,
+    as rank 0 knows it: no restarts left. Was: "its process died and was replaced by a new
+    one" for every actor, whatever rank 0 knew."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=1, timeout=90, shutdown_timeout=10, max_worker_restarts=2)
+        a = Counter.options(max_restarts=1).remote()
+        pids = list(rt.local_worker_pids)
+        seen = []
+        for _ in range(2):  # its one restart, then none left
+            pid = actorrt.get(a.pid.remote(), timeout=60)
+            seen.append(pid)
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: a.worker in rt.dead_workers, 30)  # the driver knows
+            wait_for(lambda: a.worker not in rt.dead_workers, 120)  # replaced and admitted
+        try:
+            actorrt.get(a.add.remote(1), timeout=30)
+            error = "none"
+        except actorrt.ActorDiedError as exc:
+            error = str(exc)
+        report(pids=pids + seen + [p for p in rt.local_worker_pids], error=error)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert "no restarts left (max_restarts=1)" in rep["error"], rep
