@@ -167,8 +167,9 @@ class ClusterDirectory:
         # there until the probe clears them (or finds them dead).
         self._suspects: set[int] = set()
         self._settled = threading.Condition(self._lock)
-        # Called with an actor's id once it ended (the restarts forget its recipe).
-        self.on_release: Callable[[str], None] | None = None
+        # Called with an actor's id, and how it ended, once it ended (the restarts forget
+        # its recipe).
+        self.on_release: Callable[[str, str], None] | None = None
 
     @property
     def plan(self) -> Plan:
@@ -279,8 +280,8 @@ class ClusterDirectory:
             "or kill an actor of that label"
         )
 
-    def release(self, actor_id: str) -> None:
-        """Forgets an actor that ended: frees its slot share, resources and name."""
+    def release(self, actor_id: str, why: str = "") -> None:
+        """Forgets an actor that ended (``why``: how): frees its slot share, resources, name."""
         with self._lock:
             rec = self._records.pop(actor_id, None)
             if rec is None:
@@ -288,7 +289,7 @@ class ClusterDirectory:
             self._free(rec)
             self._free_name(actor_id)
         if self.on_release is not None:
-            self.on_release(actor_id)
+            self.on_release(actor_id, why)
 
     def replace(
         self, actor_id: str, options: ActorOptions, class_name: str, retry: bool = False
@@ -548,9 +549,9 @@ def rpc_function_spots(label: str | None, res: Resources) -> tuple[FunctionSpot,
     return _directory().function_spots(label, res)
 
 
-def rpc_released(actor_id: str) -> None:
+def rpc_released(actor_id: str, why: str = "") -> None:
     """Runs on rank 0: an actor ended (see :meth:`ClusterDirectory.release`)."""
-    _directory().release(actor_id)
+    _directory().release(actor_id, why)
 
 
 def rpc_register_name(

@@ -58,7 +58,7 @@ class ActorHost:
     """Owns the mailboxes of the actors living in this process."""
 
     def __init__(
-        self, pack_reply: PackReply, on_actor_end: Callable[[str], None] | None = None
+        self, pack_reply: PackReply, on_actor_end: Callable[[str, str], None] | None = None
     ) -> None:
         self._lock = threading.Lock()
         # Notified as each actor's constructor is queued (a restart may come first).
@@ -283,7 +283,7 @@ class ActorHost:
             self._own.pop(actor_id, None)
             self._names.pop(actor_id, None)
         if gone is not None and self._on_actor_end is not None:
-            self._on_actor_end(actor_id)
+            self._on_actor_end(actor_id, reason)
 
     def calls_in_flight(self) -> dict[str, int]:
         """Per actor living here, the calls it received and has not answered yet."""

@@ -73,6 +73,7 @@ class Restarts:
         self._pack = pack
         self._cond = threading.Condition()
         self._recipes: dict[str, Recipe] = {}
+        self._ended: dict[str, str] = {}  # actor id -> how an actor with a recipe ended
         self._restarting: set[str] = set()
         self._dead: set[str] = set()  # processes reported dead
         # Suspect processes (a call could not reach them) that answered rank 0's probe:
@@ -90,10 +91,16 @@ class Restarts:
         with self._cond:
             self._recipes[recipe.record.actor_id] = recipe
 
-    def forget(self, actor_id: str) -> None:
-        """The actor ended (killed, exited, released): it is not restarted."""
+    def forget(self, actor_id: str, why: str = "") -> None:
+        """The actor ended (killed, exited, released; ``why``: how): it is not restarted.
+
+        How it ended is kept, its first paragraph (a constructor's failure without its
+        traceback), for a caller whose handle still names a dead process: :meth:`locate`
+        tells it, instead of guessing from the recipe's absence.
+        """
         with self._cond:
-            self._recipes.pop(actor_id, None)
+            if self._recipes.pop(actor_id, None) is not None and why:
+                self._ended[actor_id] = why.split("\n\n", 1)[0]
             self._cond.notify_all()
 
     def suspected(self, worker: str) -> None:
@@ -306,7 +313,7 @@ class Restarts:
             self._cond.wait_for(settled, timeout=timeout)
             recipe = self._recipes.get(actor_id)
             if recipe is None:
-                return None, "its process died (it has no max_restarts)"
+                return None, self._ended.get(actor_id, "its process died (it has no max_restarts)")
             if recipe.why_dead is not None:
                 return None, recipe.why_dead
             if actor_id in self._restarting:

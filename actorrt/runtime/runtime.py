@@ -905,14 +905,14 @@ class Runtime:
 
         return cluster_stacks(self.name, self.nodes(), timeout, all_threads)
 
-    def _actor_ended(self, actor_id: str) -> None:
+    def _actor_ended(self, actor_id: str, why: str) -> None:
         if self.stopped.is_set():
             return
         if self.directory is not None:
-            rpc_released(actor_id)
+            rpc_released(actor_id, why)
             return
         try:
-            rpc.rpc_async(self.driver_name, rpc_released, args=(actor_id,))
+            rpc.rpc_async(self.driver_name, rpc_released, args=(actor_id, why))
         except Exception:  # the driver is gone or shutting down: nothing to release
             pass
 

@@ -149,3 +149,45 @@ def test_a_named_actor_keeps_its_name_and_a_killed_one_is_not_restarted(tmp_path
     assert rep["after_kill"] is not None and rep["killed_state"] == "gone"
     assert rep["k_moved"] and rep["k_left"] == 0, rep
     assert rep["k_after"].startswith("ActorDiedError") and "killed" in rep["k_after"], rep
+
+
+def test_a_restart_whose_constructor_failed_says_so_to_an_old_handle(tmp_path):
+    """The restarted instance's constructor raised: a call through a handle that still
+    names the dead process says so. Was: "its process died (it has no max_restarts)",
+    for an actor with max_restarts=1 (rank 0 had forgotten its recipe and why)."""
+    (rep,) = run_script(
+        tmp_path,
+        """
+import os, signal, time
+import actorrt
+
+@actorrt.actor(max_restarts=1)
+class Once:
+    def __init__(self, flag):
+        if os.path.exists(flag):
+            raise RuntimeError("made a second time")
+        open(flag, "w").close()
+
+    def pid(self):
+        return os.getpid()
+""",
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5, max_worker_restarts=0)
+        pids = list(rt.local_worker_pids)
+        a = Once.remote(os.path.abspath("flag"))
+        pid = actorrt.get(a.pid.remote(), timeout=30)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (any(x.actor_id == a.actor_id for x in actorrt.actors())
+               and time.monotonic() < deadline):  # restarted, then ended by its __init__
+            time.sleep(0.1)
+        try:
+            actorrt.get(a.pid.remote(), timeout=30)
+            error = "none"
+        except actorrt.ActorDiedError as exc:
+            error = str(exc)
+        report(pids=pids, error=error)
+        actorrt.shutdown()
+        """,
+    )
+    assert "failed in __init__: RuntimeError: made a second time" in rep["error"], rep
