@@ -92,6 +92,9 @@ __all__ = ["Runtime", "current", "current_or_none", "is_initialized"]
 
 R = TypeVar("R")
 
+#: How long rank 0 waits for a joining process to take in the names that died before it.
+NEWS_TIMEOUT_S = 10.0
+
 
 _sessions = itertools.count(1)
 
@@ -182,6 +185,7 @@ class Runtime:
         self._seqs: dict[tuple[str, str], itertools.count[int]] = {}
         self._incarnations: dict[str, int] = {}  # process -> new processes that took its name
         self._dead_workers: set[str] = set()
+        self._death_reasons: dict[str, str] = {}  # dead worker -> how rank 0 knew
         # Workers whose dead process was replaced: an actor there is asked about at rank 0
         # once (it may have lived on the dead process), then remembered here.
         self._replaced: set[str] = set()
@@ -1000,6 +1004,7 @@ class Runtime:
         freed, the RRefs kept until it confirmed them go (it never will), and the actors
         here forget its calls' order (:meth:`ActorHost.forget_caller`).
         """
+        self._death_reasons[worker] = why
         self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
         self.generators.producer_died(worker, GRACE_S)
         self.objects.holder_died(worker)
@@ -1022,6 +1027,7 @@ class Runtime:
                 del self._seqs[key]
             self._incarnations[worker] = self._incarnations.get(worker, 0) + 1
             self._dead_workers.discard(worker)
+            self._death_reasons.pop(worker, None)
             self._suspects.discard(worker)
         # The other way round: the new process numbers its calls to the actors here from
         # 0. Forgotten at its death already, unless that news never came here; then the
@@ -1061,12 +1067,45 @@ class Runtime:
                 fut.wait()
             except Exception:
                 pass
+        self._tell_newcomer(worker)
         if replaces:
             self.note_alive(worker)
             if self.restarts is not None:
                 self.restarts.worker_back(worker)  # before any restart may go there
             if self.directory is not None:
                 self.directory.revive(worker)
+
+    def _tell_newcomer(self, worker: str) -> None:
+        """Rank 0: tells a process joining now which names died or were replaced before.
+
+        A death is told to the processes alive then (:meth:`_tell_workers`): one that
+        joins later would send to a dead name's old address, where (its sockets held
+        open by a forked child) nothing may ever answer or fail, and would take a
+        replaced name's new process for the actors of the old one. Told before it is
+        placed on, so its first actor knows.
+        """
+        dead = {w: self._death_reasons.get(w, "it died") for w in self._dead_workers}
+        dead.pop(worker, None)  # the one it replaces
+        replaced = sorted(self._replaced - {worker})
+        if not dead and not replaced:
+            return
+        try:
+            rpc.rpc_sync(worker, rpc_past_deaths, args=(dead, replaced), timeout=NEWS_TIMEOUT_S)
+        except Exception:  # it died already, or stops: it learns nothing, it is gone
+            pass
+
+    def learn_past_deaths(self, dead: dict[str, str], replaced: list[str]) -> None:
+        """In a process that just joined: what rank 0 knew of the cluster's past.
+
+        Args:
+            dead: The processes dead now, and how rank 0 knew.
+            replaced: The names a new process took after their process died.
+        """
+        with self._dead_lock:
+            self._replaced.update(replaced)
+        for worker, why in dead.items():
+            if worker not in self._dead_workers:
+                self.note_dead(worker, why)
 
     def may_have_lost(self, worker: str) -> bool:
         """Whether objects ``worker`` made may be gone: it is (or was once) known dead.
@@ -1107,6 +1146,13 @@ def rpc_worker_died(worker: str, why: str) -> None:
     rt = current_or_none()
     if rt is not None:
         rt.note_dead(worker, why)
+
+
+def rpc_past_deaths(dead: dict[str, str], replaced: list[str]) -> None:
+    """Sent by rank 0 to a process it admits: see :meth:`Runtime.learn_past_deaths`."""
+    rt = current_or_none()
+    if rt is not None:
+        rt.learn_past_deaths(dead, replaced)
 
 
 def rpc_unreachable(worker: str) -> None:

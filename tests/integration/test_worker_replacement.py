@@ -504,3 +504,77 @@ def test_an_old_handle_after_the_replacement_says_why_its_actor_is_gone(tmp_path
         timeout=300,
     )
     assert "no restarts left (max_restarts=1)" in rep["error"], rep
+
+
+def test_a_process_that_joins_later_knows_the_workers_that_died_before(tmp_path):
+    """worker1 is replaced, then dies for good with its sockets held open by a child;
+    then worker2 is replaced. An actor on the new worker2 calls an actor of each dead
+    worker1 process: both calls fail at once, as the driver's do. Was: the new process
+    had never heard of either (only the processes alive at a death or a replacement are
+    told): the call to the first went to the name's new process, which never had that
+    actor, and waited; the call to the second went to worker1's old address, where the
+    child's socket took it and nothing answered."""
+    rep = run_script(
+        tmp_path,
+        HEADER
+        + """
+@actorrt.actor
+class Q:
+    def pid(self):
+        return os.getpid()
+
+    def fork_holder(self, s):
+        return fork_holder(s)
+
+    def sleep(self, s):
+        time.sleep(s)
+        return s
+
+    def call(self, other):
+        started = time.monotonic()
+        try:
+            actorrt.get(other.sleep.remote(0), timeout=25)
+            what = "value"
+        except Exception as exc:
+            what = type(exc).__name__ + ": " + str(exc)
+        return what, time.monotonic() - started
+
+
+def on(worker):
+    for _ in range(20):
+        h = Q.remote()
+        actorrt.get(h.pid.remote(), timeout=30)
+        if h.worker == worker:
+            return h
+    raise SystemExit("could not place a Q on " + worker)
+""",
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5,
+                           heartbeat_timeout=2, max_worker_restarts=1)
+        pids = list(rt.local_worker_pids)
+        report(pids=pids)
+        first = on("worker1")
+        os.kill(actorrt.get(first.pid.remote(), timeout=30), signal.SIGKILL)
+        wait_for(lambda: "worker1" in rt.dead_workers, 30)
+        wait_for(lambda: "worker1" not in rt.dead_workers, 120)  # its one replacement
+        a = on("worker1")
+        child = actorrt.get(a.fork_holder.remote(90), timeout=30)
+        report(pids=list(rt.local_worker_pids) + [child])
+        os.kill(actorrt.get(a.pid.remote(), timeout=30), signal.SIGKILL)
+        wait_for(lambda: "worker1" in rt.dead_workers, 30)  # for good now
+        os.kill(actorrt.get(on("worker2").pid.remote(), timeout=30), signal.SIGKILL)
+        wait_for(lambda: "worker2" in rt.dead_workers, 30)
+        wait_for(lambda: "worker2" not in rt.dead_workers, 120)
+        b = on("worker2")
+        calls = [b.call.remote(first), b.call.remote(a)]
+        (replaced, replaced_took), (dead, dead_took) = actorrt.get(calls, timeout=60)
+        os.kill(child, signal.SIGKILL)
+        report(pids=list(rt.local_worker_pids), replaced=replaced, dead=dead,
+               took=max(replaced_took, dead_took))
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )[-1]
+    assert rep["replaced"].startswith("ActorDiedError"), rep
+    assert rep["dead"].startswith("ActorDiedError"), rep
+    assert rep["took"] < 5, rep
