@@ -430,7 +430,9 @@ class ClusterDirectory:
         with self._lock:
             counts: dict[int, int] = {}
             for rec in self._records.values():
-                counts[rec.index] = counts.get(rec.index, 0) + 1
+                # Not those that died there (a restart counts where it lands).
+                if rec.info.state not in ("DEAD", "RESTARTING"):
+                    counts[rec.index] = counts.get(rec.index, 0) + 1
             out = []
             for i, p in enumerate(self._placer.procs):
                 pp = self._plan.for_rank(p.rank)

@@ -1067,7 +1067,7 @@ class Runtime:
                 fut.wait()
             except Exception:
                 pass
-        self._tell_newcomer(worker)
+        self._tell_newcomer(worker, replaces)
         if replaces:
             self.note_alive(worker)
             if self.restarts is not None:
@@ -1075,18 +1075,20 @@ class Runtime:
             if self.directory is not None:
                 self.directory.revive(worker)
 
-    def _tell_newcomer(self, worker: str) -> None:
+    def _tell_newcomer(self, worker: str, replaces: bool) -> None:
         """Rank 0: tells a process joining now which names died or were replaced before.
 
         A death is told to the processes alive then (:meth:`_tell_workers`): one that
         joins later would send to a dead name's old address, where (its sockets held
         open by a forked child) nothing may ever answer or fail, and would take a
-        replaced name's new process for the actors of the old one. Told before it is
-        placed on, so its first actor knows.
+        replaced name's new process for the actors of the old one; its own name's too,
+        when it replaces a dead process: a handle naming it would call itself, where the
+        dead one's actors never were. Told before it is placed on, so its first actor
+        knows.
         """
         dead = {w: self._death_reasons.get(w, "it died") for w in self._dead_workers}
         dead.pop(worker, None)  # the one it replaces
-        replaced = sorted(self._replaced - {worker})
+        replaced = sorted(self._replaced | {worker} if replaces else self._replaced)
         if not dead and not replaced:
             return
         try:

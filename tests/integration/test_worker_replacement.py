@@ -513,7 +513,8 @@ def test_a_process_that_joins_later_knows_the_workers_that_died_before(tmp_path)
     had never heard of either (only the processes alive at a death or a replacement are
     told): the call to the first went to the name's new process, which never had that
     actor, and waited; the call to the second went to worker1's old address, where the
-    child's socket took it and nothing answered."""
+    child's socket took it and nothing answered. The same for the replacement itself:
+    its call through a handle naming its own name went to itself, and waited."""
     rep = run_script(
         tmp_path,
         HEADER
@@ -558,6 +559,7 @@ def on(worker):
         wait_for(lambda: "worker1" in rt.dead_workers, 30)
         wait_for(lambda: "worker1" not in rt.dead_workers, 120)  # its one replacement
         a = on("worker1")
+        own, own_took = actorrt.get(a.call.remote(first), timeout=60)  # its own name's
         child = actorrt.get(a.fork_holder.remote(90), timeout=30)
         report(pids=list(rt.local_worker_pids) + [child])
         os.kill(actorrt.get(a.pid.remote(), timeout=30), signal.SIGKILL)
@@ -569,12 +571,13 @@ def on(worker):
         calls = [b.call.remote(first), b.call.remote(a)]
         (replaced, replaced_took), (dead, dead_took) = actorrt.get(calls, timeout=60)
         os.kill(child, signal.SIGKILL)
-        report(pids=list(rt.local_worker_pids), replaced=replaced, dead=dead,
-               took=max(replaced_took, dead_took))
+        report(pids=list(rt.local_worker_pids), replaced=replaced, dead=dead, own=own,
+               took=max(replaced_took, dead_took, own_took))
         actorrt.shutdown()
         """,
         timeout=300,
     )[-1]
     assert rep["replaced"].startswith("ActorDiedError"), rep
     assert rep["dead"].startswith("ActorDiedError"), rep
+    assert rep["own"].startswith("ActorDiedError"), rep
     assert rep["took"] < 5, rep

@@ -204,3 +204,16 @@ def test_a_directory_call_sends_its_exception_back_as_a_value():
     assert exc.__traceback__ is None
     ok, exc = rpc_directory(_raises, _NotMadeAgain(7, "full"))  # cannot be unpickled
     assert not ok and type(exc) is ActorRtError and str(exc) == "_NotMadeAgain: code 7: full"
+
+
+def test_a_nodes_actor_count_leaves_out_those_that_died_there():
+    """Was: a replaced worker's node counted the actors that died with its old process."""
+    d, _ = _cluster(node("a"), node("a"))
+    for i in range(3):
+        d.place(f"a{i}", ActorOptions(), "A")  # w1, w2, w1
+    d.mark_dead("w1")
+    d.revive("w1")  # a new process took the name
+    counts = {n.process: n.actors for n in d.nodes()}
+    assert counts == {"driver": 0, "w1": 0, "w2": 1}
+    assert d.place("b", ActorOptions(), "B").worker == "w1"
+    assert {n.process: n.actors for n in d.nodes()}["w1"] == 1
