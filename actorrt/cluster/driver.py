@@ -389,6 +389,10 @@ class Driver:
             if rt.stopped.is_set():
                 raise ClusterError("the cluster is shutting down")
             rpc_id, self._next_rpc_id = self._next_rpc_id, self._next_rpc_id + 1
+            freed = group.free_token_of_dead_joiner(self.server.store, self._joiner_gone)
+            if freed is not None:
+                log.warning("%s died while joining, holding torch's membership token: "
+                            "released", freed)  # fmt: skip
             group.evict(self.server.store, name)
             self._joining[name] = (time.monotonic(), rpc_id)
             self._born[rank] = time.monotonic()
@@ -403,6 +407,11 @@ class Driver:
                 if self._rank_joining == rank:
                     self._rank_joining = None
                 self._admitted.notify_all()
+
+    def _joiner_gone(self, name: str) -> bool:
+        """Whether the local process last started as ``name`` has died."""
+        rank = _rank_of(self.rt, name) if self.rt is not None else None
+        return rank is not None and self.cluster is not None and self.cluster.is_gone(rank)
 
     def _await_replacement(self) -> bool:
         """Waits (bounded) for a local replacement to join; False if none is coming.

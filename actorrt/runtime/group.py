@@ -46,6 +46,7 @@ __all__ = [
     "deepen_listen_queues",
     "end_local",
     "evict",
+    "free_token_of_dead_joiner",
     "lets_go",
     "quiesce",
     "keep_rref",
@@ -71,6 +72,7 @@ _QUIESCED = "actorrt/quiesced"  # processes that quiesced their agent at shutdow
 _END = "actorrt/end"  # set by rank 0 once they have: every agent may end
 _LET_GO = "actorrt/let-go"  # rank 0's word at shutdown: "1" every process lets go of RRefs
 _ALL_WORKERS = "names/_ALL_WORKER_INFOS"  # torch's list of current members
+_TOKEN = "RpcGroupManagementToken"  # torch's membership token (_group_membership_management)
 
 Member = tuple[str, int]  # (RPC name, RPC id)
 
@@ -333,6 +335,37 @@ def rpc_admit(name: str, rpc_id: int) -> None:
     if admit is None:
         raise RuntimeError(f"{name} asked to join, but this process admits no members")
     admit(name, rpc_id)
+
+
+def free_token_of_dead_joiner(store: dist.Store, gone: Callable[[str], bool]) -> str | None:
+    """Releases torch's membership token held by a joining process that died holding it.
+
+    A process joins inside torch's ``_group_membership_management``, which holds the
+    token in the store until it leaves that section; one killed inside it never gives it
+    back, and every later join or :func:`evict` waits for it for ever.
+
+    Args:
+        store: The cluster's store.
+        gone: Whether the process joining under a name has died.
+
+    Returns:
+        The name the dead process was joining as, or None (the token is free, or held by
+        a live process, or by something else than a join).
+    """
+    prefixed = rpc_store(store)
+    if not prefixed.check([_TOKEN]):
+        return None
+    held = prefixed.get(_TOKEN).decode()
+    prefix, suffix = "Token_for_", "_join"
+    if not (held.startswith(prefix) and held.endswith(suffix)):
+        return None
+    joiner = held[len(prefix) : -len(suffix)]
+    if not joiner or not gone(joiner):
+        return None
+    if prefixed.compare_set(_TOKEN, held, "").decode() != "":
+        return None  # released or taken meanwhile
+    prefixed.set(held, "Done")  # as torch's own release does: waiters look for this key
+    return joiner
 
 
 def evict(store: dist.Store, name: str) -> int | None:

@@ -581,3 +581,38 @@ def on(worker):
     assert rep["dead"].startswith("ActorDiedError"), rep
     assert rep["own"].startswith("ActorDiedError"), rep
     assert rep["took"] < 5, rep
+
+
+def test_a_token_left_by_a_joiner_that_died_does_not_stop_replacements(tmp_path):
+    """A process killed while it joins keeps torch's membership token in the store for
+    good (torch gives it back only when the joining section ends). Here the token is set
+    as such a dead joiner of worker1 left it; worker1 is then killed, and replaced. Was:
+    rank 0's eviction of the dead name waited for the token for ever, so no worker came
+    back again (and the driver aborted at exit)."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        from actorrt.runtime import group
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5, max_worker_restarts=1)
+        pids = list(rt.local_worker_pids)
+        a = Counter.remote()
+        while a.worker != "worker1":
+            a = Counter.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        store = group.rpc_store(group._store)
+        store.set("RpcGroupManagementToken", "Token_for_worker1_join")
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: "worker1" in rt.dead_workers, 30)
+        try:
+            wait_for(lambda: "worker1" not in rt.dead_workers, 60)
+            back = True
+        except TimeoutError:
+            back = False
+        token = store.get("RpcGroupManagementToken").decode()
+        report(pids=pids + list(rt.local_worker_pids), back=back, token=token)
+        actorrt.shutdown()
+        """,
+        timeout=200,
+    )
+    assert rep["back"] and rep["token"] == "", rep
