@@ -134,6 +134,7 @@ class Driver:
         self._admitted = threading.Condition()
         self._admissions = 0
         self._rank_joining: int | None = None  # the local replacement joining now
+        self._admitting: set[int] = set()  # local ranks in :meth:`_admit` now
 
     @classmethod
     def launch(
@@ -315,7 +316,9 @@ class Driver:
                 self._exit_seen.add(rank)
                 if replace:  # before it is marked: its actors' restarts may wait for it
                     self._replacing.add(rank)
-                if self._rank_joining == rank:  # it died joining: the next one may join
+                # It died joining: the next one may join, but not while rank 0 still
+                # admits this one (_admit marks it dead again at its end, then lets go).
+                if self._rank_joining == rank and rank not in self._admitting:
                     self._rank_joining = None
                     self._admitted.notify_all()
             rt.mark_worker_dead(name)
@@ -602,7 +605,17 @@ class Driver:
         pid = self._claimed_by.pop(name, None)
         if rank is not None and pid is not None:
             rt.pids[rank] = pid
-        rt.admit(name, rpc_id, replaces=growing is None)
+        # A local replacement: its exit, if it dies now, is seen (see _died_joining)
+        local = rank if self.cluster is not None and growing is None else None
+        if local is not None:
+            with self._admitted:
+                self._admitting.add(local)
+        try:
+            rt.admit(name, rpc_id, replaces=growing is None)
+        finally:
+            died = local is not None and self._died_joining(rt, name, local)
+            with self._admitted:
+                self._admitting.discard(local if local is not None else -1)
         if growing is not None:
             # Placeable (and listed by nodes()) only now that every live process, this
             # one included, knows its RPC id: an actor placed on it earlier could not be
@@ -615,15 +628,33 @@ class Driver:
             rt.local_worker_pids = self.cluster.pids
         with self._admitted:
             if rank is not None:
-                self._replacing.discard(rank)
+                if not died:  # else its exit asked for the next replacement, if any is left
+                    self._replacing.discard(rank)
                 if self._rank_joining == rank:
                     self._rank_joining = None  # the next replacement may join
-            self._admissions += 1
+            self._admissions += 0 if died else 1
             self._admitted.notify_all()
+        if died:
+            return
         if growing is None:
             log.warning("%s is back (RPC id %d): actors may be placed on it again", name, rpc_id)
         else:
             log.warning("%s joined the running cluster (RPC id %d)", name, rpc_id)
+
+    def _died_joining(self, rt: Runtime, name: str, rank: int) -> bool:
+        """Whether the local process admitted as ``name`` died during its admission.
+
+        If so, it is marked dead again (after :meth:`Runtime.admit`). Its exit came while
+        ``name`` was still dead, so the exit's own marking found nothing to do, and the
+        admission then took it for alive: calls and new actors would have gone to a dead
+        process until the heartbeat noticed.
+        """
+        cluster = self.cluster
+        if cluster is None or not cluster.is_gone(rank):
+            return False
+        log.warning("%s (rank %d) died while rank 0 admitted it", name, rank)
+        rt.mark_worker_dead(name, "it died while it joined the cluster")
+        return True
 
     def _start_heartbeat(self, rt: Runtime) -> None:
         """Watches every worker; one silent for ``heartbeat_timeout`` is marked dead.

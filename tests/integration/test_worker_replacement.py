@@ -616,3 +616,79 @@ def test_a_token_left_by_a_joiner_that_died_does_not_stop_replacements(tmp_path)
         timeout=200,
     )
     assert rep["back"] and rep["token"] == "", rep
+
+
+@pytest.mark.parametrize("restarts", [1, 2])
+def test_a_replacement_that_dies_while_it_is_admitted_is_dead_or_replaced(tmp_path, restarts):
+    """worker1 dies and its replacement is killed while rank 0 admits it (after it asked
+    to join, before rank 0 took it for alive). Right after the admission it is dead
+    again: new actors go elsewhere and the old handle's call fails; with a replacement
+    left, a next one comes back and takes actors. Was: its exit came while worker1 was
+    still dead, so marking it dead did nothing, and the admission then took it for alive:
+    actors were placed on the dead process until the heartbeat (here 60 s) noticed."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        from torch.distributed import rpc
+        from actorrt.cluster.driver import Driver
+        from actorrt.runtime.runtime import Runtime
+
+        killed, after, drivers = [], [], []
+        tell_newcomer, admit = Runtime._tell_newcomer, Driver._admit
+
+        def tell(self, worker, replaces):  # inside the admission: the joiner dies now
+            if not killed:
+                pid = rpc.rpc_sync(worker, os.getpid, timeout=10)
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                wait_for(lambda: drivers[0].cluster.exit_of(1)[1] is not None, 10)
+            return tell_newcomer(self, worker, replaces)
+
+        def admitting(self, name, rpc_id):
+            drivers.append(self)
+            try:
+                admit(self, name, rpc_id)
+            finally:
+                after.append(name in self.rt.dead_workers)
+
+        Runtime._tell_newcomer, Driver._admit = tell, admitting
+        rt = actorrt.start(
+            num_workers=2, timeout=90, shutdown_timeout=5, max_worker_restarts=RESTARTS,
+            heartbeat_timeout=60,
+        )
+        pids = list(rt.local_worker_pids)
+        a = Counter.remote()
+        while a.worker != "worker1":
+            a = Counter.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: after, 60)
+        first = after[0]
+        placed = [Counter.remote().worker for _ in range(4)]
+        try:
+            actorrt.get(a.add.remote(1), timeout=30)
+            error = "none"
+        except actorrt.ActorDiedError as exc:
+            error = type(exc).__name__
+        back = None
+        if RESTARTS > 1:
+            wait_for(lambda: len(after) == 2, 60)
+            b = Counter.remote()
+            while b.worker != "worker1":
+                b = Counter.remote()
+            back = actorrt.get(b.pid.remote(), timeout=30)
+        report(
+            pids=pids + killed + list(rt.local_worker_pids), first=first, after=after,
+            placed=placed, error=error, back=back, victims=[victim] + killed,
+        )
+        actorrt.shutdown()
+        """.replace("RESTARTS", str(restarts)),
+        timeout=200,
+    )
+    assert rep["first"] is True, rep
+    assert rep["error"] == "ActorDiedError", rep
+    if restarts == 1:
+        assert set(rep["placed"]) == {"worker2"} and rep["after"] == [True], rep
+    else:  # the next replacement is admitted alive and hosts actors
+        assert rep["after"] == [True, False] and rep["back"] not in rep["victims"], rep
