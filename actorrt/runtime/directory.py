@@ -65,8 +65,11 @@ class ActorInfo:
         gpus: Local CUDA indices it was given (empty: none).
         slot: ``"label/index"`` of the layout slot it occupies, or None.
         state: ``ALIVE``; ``RESTARTING`` while an actor with ``max_restarts`` is recreated
-            after its process died; ``DEAD`` once its process died (for good).
+            after its process died; ``DEAD`` once it ended for good (its process died, it
+            was killed or exited, its constructor failed, no handle refers to it).
         restarts: How many times it was recreated.
+        death_cause: Why it ended (``DEAD``), as Ray's ``ActorState.death_cause``; None
+            while it lives.
     """
 
     actor_id: str
@@ -80,6 +83,7 @@ class ActorInfo:
     slot: str | None
     state: str
     restarts: int = 0
+    death_cause: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,10 +138,17 @@ class _Record:
     use: _SlotUse | None = None
     gpus: tuple[int, ...] = field(default_factory=tuple)
     restartable: bool = False  # max_restarts: rank 0's restarts decide when it is gone
+    freed: bool = False  # what it took was given back (once: a second time skews the load)
+    ended: bool = False  # DEAD for good: only its row is kept (see MAX_ENDED_ROWS)
 
 
 #: How long a placement that only a suspect process could take waits for its probe.
 SUSPECT_WAIT_S = 5.0
+
+#: Rows of ended actors ``actors()`` keeps (the oldest go first), as Ray's GCS keeps a
+#: bounded number of destroyed actors: a program that makes actors without end would
+#: otherwise grow rank 0's table without end.
+MAX_ENDED_ROWS = 10_000
 
 
 class ClusterDirectory:
@@ -162,6 +173,7 @@ class ClusterDirectory:
         for uses in self._slots.values():
             uses.sort(key=lambda u: u.slot.index)
         self._records: dict[str, _Record] = {}
+        self._ended: dict[str, None] = {}  # ids of the ended rows, oldest first
         self._names: dict[str, tuple[ActorRecord, str | None]] = {}  # name -> (actor, class)
         # Processes a call could not reach, being probed (placer indices): no actor goes
         # there until the probe clears them (or finds them dead).
@@ -281,15 +293,44 @@ class ClusterDirectory:
         )
 
     def release(self, actor_id: str, why: str = "") -> None:
-        """Forgets an actor that ended (``why``: how): frees its slot share, resources, name."""
+        """An actor ended: frees its slot share, resources and name.
+
+        Args:
+            actor_id: The actor.
+            why: How it ended; its row stays, ``DEAD`` with that cause (unless it ended
+                already: the first cause stays). Empty: it never came to be (its creation
+                failed, or it lost a ``get_if_exists`` race), and its row goes.
+        """
         with self._lock:
-            rec = self._records.pop(actor_id, None)
+            rec = self._records.get(actor_id)
             if rec is None:
                 return
             self._free(rec)
             self._free_name(actor_id)
+            if not why:
+                del self._records[actor_id]
+                self._ended.pop(actor_id, None)
+            elif not rec.ended:
+                self._end(actor_id, rec, why)
         if self.on_release is not None:
             self.on_release(actor_id, why)
+
+    def _end(self, actor_id: str, rec: _Record, why: str) -> None:
+        # Under the lock: DEAD for good, saying why (its first paragraph: a constructor's
+        # failure without its traceback); the oldest ended rows go past MAX_ENDED_ROWS.
+        rec.ended = True
+        rec.info = replace(rec.info, state="DEAD", death_cause=why.split("\n\n", 1)[0])
+        self._ended[actor_id] = None
+        while len(self._ended) > MAX_ENDED_ROWS:
+            oldest = next(iter(self._ended))
+            del self._ended[oldest]
+            self._records.pop(oldest, None)
+
+    def death_cause(self, actor_id: str) -> str | None:
+        """Why the actor ended, if it did and its row is still kept."""
+        with self._lock:
+            rec = self._records.get(actor_id)
+            return rec.info.death_cause if rec is not None else None
 
     def replace(
         self, actor_id: str, options: ActorOptions, class_name: str, retry: bool = False
@@ -304,7 +345,10 @@ class ClusterDirectory:
             PlacementError: No live process can host it now.
         """
         with self._lock:
-            rec = self._records.pop(actor_id)
+            rec = self._records[actor_id]
+            if rec.ended:
+                raise KeyError(actor_id)
+            del self._records[actor_id]
             self._free(rec)
         try:
             placement = self.place(actor_id, options, class_name)
@@ -327,16 +371,20 @@ class ClusterDirectory:
             if rec is not None:
                 rec.info = replace(rec.info, restarts=rec.info.restarts + 1)
 
-    def set_state(self, actor_id: str, state: str) -> None:
+    def set_state(self, actor_id: str, state: str, why: str = "") -> None:
         """Sets an actor's state as ``actors()`` reports it (``RESTARTING``, ``DEAD``).
 
-        ``DEAD`` is for good (its restarts are used up, or it cannot be placed again): its
-        name is freed, as in Ray, so a supervisor can create a replacement under it.
+        ``DEAD`` is for good (its restarts are used up, or it cannot be placed again;
+        ``why`` says which): its name is freed, as in Ray, so a supervisor can create a
+        replacement under it.
         """
         with self._lock:
             rec = self._records.get(actor_id)
-            if rec is not None:
-                rec.info = replace(rec.info, state=state)
+            if rec is not None and not rec.ended:
+                if state == "DEAD":
+                    self._end(actor_id, rec, why or "it died")
+                else:
+                    rec.info = replace(rec.info, state=state)
             if state == "DEAD":
                 self._free_name(actor_id)
 
@@ -348,7 +396,10 @@ class ClusterDirectory:
                 del self._names[name]
 
     def _free(self, rec: _Record) -> None:
-        """Gives back what the actor took (slot share or the process's resources)."""
+        """Gives back what the actor took (slot share or the process's resources), once."""
+        if rec.freed:
+            return
+        rec.freed = True
         if rec.use is not None:
             rec.use.cpu_units -= rec.resources.cpu_units
             rec.use.gpu_units -= rec.resources.gpu_units
@@ -370,10 +421,12 @@ class ClusterDirectory:
                     self._placer.alive[i] = False
                     self._suspects.discard(i)  # judged: a placement waiting on it goes on
             self._settled.notify_all()
-            for actor_id, rec in self._records.items():
-                if rec.info.process == worker:
-                    rec.info = replace(rec.info, state="DEAD")
-                    if not rec.restartable:
+            for actor_id, rec in list(self._records.items()):
+                if rec.info.process == worker and not rec.ended:
+                    if rec.restartable:  # the restarts decide (RESTARTING, or DEAD why)
+                        rec.info = replace(rec.info, state="DEAD")
+                    else:
+                        self._end(actor_id, rec, f"its process {worker!r} died")
                         self._free_name(actor_id)
 
     def revive(self, worker: str) -> None:
@@ -389,7 +442,6 @@ class ClusterDirectory:
             for rec in self._records.values():
                 if rec.info.process == worker and rec.info.state == "DEAD":
                     self._free(rec)
-                    rec.resources, rec.use, rec.gpus = Resources(), None, ()
 
     def grow(self, plan: Plan, process: ProcessInfo) -> None:
         """Adds a process that joined the running cluster; ``plan`` is the plan with it.
@@ -414,7 +466,10 @@ class ClusterDirectory:
             return function_spots(self._placer.procs, self._plan, label, res, alive)
 
     def where(self, actor_id: str) -> tuple[str | None, str]:
-        """The process an actor was placed on and its state, or (None, "") if it ended."""
+        """The process an actor was placed on and its state, or (None, "") if unknown.
+
+        An actor that ended is ``DEAD`` there, until its row is pruned (``MAX_ENDED_ROWS``).
+        """
         with self._lock:
             rec = self._records.get(actor_id)
             return (rec.info.process, rec.info.state) if rec is not None else (None, "")

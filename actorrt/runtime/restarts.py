@@ -73,7 +73,6 @@ class Restarts:
         self._pack = pack
         self._cond = threading.Condition()
         self._recipes: dict[str, Recipe] = {}
-        self._ended: dict[str, str] = {}  # actor id -> how an actor with a recipe ended
         self._restarting: set[str] = set()
         self._dead: set[str] = set()  # processes reported dead
         # Suspect processes (a call could not reach them) that answered rank 0's probe:
@@ -94,13 +93,11 @@ class Restarts:
     def forget(self, actor_id: str, why: str = "") -> None:
         """The actor ended (killed, exited, released; ``why``: how): it is not restarted.
 
-        How it ended is kept, its first paragraph (a constructor's failure without its
-        traceback), for a caller whose handle still names a dead process: :meth:`locate`
-        tells it, instead of guessing from the recipe's absence.
+        How it ended stays in the directory's row (its ``death_cause``), for a caller
+        whose handle still names a dead process: :meth:`locate` tells it.
         """
         with self._cond:
-            if self._recipes.pop(actor_id, None) is not None and why:
-                self._ended[actor_id] = why.split("\n\n", 1)[0]
+            self._recipes.pop(actor_id, None)
             self._cond.notify_all()
 
     def suspected(self, worker: str) -> None:
@@ -145,7 +142,7 @@ class Restarts:
         for recipe in hit:
             if recipe.why_dead is not None:
                 # No restarts left: gone for good, so its name is freed.
-                self._directory.set_state(recipe.record.actor_id, "DEAD")
+                self._directory.set_state(recipe.record.actor_id, "DEAD", recipe.why_dead)
             else:
                 self._directory.set_state(recipe.record.actor_id, "RESTARTING")
                 threading.Thread(
@@ -229,7 +226,7 @@ class Restarts:
                 "unlimited" if recipe.left < 0 else recipe.left,
             )  # fmt: skip
         else:
-            self._directory.set_state(actor_id, "DEAD")
+            self._directory.set_state(actor_id, "DEAD", recipe.why_dead or "")
             name = recipe.record.class_name
             log.warning("%s actor %s is not restarted: %s", name, actor_id, why)
 
@@ -313,7 +310,8 @@ class Restarts:
             self._cond.wait_for(settled, timeout=timeout)
             recipe = self._recipes.get(actor_id)
             if recipe is None:
-                return None, self._ended.get(actor_id, "its process died (it has no max_restarts)")
+                ended = self._directory.death_cause(actor_id)
+                return None, ended or "its process died (it has no max_restarts)"
             if recipe.why_dead is not None:
                 return None, recipe.why_dead
             if actor_id in self._restarting:

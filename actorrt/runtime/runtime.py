@@ -843,7 +843,7 @@ class Runtime:
             except Exception as exc:
                 if not isinstance(rpc_failure("kill", handle.worker, exc), ActorDiedError):
                     raise
-        self._directory_call(rpc_released, handle.actor_id)
+        self._directory_call(rpc_released, handle.actor_id, reason)
 
     def restart(self, handle: Target) -> str | None:
         """Restarts the actor where it is (``actorrt.kill(handle, no_restart=False)``).

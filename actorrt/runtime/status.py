@@ -139,7 +139,8 @@ def format_status(
         calls.update(reported.get("calls") or {})
     by_process: dict[str, list[ActorInfo]] = {}
     for a in actors:
-        by_process.setdefault(a.process, []).append(a)
+        if a.state != "DEAD":  # a process's column counts those it hosts now
+            by_process.setdefault(a.process, []).append(a)
 
     rows = []
     unresponsive = dead = 0
@@ -212,7 +213,10 @@ def format_status(
         ),
     ]
     if actors:
-        shown = sorted(actors, key=lambda a: (a.rank, a.class_name, a.slot or "", a.actor_id))
+        shown = sorted(  # the ended ones last: past max_actors, they are only counted
+            actors,
+            key=lambda a: (a.state == "DEAD", a.rank, a.class_name, a.slot or "", a.actor_id),
+        )
         actor_rows = [
             [
                 a.actor_id,  # the full id: the form of handles and errors

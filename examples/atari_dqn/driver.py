@@ -643,6 +643,7 @@ def _actors_line(infos: Sequence[Any]) -> str:
         f"{a.label or a.class_name}={a.process}@{a.host}"
         + (f"[gpu {','.join(map(str, a.gpus))}]" if a.gpus else "")
         for a in infos
+        if a.state != "DEAD"
     ]
     return "actors: " + " ".join(parts)
 

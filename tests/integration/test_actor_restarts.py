@@ -137,7 +137,7 @@ def test_a_named_actor_keeps_its_name_and_a_killed_one_is_not_restarted(tmp_path
         stale = Caller.remote(k)  # a copy of the handle made after the restart
         actorrt.kill(k_old)
         time.sleep(0.5)
-        k_calls = [a for a in actorrt.actors() if a.actor_id == k.actor_id]
+        k_calls = [a for a in actorrt.actors() if a.actor_id == k.actor_id and a.state != "DEAD"]
         k_after = actorrt.get(stale.add.remote(1), timeout=60)
         report(pids=pids, value=value, moved=moved, after_kill=after_kill,
                killed_state=states.get(killed.actor_id, "gone"),
@@ -146,15 +146,20 @@ def test_a_named_actor_keeps_its_name_and_a_killed_one_is_not_restarted(tmp_path
         """,
     )
     assert rep["value"] == 7 and rep["moved"]
-    assert rep["after_kill"] is not None and rep["killed_state"] == "gone"
+    assert rep["after_kill"] is not None and rep["killed_state"] == "DEAD"
     assert rep["k_moved"] and rep["k_left"] == 0, rep
     assert rep["k_after"].startswith("ActorDiedError") and "killed" in rep["k_after"], rep
 
 
-def test_a_restart_whose_constructor_failed_says_so_to_an_old_handle(tmp_path):
+@pytest.mark.parametrize("replaced", [False, True])
+def test_a_restart_whose_constructor_failed_says_so_to_an_old_handle(tmp_path, replaced):
     """The restarted instance's constructor raised: a call through a handle that still
-    names the dead process says so. Was: "its process died (it has no max_restarts)",
-    for an actor with max_restarts=1 (rank 0 had forgotten its recipe and why)."""
+    names the dead process says so, and actors() keeps its row, DEAD with that cause; a
+    killed actor's row says it was killed. Was: "its process died (it has no
+    max_restarts)" for an actor with max_restarts=1 (rank 0 had forgotten its recipe and
+    why), or, once a new process had replaced the dead one, "its process died and was
+    replaced by a new one"; and the row of an actor that ended otherwise than with its
+    process was dropped from actors()."""
     (rep,) = run_script(
         tmp_path,
         """
@@ -172,22 +177,37 @@ class Once:
         return os.getpid()
 """,
         """
-        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5, max_worker_restarts=0)
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5,
+                           max_worker_restarts=REPLACEMENTS)
         pids = list(rt.local_worker_pids)
         a = Once.remote(os.path.abspath("flag"))
+        k = Once.options(max_restarts=0).remote(os.path.abspath("flag-k"))
         pid = actorrt.get(a.pid.remote(), timeout=30)
+        actorrt.kill(k)
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 60
-        while (any(x.actor_id == a.actor_id for x in actorrt.actors())
+        while (any(x.actor_id == a.actor_id and x.state != "DEAD" for x in actorrt.actors())
                and time.monotonic() < deadline):  # restarted, then ended by its __init__
             time.sleep(0.1)
+        if REPLACEMENTS:
+            deadline = time.monotonic() + 60
+            while rt.dead_workers and time.monotonic() < deadline:
+                time.sleep(0.1)
         try:
             actorrt.get(a.pid.remote(), timeout=30)
             error = "none"
         except actorrt.ActorDiedError as exc:
             error = str(exc)
-        report(pids=pids, error=error)
+        rows = {x.actor_id: (x.state, x.death_cause) for x in actorrt.actors()}
+        report(pids=pids + list(rt.local_worker_pids), error=error, a=rows.get(a.actor_id),
+               k=rows.get(k.actor_id), dead=sorted(rt.dead_workers))
         actorrt.shutdown()
-        """,
+        """.replace("REPLACEMENTS", "1" if replaced else "0"),
     )
     assert "failed in __init__: RuntimeError: made a second time" in rep["error"], rep
+    assert rep["a"][0] == "DEAD", rep
+    assert "failed in __init__: RuntimeError: made a second time" in rep["a"][1], rep
+    assert "Traceback" not in rep["a"][1], rep  # the first paragraph only
+    assert rep["k"][0] == "DEAD" and rep["k"][1].endswith("was killed by actorrt.kill()"), rep
+    if replaced:  # the call went through the new process's name
+        assert rep["dead"] == [], rep

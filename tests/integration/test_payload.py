@@ -169,14 +169,14 @@ def test_a_burst_lets_go_of_arguments_and_handles_once_sent(cluster, burst):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         gc.collect()
-        alive = any(a.actor_id == actor_id for a in actorrt.actors())
+        alive = [a for a in actorrt.actors() if a.actor_id == actor_id and a.state != "DEAD"]
         if watch() is None and not alive:
             break
         time.sleep(0.2)
     assert watch() is None, "the batch still holds the call's argument"
-    assert not any(a.actor_id == actor_id for a in actorrt.actors()), (
-        "the unnamed actor was not released: something still holds its handle"
-    )
+    (row,) = [a for a in actorrt.actors() if a.actor_id == actor_id]
+    assert row.state == "DEAD", "the unnamed actor was not released: something holds its handle"
+    assert row.death_cause == "no handle refers to the actor any more", row
 
 
 HEADER = """

@@ -217,3 +217,61 @@ def test_a_nodes_actor_count_leaves_out_those_that_died_there():
     assert counts == {"driver": 0, "w1": 0, "w2": 1}
     assert d.place("b", ActorOptions(), "B").worker == "w1"
     assert {n.process: n.actors for n in d.nodes()}["w1"] == 1
+
+
+def test_an_ended_actor_keeps_a_dead_row_that_says_why():
+    """Was: a killed, exited or released actor vanished from actors(), and so did a
+    restartable one whose restart's constructor failed; only those whose process died
+    stayed, as DEAD, with no cause."""
+    d, _ = _cluster(node("a"), node("a"))
+    for i in range(3):
+        d.place(f"a{i}", ActorOptions(), "A")  # w1, w2, w1
+    d.release("a0", "A actor a0 failed in __init__: ValueError: no\n\nTraceback ...")
+    d.release("a0", "no handle refers to the actor any more")  # the first cause stays
+    d.mark_dead("w2")
+    rows = {a.actor_id: (a.state, a.death_cause) for a in d.actors()}
+    assert rows == {
+        "a0": ("DEAD", "A actor a0 failed in __init__: ValueError: no"),
+        "a1": ("DEAD", "its process 'w2' died"),
+        "a2": ("ALIVE", None),
+    }
+    assert d.death_cause("a0") == "A actor a0 failed in __init__: ValueError: no"
+    assert d.where("a0") == ("w1", "DEAD")
+    with pytest.raises(KeyError):  # an ended actor is not restarted
+        d.replace("a0", ActorOptions(), "A")
+    d.release("x", "")  # unknown: nothing
+    d.place("never", ActorOptions(), "A")
+    d.release("never")  # it never came to be (its creation failed): no row
+    assert "never" not in {a.actor_id for a in d.actors()}
+
+
+def test_an_ended_actor_gives_back_its_place_once():
+    """Was: an actor that died with a replaced process gave back its place at the
+    replacement and again when it was killed, so its process counted one actor fewer than
+    it hosted, and the next actor went there instead of to the emptier process."""
+    d, _ = _cluster(node("a"), node("a"))
+    assert d.place("a", ActorOptions(), "A").worker == "w1"
+    d.mark_dead("w1")
+    d.revive("w1")
+    assert d.place("b", ActorOptions(), "B").worker == "w1"
+    d.release("a", "killed")
+    assert d.place("c", ActorOptions(), "C").worker == "w2"
+
+
+def test_only_the_newest_ended_rows_are_kept(monkeypatch):
+    """What an ended actor took is given back once, however often it is released, and
+    only the newest ended rows are kept."""
+    monkeypatch.setattr("actorrt.runtime.directory.MAX_ENDED_ROWS", 2)
+    d, _ = _cluster(replace(node("a"), num_cpus=1))
+    d.place("a", ActorOptions(num_cpus=1), "A")
+    d.mark_dead("w1")
+    d.revive("w1")  # gives back a's CPU
+    d.release("a", "killed")  # again: nothing more to give back
+    d.place("b", ActorOptions(num_cpus=1), "B")
+    with pytest.raises(PlacementError, match="no host has that many CPUs free"):
+        d.place("c", ActorOptions(num_cpus=1), "C")
+    for name in ("b", "d", "e"):
+        if name != "b":
+            d.place(name, ActorOptions(), "D")
+        d.release(name, "killed")
+    assert [a.actor_id for a in d.actors()] == ["d", "e"]  # "a" and "b" went, oldest first

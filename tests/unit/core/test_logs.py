@@ -356,7 +356,8 @@ def test_status_table():
         "worker2", "2", "102", "n1", "collector", "-", "2:", "Collector", "x2", "?", "-",
         "unresponsive",
     ]  # fmt: skip
-    assert rows["worker3"] == ["worker3", "3", "?", "n1", "-", "-", "1:", "Probe", "-", "-", "dead"]
+    # Its actor died with it: counted in no process's column, listed (last) as dead.
+    assert rows["worker3"] == ["worker3", "3", "?", "n1", "-", "-", "0", "-", "-", "dead"]
     actor_rows = [line.split() for line in lines if line[:8] in ("a" * 8, "b" * 8, "d" * 8)]
     assert ["a" * 32, "Learner", "learner", "learner/0", "worker1", "n0", "0", "2", "alive"] in (
         actor_rows
