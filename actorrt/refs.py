@@ -26,7 +26,6 @@ import torch
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
 from actorrt.runtime import lineage, quick_rpc
 from actorrt.runtime.exits import in_actor
-from actorrt.runtime.inflight import WorkerMarkedDead
 from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, unpack
@@ -317,8 +316,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             error = rpc_failure(self._call, self._worker, exc, self._actor_id)
             rt = current_or_none()
             if isinstance(error, ActorDiedError) and rt is not None:
-                if not isinstance(exc, WorkerMarkedDead):  # rank 0 has judged it already
-                    rt.worker_unreachable(self._worker)  # marked dead before the caller hears
+                rt.worker_unreachable(self._worker, exc)  # marked dead before the caller hears
             else:
                 _close_gap(rt, self._worker, self._actor_id, self._ticket, exc)
             raise error from None
@@ -843,8 +841,7 @@ def _fetched(rt: Runtime, fut: torch.futures.Future[Wire], loc: ObjectLocation) 
     except LocalFailure as failure:
         raise rt.lost(loc, str(failure.error)) from None
     except Exception as exc:  # the owner is unreachable: it died
-        if not isinstance(exc, WorkerMarkedDead):  # rank 0 has judged it already
-            rt.worker_unreachable(loc.owner)
+        rt.worker_unreachable(loc.owner, exc)
         why = f"its owner process is unreachable ({str(exc).splitlines()[0]})"
         raise rt.lost(loc, why) from None
     rt.payload_bytes_in += wire_bytes(wire)

@@ -233,8 +233,8 @@ class Liveness(Protocol):
         """Which process of the name ``worker`` a number taken now is for (``seq_worker``)."""
         ...
 
-    def worker_unreachable(self, worker: str) -> None:
-        """A call could not reach ``worker``: let the driver judge it."""
+    def worker_unreachable(self, worker: str, failure: BaseException | None = None) -> None:
+        """A call could not reach ``worker`` (``failure``: how): let the driver judge it."""
         ...
 
     def cancel_call(self, worker: str, actor_id: str, seq: int, recursive: bool) -> None:

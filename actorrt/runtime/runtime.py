@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
@@ -52,7 +53,7 @@ from actorrt.runtime.directory import (
 from actorrt.runtime.functions import FunctionRoutes, Shape
 from actorrt.runtime.generators import Inboxes
 from actorrt.runtime.host import ActorHost
-from actorrt.runtime.inflight import GRACE_S, InFlight
+from actorrt.runtime.inflight import GRACE_S, InFlight, WorkerMarkedDead
 from actorrt.runtime.objects import (
     INLINE_BYTES,
     PULL_BYTES,
@@ -94,6 +95,12 @@ R = TypeVar("R")
 
 #: How long rank 0 waits for a joining process to take in the names that died before it.
 NEWS_TIMEOUT_S = 10.0
+
+#: How long rank 0 takes a process it found alive (after a call to it failed) for alive,
+#: without looking again (``confirm_dead`` looks for up to 0.2 s). Calls that failed
+#: against a process since replaced all fail at its new one's name: each looking again
+#: made collecting a hundred such refs take 40 s.
+FOUND_ALIVE_S = 1.0
 
 
 _sessions = itertools.count(1)
@@ -186,6 +193,8 @@ class Runtime:
         self._incarnations: dict[str, int] = {}  # process -> new processes that took its name
         self._dead_workers: set[str] = set()
         self._death_reasons: dict[str, str] = {}  # dead worker -> how rank 0 knew
+        # Rank 0: worker -> (its process's incarnation, when confirm_dead found it alive)
+        self._found_alive: dict[str, tuple[int, float]] = {}
         # Workers whose dead process was replaced: an actor there is asked about at rank 0
         # once (it may have lived on the dead process), then remembered here.
         self._replaced: set[str] = set()
@@ -956,19 +965,33 @@ class Runtime:
                 except Exception:  # that one is gone too, or RPC is ending
                     pass
 
-    def worker_unreachable(self, worker: str) -> None:
+    def worker_unreachable(self, worker: str, failure: BaseException | None = None) -> None:
         """A call to ``worker`` failed at the RPC layer: let the driver judge it now.
 
         On the driver, :attr:`confirm_dead` (set by the launch) checks whether the process
         is gone and, if so, marks it dead before the caller sees its ``ActorDiedError``,
-        so an actor created right after that error is not placed on the dead process.
+        so an actor created right after that error is not placed on the dead process. A
+        process found alive is not looked at again for :data:`FOUND_ALIVE_S`.
+
+        Args:
+            worker: The process the call went to.
+            failure: How it failed; one failed because rank 0 marked ``worker`` dead
+                (``WorkerMarkedDead``) was judged already.
         """
         confirm = self.confirm_dead
         if worker in self._dead_workers or self.stopped.is_set():
             return
+        if isinstance(failure, WorkerMarkedDead):
+            return
         if confirm is not None:
+            now, life = time.monotonic(), self._incarnations.get(worker, 0)
+            seen = self._found_alive.get(worker)
+            if seen is not None and seen[0] == life and now - seen[1] < FOUND_ALIVE_S:
+                return
             if confirm(worker):
                 self.mark_worker_dead(worker, "its process is gone (a call found it so)")
+            else:
+                self._found_alive[worker] = (life, time.monotonic())
             return
         first = worker not in self._suspects
         self._suspects.add(worker)  # the next call asks rank 0 where the actor is

@@ -692,3 +692,46 @@ def test_a_replacement_that_dies_while_it_is_admitted_is_dead_or_replaced(tmp_pa
         assert set(rep["placed"]) == {"worker2"} and rep["after"] == [True], rep
     else:  # the next replacement is admitted alive and hosts actors
         assert rep["after"] == [True, False] and rep["back"] not in rep["victims"], rep
+
+
+def test_refs_of_calls_that_failed_against_a_replaced_process_are_read_without_looking_again(
+    tmp_path,
+):
+    """A hundred calls in flight to worker1 fail when it dies (its connection breaks);
+    they are read after a new process took its name. Was: each read made rank 0 look
+    whether worker1 was gone (up to 0.2 s, twice per ref, at the new live process): 100
+    gets took 40 s. Counted here by the looks, not timed."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=5, max_worker_restarts=1)
+        pids = list(rt.local_worker_pids)
+        looks = []
+        confirm = rt.confirm_dead
+        def counted(worker):
+            looks.append(worker)
+            return confirm(worker)
+        rt.confirm_dead = counted
+        a = Counter.options(max_concurrency=1).remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        refs = [a.add.remote(1) for _ in range(100)]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: a.worker in rt.dead_workers, 30)
+        wait_for(lambda: a.worker not in rt.dead_workers, 60)  # replaced
+        del looks[:]
+        outcomes = set()
+        for r in refs:
+            try:
+                actorrt.get(r, timeout=30)
+                outcomes.add("value")
+            except actorrt.ActorDiedError:
+                outcomes.add("ActorDiedError")
+        report(pids=pids + list(rt.local_worker_pids), looks=len(looks),
+               outcomes=sorted(outcomes))
+        actorrt.shutdown()
+        """,
+        timeout=200,
+    )
+    assert "ActorDiedError" in rep["outcomes"], rep
+    assert rep["looks"] <= 5, rep
