@@ -316,6 +316,8 @@ class Driver:
                 self._exit_seen.add(rank)
                 if replace:  # before it is marked: its actors' restarts may wait for it
                     self._replacing.add(rank)
+                else:  # none is coming (one that died while admitted left it in)
+                    self._replacing.discard(rank)
                 # It died joining: the next one may join, but not while rank 0 still
                 # admits this one (_admit marks it dead again at its end, then lets go).
                 if self._rank_joining == rank and rank not in self._admitting:
@@ -614,8 +616,6 @@ class Driver:
             rt.admit(name, rpc_id, replaces=growing is None)
         finally:
             died = local is not None and self._died_joining(rt, name, local)
-            with self._admitted:
-                self._admitting.discard(local if local is not None else -1)
         if growing is not None:
             # Placeable (and listed by nodes()) only now that every live process, this
             # one included, knows its RPC id: an actor placed on it earlier could not be
@@ -628,7 +628,7 @@ class Driver:
             rt.local_worker_pids = self.cluster.pids
         with self._admitted:
             if rank is not None:
-                if not died:  # else its exit asked for the next replacement, if any is left
+                if rank not in self._exit_seen:  # else its exit decided what comes next
                     self._replacing.discard(rank)
                 if self._rank_joining == rank:
                     self._rank_joining = None  # the next replacement may join
@@ -647,10 +647,14 @@ class Driver:
         If so, it is marked dead again (after :meth:`Runtime.admit`). Its exit came while
         ``name`` was still dead, so the exit's own marking found nothing to do, and the
         admission then took it for alive: calls and new actors would have gone to a dead
-        process until the heartbeat noticed.
+        process until the heartbeat noticed. An exit reported after this is handled as
+        any other (the name is alive again by then).
         """
+        with self._admitted:
+            self._admitting.discard(rank)
+            died = rank in self._exit_seen  # reported while admitted
         cluster = self.cluster
-        if cluster is None or not cluster.is_gone(rank):
+        if not died and (cluster is None or not cluster.is_gone(rank)):
             return False
         log.warning("%s (rank %d) died while rank 0 admitted it", name, rank)
         rt.mark_worker_dead(name, "it died while it joined the cluster")
