@@ -145,6 +145,10 @@ class _Record:
 #: How long a placement that only a suspect process could take waits for its probe.
 SUSPECT_WAIT_S = 5.0
 
+#: How long a ``get_if_exists`` creator that finds no room waits for another creator of
+#: the same name, placed and not yet registered, to register it (or give up).
+NAME_WAIT_S = 5.0
+
 #: Rows of ended actors ``actors()`` keeps (the oldest go first), as Ray's GCS keeps a
 #: bounded number of destroyed actors: a program that makes actors without end would
 #: otherwise grow rank 0's table without end.
@@ -179,6 +183,9 @@ class ClusterDirectory:
         # there until the probe clears them (or finds them dead).
         self._suspects: set[int] = set()
         self._settled = threading.Condition(self._lock)
+        # Names a get_if_exists creator was placed for and has not registered yet -> its
+        # actor id: a concurrent creator finding no room waits for it (see place).
+        self._creating: dict[str, str] = {}
         # Called with an actor's id, and how it ended, once it ended (the restarts forget
         # its recipe).
         self.on_release: Callable[[str, str], None] | None = None
@@ -192,16 +199,26 @@ class ClusterDirectory:
         """Chooses the actor's process: a slot of its label, else the placer's pick.
 
         A suspect process (see :meth:`suspect`) is passed over. When only suspects could
-        host the actor, it waits (at most :data:`SUSPECT_WAIT_S`) for their probes.
+        host the actor, it waits (at most :data:`SUSPECT_WAIT_S`) for their probes. A
+        ``get_if_exists`` creator that finds no room while another creator of its name
+        holds a place not yet registered waits (at most :data:`NAME_WAIT_S`) for that
+        one to register (the caller then finds it) or give up (its room is free again).
         """
+        name = options.name if options.get_if_exists else None
         with self._lock:
             try:
-                return self._place_among_trusted(actor_id, options, class_name)
+                placement = self._place_among_trusted(actor_id, options, class_name)
             except PlacementError:
-                if not self._suspects:
+                if name is not None and name in self._creating:
+                    self._settled.wait_for(lambda: name not in self._creating, NAME_WAIT_S)
+                elif not self._suspects:
                     raise
-            self._settled.wait_for(lambda: not self._suspects, timeout=SUSPECT_WAIT_S)
-            return self._place_among_trusted(actor_id, options, class_name)
+                else:
+                    self._settled.wait_for(lambda: not self._suspects, timeout=SUSPECT_WAIT_S)
+                placement = self._place_among_trusted(actor_id, options, class_name)
+            if name is not None and name not in self._names:  # not a restart's: it is named
+                self._creating.setdefault(name, actor_id)
+            return placement
 
     def _place_among_trusted(
         self, actor_id: str, options: ActorOptions, class_name: str
@@ -302,6 +319,9 @@ class ClusterDirectory:
                 failed, or it lost a ``get_if_exists`` race), and its row goes.
         """
         with self._lock:
+            for name in [n for n, a in self._creating.items() if a == actor_id]:
+                del self._creating[name]  # its creation failed: a waiting creator goes on
+                self._settled.notify_all()
             rec = self._records.get(actor_id)
             if rec is None:
                 return
@@ -317,7 +337,10 @@ class ClusterDirectory:
 
     def _end(self, actor_id: str, rec: _Record, why: str) -> None:
         # Under the lock: DEAD for good, saying why (its first paragraph: a constructor's
-        # failure without its traceback); the oldest ended rows go past MAX_ENDED_ROWS.
+        # failure without its traceback), and what it took given back (CPUs are counted
+        # per host: a dead process's actor held them from the live ones there); the
+        # oldest ended rows go past MAX_ENDED_ROWS.
+        self._free(rec)
         rec.ended = True
         rec.info = replace(rec.info, state="DEAD", death_cause=why.split("\n\n", 1)[0])
         self._ended[actor_id] = None
@@ -538,6 +561,9 @@ class ClusterDirectory:
                 actor of another class.
         """
         with self._lock:
+            if self._creating.get(name) == record.actor_id:
+                del self._creating[name]
+                self._settled.notify_all()
             if name not in self._names:
                 self._names[name] = (record, class_path)
                 return None

@@ -56,8 +56,18 @@ class Recipe:
     options: ActorOptions
     meta: dict[str, Any]
     left: int  # restarts left; -1: no limit
-    why_dead: str | None = None  # set once it will not come back
+    why_dead: str | None = None  # set once it will not come back (see end)
     leases: list[Any] = field(default_factory=list)  # RRefs of every recreated instance
+
+    def end(self, why: str) -> None:
+        """It will not come back: says why, and lets go of what recreated it.
+
+        Its constructor's arguments (tensors, say) and class would otherwise stay at rank
+        0 as long as the cluster runs. The recipe itself stays, as its leases must (see
+        ``_restart``).
+        """
+        self.why_dead = why
+        self.args, self.kwargs, self.class_blob = (), {}, b""
 
 
 class Restarts:
@@ -132,7 +142,7 @@ class Restarts:
             ]
             for recipe in hit:
                 if recipe.left == 0:
-                    recipe.why_dead = (
+                    recipe.end(
                         f"its process {worker!r} died and it has no restarts left "
                         f"(max_restarts={recipe.options.max_restarts})"
                     )
@@ -214,7 +224,7 @@ class Restarts:
                 # (its death skipped the actor, which was restarting): once more.
                 again = placed.worker in self._dead
             else:
-                recipe.why_dead = why or "recreating it failed"
+                recipe.end(why or "recreating it failed")
                 recipe.leases.extend(created)  # kept, as above
             self._cond.notify_all()
         if placed is not None and again:

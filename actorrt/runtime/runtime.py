@@ -279,7 +279,17 @@ class Runtime:
             found = self._directory_call(rpc_lookup, options.name, class_path)
             if found is not None:
                 return found, None
-        placement = self._place(actor_id, options, class_name)
+        try:
+            placement = self._place(actor_id, options, class_name)
+        except PlacementError:
+            if not options.get_if_exists:
+                raise
+            # No room, because a concurrent creator of the name took it (rank 0 waited for
+            # it to register): that one's actor is the answer.
+            found = self._directory_call(rpc_lookup, options.name, class_path)
+            if found is None:
+                raise
+            return found, None
         record = ActorRecord(
             actor_id,
             placement.worker,
@@ -853,6 +863,11 @@ class Runtime:
                 if not isinstance(rpc_failure("kill", handle.worker, exc), ActorDiedError):
                     raise
         self._directory_call(rpc_released, handle.actor_id, reason)
+        # Its calls' numbers here go too: it is gone for good (a later call through an old
+        # handle is answered with why), and a process that kills actor after actor would
+        # keep one counter per actor it ever called.
+        for key in [k for k in list(self._seqs) if k[0] == handle.actor_id]:
+            self._seqs.pop(key, None)
 
     def restart(self, handle: Target) -> str | None:
         """Restarts the actor where it is (``actorrt.kill(handle, no_restart=False)``).

@@ -192,3 +192,17 @@ def test_a_restart_ends_a_running_stream_with_actor_died(cluster):
     with pytest.raises(actorrt.ActorDiedError, match="restarted"):
         actorrt.get(refs[-1], timeout=30)
     assert actorrt.get(t.ping.remote(), timeout=30) == "pong"
+
+
+def test_a_killed_actors_call_numbers_go_and_its_old_handle_still_says_why(cluster):
+    """Was: the caller kept one counter per actor it ever called, killed ones included."""
+    from actorrt.runtime.runtime import current
+
+    seqs = current()._seqs
+    c = Counter.options(max_restarts=0).remote()
+    assert actorrt.get([c.add.remote() for _ in range(3)], timeout=30) == [1, 2, 3]
+    assert any(key[0] == c.actor_id for key in seqs)
+    actorrt.kill(c)
+    assert not any(key[0] == c.actor_id for key in seqs)
+    with pytest.raises(actorrt.ActorDiedError, match="killed by actorrt.kill"):
+        actorrt.get(c.add.remote(), timeout=30)

@@ -275,3 +275,51 @@ def test_only_the_newest_ended_rows_are_kept(monkeypatch):
             d.place(name, ActorOptions(), "D")
         d.release(name, "killed")
     assert [a.actor_id for a in d.actors()] == ["d", "e"]  # "a" and "b" went, oldest first
+
+
+def test_an_actor_that_died_with_its_process_gives_back_its_cpus_on_that_host():
+    """Was: an actor whose process died (and was not replaced) kept its CPUs reserved on
+    its host, which its live neighbours there share: an actor needing all of them could
+    never be placed again. Also once its row is pruned (it was dropped unfreed)."""
+    d, _ = _cluster(replace(node("a"), num_cpus=2), replace(node("a"), num_cpus=2))
+    assert d.place("a", ActorOptions(num_cpus=1), "A").worker == "w1"
+    d.mark_dead("w1")
+    assert d.place("b", ActorOptions(num_cpus=2), "B").worker == "w2"
+
+
+@pytest.mark.parametrize("first_registers", [True, False])
+def test_a_get_if_exists_creator_without_room_waits_for_the_one_creating_its_name(
+    first_registers,
+):
+    """Two creators of one name race with get_if_exists, and only one fits. Was: the
+    second's placement failed (PlacementError) while the first, placed, had not yet
+    registered the name, so it never learnt the actor existed. Now its placement waits
+    for the first to register (it then fails, and the caller finds the name) or to give
+    up (it then takes the room)."""
+    import threading
+
+    d, _ = _cluster(replace(node("a"), num_cpus=1))
+    opts = ActorOptions(num_cpus=1, name="x", get_if_exists=True)
+    assert d.place("first", opts, "A").worker == "w1"
+    outcome = []
+
+    def second():
+        try:
+            outcome.append(d.place("second", opts, "A").worker)
+        except PlacementError as exc:
+            outcome.append(f"PlacementError: {exc}")
+
+    t = threading.Thread(target=second)
+    t.start()
+    t.join(0.3)
+    assert t.is_alive() and not outcome  # it waits for the first to settle
+    if first_registers:
+        assert d.register_name("x", ActorRecord("first", "w1", "A", "", 0), True) is None
+    else:
+        d.release("first")  # its creation failed
+    t.join(10)
+    assert not t.is_alive()
+    if first_registers:
+        assert outcome[0].startswith("PlacementError") and d.lookup("x").actor_id == "first"
+    else:
+        assert outcome == ["w1"]

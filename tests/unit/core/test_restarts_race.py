@@ -153,3 +153,20 @@ def test_a_restart_in_place_that_cannot_reach_the_process_gives_its_restart_back
     monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", unreachable)
     assert "could not be reached" in restarts.restart_in_place("a1", "asked")
     assert restarts._recipes["a1"].left == 1
+
+
+def test_an_actor_out_of_restarts_lets_go_of_its_constructor_arguments():
+    """Was: rank 0 kept a recipe's constructor arguments (and class) for as long as the
+    cluster ran, after its actor had used up its restarts."""
+    directory, restarts = _cluster(2, max_restarts=1)
+    big = bytearray(1 << 20)
+    recipe = Recipe(ActorRecord("a1", "w1", "A", "", 0), "k", b"cls", (big,), {"x": big},
+                    ActorOptions(max_restarts=1), {}, left=0)  # fmt: skip
+    restarts.keep(recipe)  # in place of _cluster's: its one restart was used
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    assert (recipe.args, recipe.kwargs, recipe.class_blob) == ((), {}, b"")
+    record, why = restarts.locate("a1", timeout=1)
+    assert record is None and "no restarts left (max_restarts=1)" in why, why
+    (info,) = directory.actors()
+    assert info.state == "DEAD" and info.death_cause == why, info
