@@ -313,8 +313,10 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     f"{self!r} cannot be resolved: the process that lent it, "
                     f"{self._worker!r}, is unreachable ({str(exc).splitlines()[0]})."
                 ) from None
-            error = rpc_failure(self._call, self._worker, exc, self._actor_id)
             rt = current_or_none()
+            if rt is not None:
+                exc = rt.known_failure(self._worker, exc)
+            error = rpc_failure(self._call, self._worker, exc, self._actor_id)
             if isinstance(error, ActorDiedError) and rt is not None:
                 rt.worker_unreachable(self._worker, exc)  # marked dead before the caller hears
             else:

@@ -76,6 +76,7 @@ from actorrt.runtime.protocol import (
     ReplySlot,
     Target,
     actor_gone,
+    failed_in_pickling,
     rpc_failure,
     unsendable_argument,
 )
@@ -545,6 +546,18 @@ class Runtime:
     def is_down(self, worker: str) -> bool:
         """Whether ``worker`` is known dead here, or a call could not reach it."""
         return worker in self._dead_workers or worker in self._suspects
+
+    def known_failure(self, worker: str, exc: Exception) -> Exception:
+        """What a message to ``worker`` that failed with ``exc`` failed of, as known here.
+
+        A worker rank 0 marked dead (a hung one, killed after its heartbeat went silent)
+        often fails its calls by its connections' reset, before the death notice fails
+        them (``inflight``): the reason rank 0 gave then says more than "ECONNRESET".
+        """
+        why = self._death_reasons.get(worker)
+        if why is None or isinstance(exc, WorkerMarkedDead) or failed_in_pickling(exc):
+            return exc
+        return WorkerMarkedDead(f"rank 0 marked it dead: {why}")
 
     def _relocate(self, target: Target) -> str | None:
         """Asks rank 0 where an actor whose process is dead (or suspect) lives now.

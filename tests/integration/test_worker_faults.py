@@ -111,9 +111,9 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
         stopped = time.monotonic()
         try:
             actorrt.get(pending)  # no timeout: the heartbeat must end the wait
-            error = "none"
-        except actorrt.ActorDiedError:
-            error = "ActorDiedError"
+            error, message = "none", ""
+        except actorrt.ActorDiedError as exc:
+            error, message = "ActorDiedError", str(exc)
         failed_after = time.monotonic() - stopped
         b = Sleeper.remote()
         value = actorrt.get(b.sleep.remote(0), timeout=30)
@@ -121,7 +121,7 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
         actorrt.kill(a)
         kill_s = time.monotonic() - started
         report(pids=pids, error=error, failed_after=failed_after, a=a.worker, b=b.worker,
-               value=value, dead=sorted(rt.dead_workers), kill_s=kill_s)
+               value=value, dead=sorted(rt.dead_workers), kill_s=kill_s, message=message)
         started = time.monotonic()
         actorrt.shutdown()
         report(shutdown_s=time.monotonic() - started)
@@ -129,6 +129,8 @@ def test_a_hung_worker_is_marked_dead_and_killed_and_its_calls_fail(tmp_path):
     )
     rep = {**first, **second}
     assert rep["error"] == "ActorDiedError"
+    # Why rank 0 marked it dead, not the reset of its connections when it was killed.
+    assert "rank 0 marked it dead: it answered no heartbeat" in rep["message"], rep
     assert 1.5 < rep["failed_after"] < 2 + 5, rep["failed_after"]  # heartbeat_timeout=2
     assert rep["dead"] == [rep["a"]]
     assert rep["b"] != rep["a"] and rep["value"] == 0
