@@ -104,6 +104,27 @@ def _plain(value: Any, depth: int = 0) -> int:
     return found
 
 
+def _snapshot(value: Any) -> Any:
+    """A plain value whose lists and dicts are its own: copies of the caller's.
+
+    A plain value travels unpickled, and is pickled only when its message goes out: in a
+    batch (``outbox``, ``batches``), or when torch serializes a reply, after the caller
+    or the method went on. A list or dict it shares with them could change before that
+    (``buffer.append(x)`` right after ``.remote(buffer)``), and the receiver would get
+    the later one; Ray and torch pickle at the call. Tensors are shared still, as torch
+    RPC sends them (their storage is read as the message goes out: see docs).
+    """
+    kind = type(value)
+    if kind is list:
+        return [item if type(item) in _ATOMS else _snapshot(item) for item in value]
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else _snapshot(v) for k, v in value.items()}
+    if kind is tuple:
+        items = [item if type(item) in _ATOMS else _snapshot(item) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else tuple(items)
+    return value  # an atom, a tensor
+
+
 # Per thread: the side list of the unpickling under way, and whether a pack is under way.
 _local = threading.local()
 
@@ -289,9 +310,9 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
     """
     plain = _plain(value)
     if plain == _PLAIN:
-        return None, [value]
+        return None, [_snapshot(value)]
     if plain == _PLAIN_WITH_TENSORS:
-        return None, [value if road is None else map_tensors(value, road)]
+        return None, [_snapshot(value if road is None else map_tensors(value, road))]
     return _pickle(value, road)
 
 
@@ -331,13 +352,13 @@ def pack_or_measure(value: Any, peer: str, road_for: RoadFor, keep_from: int) ->
         return None, [value]  # a reply (status, atom): nothing to measure
     plain = _plain(value)
     if plain == _PLAIN:
-        return None, [value]
+        return None, [_snapshot(value)]
     if plain == _PLAIN_WITH_TENSORS:
         size = _tensor_bytes(value)
         if size >= keep_from:
             return size
         road = road_for(peer)
-        return None, [value if road is None else map_tensors(value, road)]
+        return None, [_snapshot(value if road is None else map_tensors(value, road))]
     blob, side = _pickle(value, None)
     size = len(blob or b"") + sum(int(t.nbytes) for t in side if isinstance(t, torch.Tensor))
     if size >= keep_from:
@@ -368,7 +389,7 @@ def pack_for(value: Any, peer: str, road_for: RoadFor) -> Wire:
     ):
         return None, [value]  # e.g. a reply (status, atom): the commonest value of all
     if _plain(value) == _PLAIN:
-        return None, [value]
+        return None, [_snapshot(value)]
     return pack(value, road_for(peer))
 
 

@@ -456,3 +456,36 @@ def test_a_call_torch_fails_to_unpickle_at_the_callee_leaves_no_gap(tmp_path):
     assert "could not be sent" in got["read"] and "Tagged" in got["read"], got
     assert got["after_read"] == got["after_drop"] == got["after_retries"] == 1, got
     assert got["retried"] == "ObjectRef" and got["function"] == "int", got
+
+
+@actorrt.actor
+class Appender:
+    def __init__(self):
+        self.items = []
+
+    def add(self, x):
+        self.items.append(x)
+        return {"items": self.items}  # its own list, which the next call changes
+
+
+def test_a_list_argument_is_what_it_was_at_the_call_even_in_a_burst(cluster, burst):
+    """Was: a plain argument travelled unpickled and was pickled when its batch went
+    out, after the caller went on: ``buf.append(i); e.echo.remote(buf)`` thirty times
+    sent lengths like [1, 31, 3, 31, ...]. Ray and torch pickle at the call."""
+    e = Echo.remote()
+    buf = []
+    refs = []
+    for i in range(30):
+        buf.append(i)
+        refs.append(e.echo.remote({"buf": buf, "n": [i]}))
+    got = actorrt.get(refs, timeout=60)
+    assert [len(g["buf"]) for g in got] == list(range(1, 31))
+    assert [g["n"] for g in got] == [[i] for i in range(30)]
+
+
+def test_a_returned_list_is_what_it_was_when_the_method_returned(cluster):
+    """A method returns its own list, which its next call changes; each reply must be
+    the list as it was (was: a reply waiting in a batch was pickled later)."""
+    a = Appender.remote()
+    got = actorrt.get([a.add.remote(i) for i in range(60)], timeout=60)
+    assert [g["items"] for g in got] == [list(range(i + 1)) for i in range(60)]

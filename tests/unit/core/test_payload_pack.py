@@ -25,8 +25,14 @@ def _over_the_wire(wire):
 def test_plain_values_skip_cloudpickle_and_objects_take_it():
     plain = ((1, "a", None, {"k": [torch.ones(2), 2.5]}), {"flag": True})
     blob, side = pack(plain)
-    assert blob is None and side == [plain]
-    assert unpack((blob, side)) is plain
+    assert blob is None and len(side) == 1
+    got = unpack((blob, side))
+    # Its lists and dicts are copies, made at the call (it is pickled later, if at all);
+    # its tensors travel as they are, as torch RPC sends them.
+    assert got is not plain and got[0][3] is not plain[0][3]
+    assert got[0][3]["k"] is not plain[0][3]["k"] and got[1] is not plain[1]
+    assert got[0][3]["k"][0] is plain[0][3]["k"][0] and got[0][3]["k"][1] == 2.5
+    assert got[0][:3] == (1, "a", None) and got[1] == {"flag": True}
     blob, side = pack(((Sample(torch.ones(2), 1.0),), {}))
     assert isinstance(blob, bytes) and len(side) == 1 and torch.equal(side[0], torch.ones(2))
 
