@@ -28,7 +28,7 @@ from actorrt.runtime import lineage, quick_rpc
 from actorrt.runtime.exits import in_actor
 from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
-from actorrt.runtime.payload import packing, unpack
+from actorrt.runtime.payload import packing, snapshot, unpack
 from actorrt.runtime.protocol import (
     COPY,
     LOCATED,
@@ -1334,6 +1334,9 @@ def when_ready(
     if not _has_refs(args, kwargs):
         send(args, kwargs, True)
         return
+    # Sent (and packed) once the refs are ready, after the caller went on: the lists and
+    # dicts it passed are copied now, as they were at the call.
+    args, kwargs = snapshot(args), snapshot(kwargs)
     deps = [a for a in args if type(a) is ObjectRef]
     deps += [v for v in kwargs.values() if type(v) is ObjectRef]
     remaining = [len(deps)]

@@ -56,6 +56,7 @@ __all__ = [
     "pack_for",
     "pack_or_measure",
     "packing",
+    "snapshot",
     "unpack",
 ]
 
@@ -104,7 +105,7 @@ def _plain(value: Any, depth: int = 0) -> int:
     return found
 
 
-def _snapshot(value: Any) -> Any:
+def snapshot(value: Any) -> Any:
     """A plain value whose lists and dicts are its own: copies of the caller's.
 
     A plain value travels unpickled, and is pickled only when its message goes out: in a
@@ -115,14 +116,26 @@ def _snapshot(value: Any) -> Any:
     RPC sends them (their storage is read as the message goes out: see docs).
     """
     kind = type(value)
-    if kind is list:
-        return [item if type(item) in _ATOMS else _snapshot(item) for item in value]
     if kind is dict:
-        return {k: v if type(v) in _ATOMS else _snapshot(v) for k, v in value.items()}
+        out = value.copy()
+        for key, item in out.items():
+            if type(item) in _NESTED:  # same keys: replacing values while iterating is safe
+                out[key] = snapshot(item)
+        return out
+    if kind is list:
+        out = value.copy()
+        for i, item in enumerate(out):
+            if type(item) in _NESTED:
+                out[i] = snapshot(item)
+        return out
     if kind is tuple:
-        items = [item if type(item) in _ATOMS else _snapshot(item) for item in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else tuple(items)
-    return value  # an atom, a tensor
+        for item in value:
+            if type(item) in _NESTED:
+                return tuple([snapshot(x) if type(x) in _NESTED else x for x in value])
+    return value  # an atom, a tensor, a tuple with no list or dict inside
+
+
+_NESTED = frozenset({dict, list, tuple})
 
 
 # Per thread: the side list of the unpickling under way, and whether a pack is under way.
@@ -310,9 +323,9 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
     """
     plain = _plain(value)
     if plain == _PLAIN:
-        return None, [_snapshot(value)]
+        return None, [snapshot(value)]
     if plain == _PLAIN_WITH_TENSORS:
-        return None, [_snapshot(value if road is None else map_tensors(value, road))]
+        return None, [snapshot(value if road is None else map_tensors(value, road))]
     return _pickle(value, road)
 
 
@@ -352,13 +365,13 @@ def pack_or_measure(value: Any, peer: str, road_for: RoadFor, keep_from: int) ->
         return None, [value]  # a reply (status, atom): nothing to measure
     plain = _plain(value)
     if plain == _PLAIN:
-        return None, [_snapshot(value)]
+        return None, [snapshot(value)]
     if plain == _PLAIN_WITH_TENSORS:
         size = _tensor_bytes(value)
         if size >= keep_from:
             return size
         road = road_for(peer)
-        return None, [_snapshot(value if road is None else map_tensors(value, road))]
+        return None, [snapshot(value if road is None else map_tensors(value, road))]
     blob, side = _pickle(value, None)
     size = len(blob or b"") + sum(int(t.nbytes) for t in side if isinstance(t, torch.Tensor))
     if size >= keep_from:
@@ -389,7 +402,7 @@ def pack_for(value: Any, peer: str, road_for: RoadFor) -> Wire:
     ):
         return None, [value]  # e.g. a reply (status, atom): the commonest value of all
     if _plain(value) == _PLAIN:
-        return None, [_snapshot(value)]
+        return None, [snapshot(value)]
     return pack(value, road_for(peer))
 
 

@@ -489,3 +489,23 @@ def test_a_returned_list_is_what_it_was_when_the_method_returned(cluster):
     a = Appender.remote()
     got = actorrt.get([a.add.remote(i) for i in range(60)], timeout=60)
     assert [g["items"] for g in got] == [list(range(i + 1)) for i in range(60)]
+
+
+@actorrt.actor
+class Pair:
+    def later(self, seconds, value):
+        time.sleep(seconds)
+        return value
+
+    def both(self, a, b):
+        return a, b
+
+
+def test_a_list_beside_a_pending_ref_is_what_it_was_at_the_call(cluster):
+    """A call whose ref argument is not ready yet is sent (and packed) once it is; the
+    list beside it must be as it was at the call (was: as it was when the ref came)."""
+    p = Pair.remote()
+    buf = [0]
+    ref = p.both.remote(p.later.remote(0.5, "ready"), buf)
+    buf.append(1)
+    assert actorrt.get(ref, timeout=30) == ("ready", [0])
