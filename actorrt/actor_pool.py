@@ -96,6 +96,7 @@ class ActorPool(Generic[A]):
 
         Tasks submitted before and not yet taken are given up first, as in Ray: their
         results are never returned (an actor still running one takes its next task after).
+        Every task is submitted at the call, as in Ray, not when iteration starts.
 
         Raises:
             ActorError: A task raised (when its result is reached; its actor is free).
@@ -103,16 +104,18 @@ class ActorPool(Generic[A]):
         self._drop_results()
         for value in values:
             self.submit(fn, value)
-        while self.has_next():
-            yield self.get_next()
+        return self._results(self.get_next)
 
     def map_unordered(self, fn: Task[A, V], values: Iterable[V]) -> Iterator[Any]:
         """Like :meth:`map`, yielding each result as soon as it is ready."""
         self._drop_results()
         for value in values:
             self.submit(fn, value)
+        return self._results(self.get_next_unordered)
+
+    def _results(self, take: Callable[[], Any]) -> Iterator[Any]:
         while self.has_next():
-            yield self.get_next_unordered()
+            yield take()
 
     # -- taking results ------------------------------------------------------------
     def has_next(self) -> bool:

@@ -95,7 +95,7 @@ class Queue(Generic[T]):
 
     Made in one process and passed to actors as an argument of their calls (or inside
     one), it is the same queue everywhere. Its items live in one actor (``maxsize``
-    items at most; 0: no bound) until taken.
+    items at most; 0 or less: no bound, as in ``queue.Queue`` and Ray) until taken.
 
     Args:
         maxsize: The most items it holds; ``put`` waits (or raises :class:`Full`) beyond.
@@ -104,7 +104,6 @@ class Queue(Generic[T]):
 
     Raises:
         TypeError: ``maxsize`` is not an int.
-        ValueError: ``maxsize`` is negative.
         NotInitializedError: actorrt is not started.
 
     Example::
@@ -117,8 +116,7 @@ class Queue(Generic[T]):
     def __init__(self, maxsize: int = 0, actor_options: dict[str, Any] | None = None) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int):
             raise TypeError(f"maxsize={maxsize!r} must be an int (0: no bound), e.g. maxsize=64.")
-        if maxsize < 0:
-            raise ValueError(f"maxsize={maxsize} must be >= 0 (0: no bound), e.g. maxsize=64.")
+        maxsize = max(maxsize, 0)  # as queue.Queue and Ray: a negative size is no bound
         self.maxsize = maxsize
         make = _queue_actor.options(**actor_options) if actor_options else _queue_actor
         self.actor: ActorHandle = make.remote(maxsize)

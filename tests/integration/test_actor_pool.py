@@ -151,3 +151,14 @@ def test_a_task_function_that_raises_leaves_its_actor_free(workers):
         pool.get_next(timeout=30)
     assert pool.get_next(timeout=30) == 6
     assert not pool.has_next() and pool.has_free()
+
+
+def test_map_submits_every_task_at_the_call_as_ray_does(workers):
+    """Was: map and map_unordered were generators, which submitted nothing until
+    iterated: has_next() was False after map(), and draining with get_next got []."""
+    pool = actorrt.ActorPool(workers)
+    pool.map(double, [0, 1])  # not iterated
+    assert pool.has_next()
+    assert [pool.get_next(timeout=30) for _ in range(2)] == [0, 2]
+    pool.map_unordered(double, [3])
+    assert pool.get_next_unordered(timeout=30) == 6 and not pool.has_next()

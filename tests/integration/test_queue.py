@@ -105,8 +105,7 @@ def test_async_put_and_get_wait_without_blocking_the_loop(cluster):
 def test_bad_arguments_and_a_shut_down_queue_say_what_to_do(cluster):
     with pytest.raises(TypeError, match="maxsize='2' must be an int"):
         actorrt.Queue(maxsize="2")
-    with pytest.raises(ValueError, match="maxsize=-1 must be >= 0"):
-        actorrt.Queue(maxsize=-1)
+    assert actorrt.Queue(maxsize=-1).maxsize == 0  # no bound, as queue.Queue and Ray
     q = actorrt.Queue(actor_options={"name": "test-queue"})
     assert actorrt.get_actor("test-queue").actor_id == q.actor.actor_id
     with pytest.raises(ValueError, match=r"timeout=-1 must be >= 0 seconds"):
