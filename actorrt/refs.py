@@ -664,7 +664,8 @@ def cancel(
     What it stops:
 
     - a call not yet begun (waiting for its ref arguments, queued behind other calls of
-      its actor or function threads, or still on its way): it never runs;
+      its actor or function threads, or still on its way): it never runs (one waiting
+      for its ref arguments fails at once, not when they come);
     - a call of an async actor (one with an ``async def`` method) that has begun: its
       asyncio task is cancelled, so ``CancelledError`` is raised where it awaits (a
       method that catches it and returns gives its value);
@@ -730,12 +731,22 @@ def cancel(
         )
     with _hook_lock:
         ticket = ref._ticket
+        unsent = False
         if ticket is None:  # no call out: waiting for its arguments, or none at all
             cf_done = ref._cf is not None and ref._cf.done()
             if ref._sent is None and ref._loc is None and not cf_done:
                 ref._recursive = recursive
                 ref._cancel_asked = True  # never sent (send_call), or cancelled by attach
-            return
+                unsent = ref._actor_id is not None
+    if unsent:
+        # get raises now, as in Ray, not once the ref arguments it waits for are ready
+        # (the call then gives its number up, unsent; or, going out this very moment,
+        # is cancelled at its actor by attach).
+        what = "before it was sent (it waited for its ref arguments)"
+        ref.fail(cancelled(ref._call, what, ref._actor_id))
+        return
+    if ticket is None:
+        return
     if not ref.done():
         _cancel_sent(ref, ticket, recursive, rt)
 

@@ -358,7 +358,9 @@ class FunctionCall:
         self._recursive = recursive
         self._cancelled = True  # before _sent_as is read: an attempt then cancels itself
         sent = self._sent_as
-        if sent is not None and not self.reply.done():
+        if sent is None:  # waiting for its ref arguments (or a resend): get raises now
+            self.give_up(cancelled(self._what, "before it was sent"))
+        elif not self.reply.done():
             self._route.cancel_call(*sent, recursive)
 
     def give_up(self, error: BaseException) -> None:

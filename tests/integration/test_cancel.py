@@ -350,3 +350,23 @@ def test_a_plain_actors_method_reads_its_cancel_and_a_cancel_not_recursive_spare
     noticed, (child_ref,) = actorrt.get(running, timeout=30)
     assert noticed is True
     assert isinstance(_outcome(child_ref), actorrt.TaskCancelledError)
+
+
+def test_a_call_waiting_for_its_ref_arguments_fails_at_its_cancel_not_when_they_come(
+    cluster,
+):
+    """As in Ray, get raises TaskCancelledError at once. Was: only once the ref arguments
+    it waited for were ready (here 3 s later: a get with a 1.5 s timeout timed out)."""
+    log = Log.remote()
+    dep = log.slow.remote(3.0)
+    doomed = log.add.remote(dep)
+    doomed_function = nap.remote(dep)
+    actorrt.cancel(doomed)
+    actorrt.cancel(doomed_function)
+    for ref in (doomed, doomed_function):
+        with pytest.raises(actorrt.TaskCancelledError, match="before it was sent"):
+            actorrt.get(ref, timeout=1.5)
+    assert actorrt.get(dep, timeout=30) == 3.0
+    # Its number was still given up once the argument came: a later call does not wait.
+    assert actorrt.get(log.add.remote("later"), timeout=30) == "later"
+    assert actorrt.get(log.log.remote(), timeout=30) == ["slow 3.0", "later"]
