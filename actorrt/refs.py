@@ -680,9 +680,10 @@ def cancel(
     cancelled instead); one that catches it and returns gives its value. A call already
     running in a plain (threaded) actor runs to its end and ``get`` returns its value:
     actors keep their state, and a method cut in half would leave it half changed (Ray
-    does the same). Such a method can stop early on its own: ``actorrt.get_runtime_context()
-    .is_canceled()`` is True once its call was cancelled. A call that has answered is
-    left as it is. Cancelling does not wait: the call's reply says what came of it.
+    runs it to its end too, but its ``get`` raises ``TaskCancelledError``). Such a
+    method can stop early on its own: ``actorrt.get_runtime_context().is_canceled()`` is
+    True once its call was cancelled. A call that has answered is left as it is.
+    Cancelling does not wait: the call's reply says what came of it.
 
     With ``recursive=True`` (the default, as Ray's), the calls the cancelled call made
     while it ran (actor calls and remote functions whose refs still exist) are cancelled
