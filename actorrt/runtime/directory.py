@@ -325,9 +325,9 @@ class ClusterDirectory:
             rec = self._records.get(actor_id)
             if rec is None:
                 return
-            self._free(rec)
             self._free_name(actor_id)
             if not why:
+                self._free(rec)
                 del self._records[actor_id]
                 self._ended.pop(actor_id, None)
             elif not rec.ended:

@@ -323,10 +323,15 @@ def pack(value: Any, road: Callable[[torch.Tensor], Any] | None = None) -> Wire:
     """
     plain = _plain(value)
     if plain == _PLAIN:
-        return None, [snapshot(value)]
+        return _unpickled(value, None)
     if plain == _PLAIN_WITH_TENSORS:
-        return None, [snapshot(value if road is None else map_tensors(value, road))]
+        return _unpickled(value, road)
     return _pickle(value, road)
+
+
+def _unpickled(value: Any, road: Callable[[torch.Tensor], Any] | None) -> Wire:
+    """The wire of a plain value: its containers copied now, its tensors on ``road``."""
+    return None, [snapshot(value if road is None else map_tensors(value, road))]
 
 
 def _pickle(value: Any, road: Callable[[torch.Tensor], Any] | None) -> Wire:
@@ -365,13 +370,12 @@ def pack_or_measure(value: Any, peer: str, road_for: RoadFor, keep_from: int) ->
         return None, [value]  # a reply (status, atom): nothing to measure
     plain = _plain(value)
     if plain == _PLAIN:
-        return None, [snapshot(value)]
+        return _unpickled(value, None)
     if plain == _PLAIN_WITH_TENSORS:
         size = _tensor_bytes(value)
         if size >= keep_from:
             return size
-        road = road_for(peer)
-        return None, [snapshot(value if road is None else map_tensors(value, road))]
+        return _unpickled(value, road_for(peer))
     blob, side = _pickle(value, None)
     size = len(blob or b"") + sum(int(t.nbytes) for t in side if isinstance(t, torch.Tensor))
     if size >= keep_from:
@@ -402,7 +406,7 @@ def pack_for(value: Any, peer: str, road_for: RoadFor) -> Wire:
     ):
         return None, [value]  # e.g. a reply (status, atom): the commonest value of all
     if _plain(value) == _PLAIN:
-        return None, [snapshot(value)]
+        return _unpickled(value, None)
     return pack(value, road_for(peer))
 
 

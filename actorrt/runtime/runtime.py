@@ -107,6 +107,11 @@ FOUND_ALIVE_S = 1.0
 _sessions = itertools.count(1)
 
 
+def _marked_dead(why: str) -> str:
+    """How a message to a worker rank 0 marked dead failed (``why``: rank 0's reason)."""
+    return f"rank 0 marked it dead: {why}"
+
+
 def current(what: str = "this call") -> Runtime:
     """The process's running ``Runtime``; raises ``NotInitializedError`` before ``start``."""
     rt = context.installed()
@@ -557,7 +562,7 @@ class Runtime:
         why = self._death_reasons.get(worker)
         if why is None or isinstance(exc, WorkerMarkedDead) or failed_in_pickling(exc):
             return exc
-        return WorkerMarkedDead(f"rank 0 marked it dead: {why}")
+        return WorkerMarkedDead(_marked_dead(why))
 
     def _relocate(self, target: Target) -> str | None:
         """Asks rank 0 where an actor whose process is dead (or suspect) lives now.
@@ -616,7 +621,7 @@ class Runtime:
             # Waits for a restart under way; for an actor gone for good, says why as rank
             # 0 knows it (no restarts left, its restart failed, no max_restarts).
             return self._relocate(target)
-        if process is None or state != "ALIVE":
+        if process is None:  # no row (pruned, or never known): nothing more to say
             return "its process died and was replaced by a new one"
         self._left(target.actor_id, target.worker, process)
         target.worker = process
@@ -1056,7 +1061,7 @@ class Runtime:
         here forget its calls' order (:meth:`ActorHost.forget_caller`).
         """
         self._death_reasons[worker] = why
-        self.inflight.fail_worker_soon(worker, f"rank 0 marked it dead: {why}")
+        self.inflight.fail_worker_soon(worker, _marked_dead(why))
         self.generators.producer_died(worker, GRACE_S)
         self.objects.holder_died(worker)
         shm.forget_dead()  # its segments this process mapped, if it was on this host

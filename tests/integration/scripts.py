@@ -26,6 +26,19 @@ import json as _json
 def report(**kw):
     print("REPORT", _json.dumps(kw), flush=True)
 
+def outcomes(refs, timeout):
+    # What getting each ref gave, sorted: "value", or "ActorDiedError" (anything else
+    # is raised, and fails the script).
+    import actorrt as _actorrt
+    kinds = set()
+    for ref in refs:
+        try:
+            _actorrt.get(ref, timeout=timeout)
+            kinds.add("value")
+        except _actorrt.ActorDiedError:
+            kinds.add("ActorDiedError")
+    return sorted(kinds)
+
 def fork_holder(seconds):
     # A child that inherits the calling process's sockets and outlives it (as an
     # environment or data loader forked by an actor would): once that process died, its

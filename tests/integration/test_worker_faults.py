@@ -235,16 +235,10 @@ def test_calls_held_by_a_hung_worker_fail_even_while_its_connections_stay_open(t
         failed_after = time.monotonic() - stopped
         ready, _ = actorrt.wait(refs, num_returns=len(refs), timeout=30)
         all_failed_after = time.monotonic() - stopped
-        errors = set()
-        for ref in ready:
-            try:
-                actorrt.get(ref, timeout=1)
-                errors.add("none")
-            except actorrt.ActorDiedError:
-                errors.add("ActorDiedError")
+        errors = outcomes(ready, timeout=1)
         os.kill(child, signal.SIGKILL)
         report(error=error, failed_after=failed_after, batches=batches, calls=len(refs),
-               failed=len(ready), errors=sorted(errors), all_failed_after=all_failed_after)
+               failed=len(ready), errors=errors, all_failed_after=all_failed_after)
         actorrt.shutdown()
         """,
         timeout=100,

@@ -720,15 +720,8 @@ def test_refs_of_calls_that_failed_against_a_replaced_process_are_read_without_l
         wait_for(lambda: a.worker in rt.dead_workers, 30)
         wait_for(lambda: a.worker not in rt.dead_workers, 60)  # replaced
         del looks[:]
-        outcomes = set()
-        for r in refs:
-            try:
-                actorrt.get(r, timeout=30)
-                outcomes.add("value")
-            except actorrt.ActorDiedError:
-                outcomes.add("ActorDiedError")
-        report(pids=pids + list(rt.local_worker_pids), looks=len(looks),
-               outcomes=sorted(outcomes))
+        got = outcomes(refs, timeout=30)
+        report(pids=pids + list(rt.local_worker_pids), looks=len(looks), outcomes=got)
         actorrt.shutdown()
         """,
         timeout=200,
