@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import itertools
 import logging
 import math
 import numbers
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -106,6 +108,13 @@ _hook_lock = threading.Lock()
 _NO_COPY: Any = object()
 """Said by ``ObjectRef._copy_of_lost`` when a ref travels as its location."""
 
+# A ref's id: this process's random prefix, then a count. A copy of the ref that
+# travelled keeps its id, so refs compare (and hash) equal wherever they went, as Ray's.
+# The prefix is random, not the process's name: a process that took a dead one's name
+# starts its count again.
+_ID_PREFIX = os.urandom(8).hex()
+_ids = itertools.count(1)
+
 
 class _RefFuture(cf.Future[Any]):
     """A ref's future, which cannot be cancelled: the ref would be spoilt for good.
@@ -154,11 +163,14 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_ticket",
         "_cancel_asked",
         "_recursive",
+        "_id",
         "__weakref__",
     )
 
-    def __init__(self, call: str, actor_id: str | None = None) -> None:
+    def __init__(self, call: str, actor_id: str | None = None, ref_id: str = "") -> None:
         self._call = call  # "Class.method", named in errors
+        # see hex(); a count of this process until needed (formatting costs a call 0.5 us)
+        self._id: str | int = ref_id or next(_ids)
         self._actor_id = actor_id
         self._worker = ""
         # torch future of the raw reply (of the call, or of the lender's resolve)
@@ -365,7 +377,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         loc = self._loc
         if loc is None or self._copy_of_lost(loc) is not _NO_COPY:
             return self  # travels as it is (inline)
-        return _located_ref(self._call, self._actor_id, loc._replace(rref=None))
+        return _located_ref(self._call, self._actor_id, self.hex(), loc._replace(rref=None))
 
     def _copy_of_lost(self, loc: ObjectLocation) -> Any:
         """The copy of its value that came with the reply, if its owner may have died since.
@@ -621,6 +633,25 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         where = f", object {self._loc.object_id[:12]} on {self._loc.owner}" if self._loc else ""
         return f"ObjectRef({self._call}{where}, {'done' if self.done() else 'pending'})"
 
+    def hex(self) -> str:
+        """The ref's id, in hex, as Ray's ``ObjectRef.hex()``.
+
+        Every copy of a ref has its id, wherever it travelled (to an actor and back, inside
+        a value, a put): refs are equal, and hash alike, when their ids are, so a ref that
+        came back finds its entry in a dict keyed by refs. Each ref of a call with
+        ``num_returns`` has its own id, and so has each ref a streaming call yields.
+        """
+        ref_id = self._id
+        return ref_id if type(ref_id) is str else f"{_ID_PREFIX}{ref_id:016x}"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not ObjectRef:
+            return NotImplemented
+        return self._id == other._id or self.hex() == other.hex()
+
+    def __hash__(self) -> int:
+        return hash(self.hex())
+
     def __reduce__(self) -> tuple[Callable[..., ObjectRef[Any]], tuple[Any, ...]]:
         if not packing():
             raise TypeError(
@@ -629,7 +660,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 "keeps its object alive for the receiver; it cannot be pickled another way. "
                 "Call actorrt.get(ref) first to send the value itself."
             )
-        head = (self._call, self._actor_id)
+        head = (self._call, self._actor_id, self.hex())
         if self._loc is not None:
             copy = self._copy_of_lost(self._loc)
             if copy is not _NO_COPY:
@@ -862,25 +893,29 @@ def _fetched(rt: Runtime, fut: torch.futures.Future[Wire], loc: ObjectLocation) 
     return decode_reply(unpack(wire))
 
 
-def _located_ref(call: str, actor_id: str | None, loc: ObjectLocation) -> ObjectRef[Any]:
+def _located_ref(
+    call: str, actor_id: str | None, ref_id: str, loc: ObjectLocation
+) -> ObjectRef[Any]:
     """Rebuilds a ref of an object kept at its owner."""
-    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id, ref_id)
     ref._loc = loc
     ref._worker = loc.owner
     return ref
 
 
-def _inline_ref(call: str, actor_id: str | None, value: Any) -> ObjectRef[Any]:
+def _inline_ref(call: str, actor_id: str | None, ref_id: str, value: Any) -> ObjectRef[Any]:
     """Rebuilds a ready ref whose (small) value travelled with it."""
-    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id, ref_id)
     fut = ref._cf = _RefFuture()
     fut.set_result(value)
     return ref
 
 
-def _failed_ref(call: str, actor_id: str | None, error: BaseException) -> ObjectRef[Any]:
-    """Rebuilds a ready ref whose call failed."""
-    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+def _failed_ref(
+    call: str, actor_id: str | None, ref_id: str, error: BaseException
+) -> ObjectRef[Any]:
+    """Rebuilds a ready ref whose call failed (``ref_id`` empty: a new ref)."""
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id, ref_id)
     fut = ref._cf = _RefFuture()
     fut.set_exception(error)
     return ref
@@ -888,14 +923,14 @@ def _failed_ref(call: str, actor_id: str | None, error: BaseException) -> Object
 
 def failed(what: str, error: BaseException) -> ObjectRef[Any]:
     """A ready ref of a call ``what`` that never started: ``get`` raises ``error``."""
-    return _failed_ref(what, None, error)
+    return _failed_ref(what, None, "", error)
 
 
 def _borrowed_ref(
-    call: str, actor_id: str | None, lender: str, token: str, rref: Any
+    call: str, actor_id: str | None, ref_id: str, lender: str, token: str, rref: Any
 ) -> ObjectRef[Any]:
     """Rebuilds a ref whose call had not answered when it was sent: ``lender`` resolves it."""
-    ref: ObjectRef[Any] = ObjectRef(call, actor_id)
+    ref: ObjectRef[Any] = ObjectRef(call, actor_id, ref_id)
     ref._loan = (lender, token, rref)
     ref._worker = lender
     return ref
@@ -927,7 +962,7 @@ def put(value: Any) -> ObjectRef[Any]:
             "the value itself (actorrt.get(ref)) if you mean to copy it."
         )
     rt = current("actorrt.put()")
-    ref = _located_ref("put", None, rt.put(value))
+    ref = _located_ref("put", None, "", rt.put(value))
     ref._direct = True  # the one ref of the object, until it travels
     return ref
 
@@ -1214,7 +1249,7 @@ def wait(
     if not refs:
         return [], []
     refs = [r if _is_generator(r) else _check_ref(r) for r in refs]
-    if len({id(r) for r in refs}) != len(refs):
+    if len({r if type(r) is ObjectRef else id(r) for r in refs}) != len(refs):
         raise ValueError("actorrt.wait got the same ObjectRef twice; pass each ref once.")
     if not 1 <= num_returns <= len(refs):
         raise ValueError(f"num_returns={num_returns} must be between 1 and len(refs)={len(refs)}.")

@@ -119,6 +119,12 @@ class Consumer:
     def pid(self):
         return os.getpid()
 
+    def echo(self, box):
+        return box
+
+    def hexes(self, box):
+        return [ref.hex() for ref in box["refs"]]
+
     def bytes_in(self):
         return current_or_none().payload_bytes_in
 
@@ -231,6 +237,45 @@ def test_refs_travel_inside_values_to_a_third_actor(cluster):
     # a pending ref inside a value: the receiver borrows it from this process
     slow = p.make.remote(8 * MB, 1)
     assert actorrt.get(c.total_nested.remote({"ref": slow}), timeout=120) == 8 * MB
+
+
+def test_a_ref_that_travelled_and_came_back_is_equal_to_the_one_sent(cluster):
+    p, c = _apart(cluster)
+
+    class Boom(Exception):
+        pass
+
+    @actorrt.remote
+    def fail():
+        raise Boom("no")
+
+    refs = {
+        "inline": p.small.remote(),
+        "kept": p.make.remote(2 * MB, 1),
+        "pending": p.make_slowly.remote(16, 1, 1.0),  # lent: not answered when sent
+        "failed": fail.remote(),
+        "put": actorrt.put(torch.ones(4)),
+    }
+    actorrt.wait([refs["inline"], refs["kept"], refs["failed"]], num_returns=3, timeout=60)
+    box = {"refs": list(refs.values())}
+    back = actorrt.get(c.echo.remote(box), timeout=60)["refs"]
+    # the actor saw the ids the driver's refs have, and what came back compares equal
+    assert actorrt.get(c.hexes.remote(box), timeout=60) == [r.hex() for r in refs.values()]
+    assert back == list(refs.values())
+    assert not any(b is r for b, r in zip(back, refs.values(), strict=True))
+    by_ref = {ref: name for name, ref in refs.items()}
+    assert [by_ref[ref] for ref in back] == list(refs)
+    assert len(set(refs.values()) | set(back)) == 5
+    # each call (and each of num_returns' refs) has its own id
+    two = p.make_two.remote(4)
+    assert len({*two, p.small.remote(), p.small.remote()}) == 4
+    assert p.small.remote() != refs["inline"] and refs["inline"] != refs["inline"].hex()
+    # a ref and its copy are one ref to wait, as in Ray
+    with pytest.raises(ValueError, match="same ObjectRef twice"):
+        actorrt.wait([refs["kept"], back[1]], timeout=5)
+    assert actorrt.get(back[2], timeout=60).sum() == 16
+    with pytest.raises(Boom):
+        actorrt.get(back[3], timeout=60)
 
 
 def test_an_async_actor_awaits_a_ref_it_was_given(cluster):

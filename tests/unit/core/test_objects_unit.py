@@ -71,9 +71,9 @@ def test_wire_bytes_counts_pickled_and_tensor_bytes():
 
 def test_refs_of_each_state_travel_inside_a_packed_value():
     loc = ObjectLocation("a" * 32, "worker3", 64 * MB, None)
-    located = _located_ref("A.make", "f" * 32, loc)
-    inline = _inline_ref("A.small", None, torch.arange(3))
-    failed = _failed_ref("A.bad", None, ActorError("A.bad raised ValueError: no", None, "tb"))
+    located = _located_ref("A.make", "f" * 32, "", loc)
+    inline = _inline_ref("A.small", None, "", torch.arange(3))
+    failed = _failed_ref("A.bad", None, "", ActorError("A.bad raised ValueError: no", None, "tb"))
     wire = payload.pack({"refs": [located, inline, failed]})
     assert wire[0] is not None  # refs are never plain: they go through the pickler
     back = payload.unpack(wire)["refs"]
@@ -86,11 +86,11 @@ def test_refs_of_each_state_travel_inside_a_packed_value():
 def test_a_ref_pickled_outside_a_call_says_where_it_can_travel():
     loc = ObjectLocation("a" * 32, "worker3", 1, None)
     with pytest.raises(TypeError, match="inside the arguments or return values"):
-        pickle.dumps(_located_ref("A.make", None, loc))
+        pickle.dumps(_located_ref("A.make", None, "", loc))
 
 
 def test_a_located_ref_is_ready_without_being_fetched():
-    ref = _located_ref("A.make", None, ObjectLocation("b" * 32, "worker1", 1, None))
+    ref = _located_ref("A.make", None, "", ObjectLocation("b" * 32, "worker1", 1, None))
     ready, not_ready = actorrt.wait([ref], timeout=0)
     assert ready == [ref] and not_ready == []
     assert ref._failure() is None
@@ -120,8 +120,8 @@ def test_replies_decode_to_their_errors():
 
 
 def test_top_level_refs_are_resolved_and_nested_ones_kept():
-    inline = _inline_ref("A.small", None, 7)
-    nested = _inline_ref("A.small", None, 8)
+    inline = _inline_ref("A.small", None, "", 7)
+    nested = _inline_ref("A.small", None, "", 8)
     args, kwargs = resolve_args((inline, [nested]), {"k": inline, "n": {"r": nested}})
     assert args[0] == 7 and args[1][0] is nested
     assert kwargs == {"k": 7, "n": {"r": nested}}
@@ -159,7 +159,7 @@ def test_dropping_a_value_that_holds_refs_does_not_deadlock_the_store(monkeypatc
     # the ref's going asks this process's runtime for its store: this one
     monkeypatch.setattr(refs, "current_or_none", lambda: types.SimpleNamespace(objects=store))
     inner = store.keep(torch.ones(4), 16, holder="worker1")
-    ref = _located_ref("put", None, ObjectLocation(inner, "worker1", 16))
+    ref = _located_ref("put", None, "", ObjectLocation(inner, "worker1", 16))
     ref._direct = True  # as actorrt.put's: its going lets the object go
     outer = store.keep([ref], 64, holder="worker1")
     del ref
