@@ -648,6 +648,11 @@ class ActorClass(Generic[T, P]):
         own = set(super().__dir__())
         return sorted(own | {n for n in dir(self._cls) if not n.startswith("__")})
 
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type[T]]:
+        # `class Sub(Cls)` of a remote class derives from the plain class: decorate Sub
+        # with @actorrt.actor to make it remote too (Ray refuses such a class statement).
+        return (self._cls,)
+
     def __reduce__(self) -> tuple[type[ActorClass[T, P]], tuple[type[T], ActorOptions]]:
         # ship the class and options, not the cached blob or table
         return (ActorClass, (self._cls, self._options))
@@ -689,6 +694,12 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
     for name, member in inspect.getmembers(cls):
         if not inspect.isroutine(member):
             continue
+        if name in _HANDLES_OWN:
+            raise ValueError(
+                f"{cls.__name__}.{name}: a handle has an attribute {name!r} of its own "
+                f"({_HANDLES_OWN[name]}), which would hide this method from "
+                f"handle.{name}.remote(); rename the method (e.g. {name}_ or get_{name})."
+            )
         retries = getattr(member, _MAX_TASK_RETRIES, 0)
         if retries and not options.max_task_retries:
             raise ValueError(
@@ -711,6 +722,18 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
                 f"does not have ({have}); add it to the actor's options, e.g. "
                 f"concurrency_groups={{{group!r}: 1}}."
             )
+
+
+_HANDLES_OWN = {
+    "actor_id": "the actor's id",
+    "worker": "the process hosting the actor",
+    "class_name": "the actor's class name",
+    "methods": "the names of the actor's methods",
+    "max_task_retries": "the actor's max_task_retries",
+    "max_pending_calls": "the actor's max_pending_calls",
+    "moves": "for the runtime",
+}
+"""The public attributes of an ``ActorHandle``: no actor method may take these names."""
 
 
 def _init_remote(*args: Any, **kwargs: Any) -> NoReturn:
@@ -816,6 +839,14 @@ class ActorHandle:
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self.methods))
+
+    # A copy of a handle is the handle: it names the same actor (copy.deepcopy of a config
+    # that holds handles; __reduce__ would refuse an unnamed actor's outside a call).
+    def __copy__(self) -> ActorHandle:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ActorHandle:
+        return self
 
     def __reduce__(
         self,

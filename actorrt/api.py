@@ -388,31 +388,53 @@ def dump_cluster(path: str | os.PathLike[str] | None = None) -> str:
     return text
 
 
-def get_actor(name: str) -> ActorHandle:
+def get_actor(name: str, namespace: None = None) -> ActorHandle:
     """Returns the handle of the live actor registered as ``name``.
 
+    Args:
+        name: The actor's name.
+        namespace: Ray's argument, taken only as None: actorrt has no namespaces.
+
     Raises:
-        TypeError: ``name`` is not a string.
+        TypeError: ``name`` is not a string, or a ``namespace`` was given.
         ValueError: ``name`` is not a valid actor name, or no live actor has it.
     """
+    _no_namespaces("actorrt.get_actor", "namespace", namespace, None)
     check_actor_name(name)  # before the cluster is asked, as for Cls.options(name=...)
     return handle_of(current("actorrt.get_actor()").get_actor(name))
 
 
-def list_named_actors() -> list[str]:
+def list_named_actors(all_namespaces: bool = False) -> list[str]:
     """The names of the cluster's live named actors, sorted, as ``ray.util.list_named_actors()``.
 
     An actor being recreated after its process died (``max_restarts``) keeps its name and
     is listed; a dead or killed one is not. actorrt has no namespaces: every name is
     listed.
 
+    Args:
+        all_namespaces: Ray's argument, taken only as False (every name is listed).
+
+    Raises:
+        TypeError: ``all_namespaces`` is not False.
+
     Example::
 
         for name in actorrt.list_named_actors():
             print(name, actorrt.get_actor(name))
     """
+    _no_namespaces("actorrt.list_named_actors", "all_namespaces", all_namespaces, False)
     infos = current("actorrt.list_named_actors()").actors()
     return sorted(a.name for a in infos if a.name is not None and a.state != "DEAD")
+
+
+def _no_namespaces(call: str, argument: str, value: object, default: object) -> None:
+    """Refuses Ray's namespace arguments other than their defaults, saying why."""
+    if value is not default:
+        raise TypeError(
+            f"{call}({argument}={value!r}): actorrt has no namespaces; an actor's name is "
+            "unique in its cluster and every name is listed by actorrt.list_named_actors(). "
+            f"Drop {argument}=."
+        )
 
 
 def kill(handle: ActorHandle | TypedActor, *, no_restart: bool = True) -> None:

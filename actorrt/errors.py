@@ -149,6 +149,22 @@ _duals: dict[type[BaseException], type[ActorError] | None] = {}
 _duals_lock = threading.Lock()
 
 
+def _combined(cause: BaseException) -> bool:
+    """Whether an ``ActorError`` takes on the class of ``cause``.
+
+    Every ``Exception`` and a user's own ``BaseException`` subclass, as Ray's
+    ``RayTaskError`` does; not Python's own ``BaseException`` kinds: a caller's ``except
+    KeyboardInterrupt`` is for its own Ctrl-C.
+    """
+    if isinstance(cause, Exception):
+        return True
+    import asyncio  # here: `actorrt --help` imports this module, and never gets here
+
+    return not isinstance(
+        cause, (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+    )
+
+
 def actor_error(
     message: str, cause: BaseException | None, remote_traceback: str, actor_id: str | None = None
 ) -> ActorError:
@@ -156,13 +172,13 @@ def actor_error(
 
     A cause that is itself such an error (a method that let a call's error through) gives
     the class of the error first raised. A plain ``ActorError`` where no such class can
-    be made: no cause (it did not travel),
-    a ``BaseException`` that is not an ``Exception``, one of actorrt's own errors (they
-    keep their meaning: ``ObjectLostError`` raised by the method is its error, not the
-    call's), or a class Python cannot combine with ``ActorError`` (layout, ``final``).
+    be made: no cause (it did not travel), Python's own ``BaseException`` kinds (see
+    :func:`_combined`), one of actorrt's own errors (they keep their meaning:
+    ``ObjectLostError`` raised by the method is its error, not the call's), or a class
+    Python cannot combine with ``ActorError`` (layout, ``final``).
     """
     cls = None
-    if isinstance(cause, Exception):
+    if cause is not None and _combined(cause):
         kind: type[BaseException] = getattr(type(cause), "_actorrt_cause_class", type(cause))
         cls = _dual(kind)  # kind: the error first raised, for a nested call's error
     if cls is None:

@@ -652,6 +652,14 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
     def __hash__(self) -> int:
         return hash(self.hex())
 
+    # A copy of a ref is the ref (copy.deepcopy of a value holding refs), as in Ray;
+    # __reduce__ refuses outside a call.
+    def __copy__(self) -> ObjectRef[R_co]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ObjectRef[R_co]:
+        return self
+
     def __reduce__(self) -> tuple[Callable[..., ObjectRef[Any]], tuple[Any, ...]]:
         if not packing():
             raise TypeError(

@@ -222,3 +222,48 @@ def test_get_if_exists_is_atomic_across_concurrent_creators(cluster):
         assert [a.name for a in actorrt.actors() if a.name == name] == [name]
     finally:
         actorrt.kill(actorrt.get_actor(name))
+
+
+class Halt(BaseException):  # a user's own BaseException, not an Exception
+    pass
+
+
+@actorrt.actor
+class Halter:
+    def halt(self):
+        raise Halt("stop here")
+
+    def value(self):
+        return 1
+
+
+def test_a_users_own_base_exception_is_caught_by_its_class_as_in_ray(cluster):
+    h = Halter.remote()
+    with pytest.raises(Halt) as caught:
+        actorrt.get(h.halt.remote(), timeout=60)
+    assert isinstance(caught.value, actorrt.ActorError) and "stop here" in str(caught.value)
+    assert isinstance(caught.value, Exception)  # `except Exception` catches it still
+    assert actorrt.get(h.value.remote(), timeout=60) == 1  # the actor stays usable
+
+
+def test_a_remote_class_derived_from_a_remote_class_has_both_methods(cluster):
+    @actorrt.actor
+    class TallyPlus(Tally):  # derived from a remote class: from its plain class
+        def twice(self):
+            return self.add() + self.add()
+
+    t = TallyPlus.remote(1, step=2)
+    assert actorrt.get(t.twice.remote(), timeout=60) == 3 + 5
+    assert actorrt.get(t.value.remote(), timeout=60) == 5
+    assert TallyPlus.cls.__mro__[1] is Tally.cls
+
+
+def test_a_deep_copy_of_a_value_holding_a_handle_and_a_ref_holds_them(cluster):
+    import copy
+
+    t = Tally.remote(0)
+    ref = t.add.remote(4)
+    config = {"lr": 1e-3, "tally": t, "first": ref}
+    for copied in (copy.deepcopy(config), copy.copy(config)):
+        assert copied["tally"] is t and copied["first"] is ref
+    assert actorrt.get(copy.deepcopy(config)["tally"].add.remote(1), timeout=60) == 5

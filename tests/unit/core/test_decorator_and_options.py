@@ -425,3 +425,38 @@ def test_a_ray_option_actorrt_lacks_says_what_to_use_instead(option, hint):
         @actorrt.actor(**{option: "detached" if option == "lifetime" else 1})
         class Detached:
             pass
+
+
+@pytest.mark.parametrize("name", ["worker", "actor_id", "methods", "class_name"])
+def test_a_method_named_like_a_handle_attribute_fails_at_decoration(name):
+    cls = type("Clash", (), {name: lambda self: 1, "fine": lambda self: 2})
+    with pytest.raises(ValueError, match=rf"Clash.{name}: a handle has an attribute .*rename"):
+        actorrt.actor(cls)
+
+
+def test_the_reserved_names_are_every_public_attribute_of_a_handle():
+    from actorrt.actor_class import _HANDLES_OWN, ActorHandle
+
+    assert set(_HANDLES_OWN) == {n for n in dir(ActorHandle) if not n.startswith("_")}
+
+
+def test_rays_namespace_arguments_say_actorrt_has_none():
+    with pytest.raises(TypeError, match="actorrt has no namespaces.*Drop namespace="):
+        actorrt.get_actor("x", namespace="ns")
+    with pytest.raises(TypeError, match="actorrt has no namespaces.*Drop all_namespaces="):
+        actorrt.list_named_actors(all_namespaces=True)
+    with pytest.raises(actorrt.NotInitializedError):  # the defaults are taken
+        actorrt.get_actor("x", namespace=None)
+
+
+def test_a_users_base_exception_gives_an_error_of_its_class_and_pythons_do_not():
+    from actorrt.errors import actor_error
+
+    class Halt(BaseException):
+        pass
+
+    error = actor_error("A.m raised Halt", Halt("x"), "tb")
+    assert isinstance(error, Halt) and isinstance(error, actorrt.ActorError)
+    for cause in (KeyboardInterrupt(), SystemExit(1), GeneratorExit()):
+        error = actor_error("A.m raised", cause, "tb")
+        assert type(error) is actorrt.ActorError and error.cause is cause
