@@ -441,10 +441,12 @@ def kill(handle: ActorHandle | TypedActor, *, no_restart: bool = True) -> None:
     """Kills an actor now: its queued, running and later calls fail with ActorDiedError.
 
     With ``no_restart=False`` (as Ray's), an actor with ``max_restarts`` left is
-    restarted instead: its calls in flight fail with ``ActorDiedError``, its constructor
-    runs again on the same process (``was_current_actor_reconstructed`` is then True),
-    and later calls, through any of its handles, reach the new instance; it counts as one
-    restart. An actor without restarts left is killed for good.
+    restarted instead: its calls in flight fail with ``ActorDiedError`` (those with
+    ``max_task_retries`` left are sent again to the new instance, in the order they were
+    made, as Ray retries them), its constructor runs again on the same process
+    (``was_current_actor_reconstructed`` is then True), and later calls, through any of
+    its handles, reach the new instance; it counts as one restart. An actor without
+    restarts left is killed for good.
 
     Args:
         handle: The actor's handle (a :class:`~actorrt.actor_class.TypedActor`'s handle

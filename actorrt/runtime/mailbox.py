@@ -787,7 +787,7 @@ class Mailbox:
             else:
                 self._threads.submit(self._construct, (cls, wire))  # type: ignore[union-attr]
         for call in doomed:
-            self._answer(call, died_reply(reason))
+            self._answer(call, died_reply(reason, restarted=True))
         return True
 
     def _reopen(self, what: tuple[type, Wire], doomed: list[Call]) -> None:

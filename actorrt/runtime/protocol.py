@@ -51,6 +51,7 @@ __all__ = [
     "PICKLING_ERRORS",
     "RAISE",
     "RELAY",
+    "RESTARTED",
     "Returns",
     "ActorRecord",
     "LocalFailure",
@@ -86,6 +87,9 @@ RELAY = 8  # a fetch's answer: ask this process of your host instead (payload: i
 KEEP = 9  # a fetch's answer: the value, and keep a copy for the rest of your host a while
 MULTI = 10  # a call with num_returns: payload is one packed reply per value returned
 CANCELLED = 11  # actorrt.cancel() stopped the call before it ran (or while it awaited): why
+# As DIED, for a call queued or running when its actor was restarted in place
+# (kill(no_restart=False)): a call with retries left is sent again, to the new instance.
+RESTARTED = 12
 
 CancelTicket: TypeAlias = int | Callable[[bool], None]
 """What cancels a call that went out (see :meth:`ReplySlot.attach`): its sequence number at
@@ -381,9 +385,9 @@ def _cancelled_words(what: str, when: str) -> str:
     return f"{what} was cancelled (actorrt.cancel) {when}; call it again to run it."
 
 
-def died_reply(reason: str) -> tuple[int, Any]:
-    """A reply saying the actor is gone, with why."""
-    return DIED, reason
+def died_reply(reason: str, restarted: bool = False) -> tuple[int, Any]:
+    """A reply saying the actor is gone, with why (``restarted``: made again in place)."""
+    return (RESTARTED if restarted else DIED), reason
 
 
 def decode_reply(reply: tuple[int, Any], actor_id: str | None = None) -> Any:

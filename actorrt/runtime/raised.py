@@ -14,7 +14,7 @@ import pickletools
 from typing import TYPE_CHECKING, TypeAlias
 
 from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import CANCELLED, DIED, ERROR, LOST, RAISE
+from actorrt.runtime.protocol import CANCELLED, DIED, ERROR, LOST, RAISE, RESTARTED
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
@@ -25,6 +25,7 @@ __all__ = [
     "error_of",
     "exception_names",
     "fails",
+    "restarted",
     "retried",
     "retry_on",
 ]
@@ -68,7 +69,12 @@ def error_of(wire: Wire) -> tuple[bool, BaseException | None]:
     return True, payload[3]  # (what, summary, traceback, the exception if it pickled)
 
 
-_FAILURES = frozenset((ERROR, DIED, LOST, RAISE, CANCELLED))
+_FAILURES = frozenset((ERROR, DIED, LOST, RAISE, CANCELLED, RESTARTED))
+
+
+def restarted(wire: Wire) -> bool:
+    """Whether ``wire`` says its actor was restarted in place with the call queued or running."""
+    return _status(wire) == RESTARTED
 
 
 def fails(wire: Wire) -> bool:

@@ -18,7 +18,8 @@ were made, and before any call made through the same handle once the resend has 
 
 A call with ``retry_exceptions`` whose reply is an exception it retries on is sent
 again too, to the same actor, spending one of its retries; it then runs after the calls
-made meanwhile, as in Ray.
+made meanwhile, as in Ray. So is a call queued or running when its actor was restarted
+in place (``actorrt.kill(handle, no_restart=False)``), as Ray retries such calls.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from actorrt.runtime.protocol import (
     failed_in_pickling,
     rpc_failure,
 )
-from actorrt.runtime.raised import RetryOn, retried
+from actorrt.runtime.raised import RetryOn, restarted, retried
 
 if TYPE_CHECKING:
     from actorrt.runtime.outbox import KeepAlive
@@ -112,10 +113,18 @@ class _Call:
     cancelled: bool = False  # actorrt.cancel(): never sent again
     recursive: bool = True  # and whether that cancel reaches the calls it made
     on: RetryOn = False  # its retry_exceptions: the exceptions raised that send it again
+    restarted: bool = False  # its actor was restarted in place under it: to send again
 
     @property
     def what(self) -> str:
         return f"{self.target.class_name}.{self.method}"
+
+
+@dataclass
+class _Restart:
+    """A call its actor's restart in place failed, handed to the retries thread."""
+
+    call: _Call
 
 
 class CallRetries:
@@ -134,7 +143,9 @@ class CallRetries:
         self._calls: dict[str, dict[int, _Call]] = {}  # actor id -> unanswered, by order
         self._order = itertools.count()
         # (actor id, dead worker): calls lost with a process; a call: raised, to send again
-        self._failed: queue.SimpleQueue[tuple[str, str] | _Call | None] = queue.SimpleQueue()
+        self._failed: queue.SimpleQueue[tuple[str, str] | _Call | _Restart | None] = (
+            queue.SimpleQueue()
+        )
         self._thread: threading.Thread | None = None
 
     def send(
@@ -251,15 +262,18 @@ class CallRetries:
                     self._route.skip_at(call.target.actor_id, worker, seq)
             return
         if (
-            call.on
-            and call.left != 0
+            call.left != 0
             and not call.cancelled
             and not self._route.stopped.is_set()
-            and retried(wire, call.on)
+            and (restarted(wire) or (call.on and retried(wire, call.on)))
         ):
             if call.left > 0:
                 call.left -= 1
-            self._wake(call)  # sent from the thread: packing may take long
+            if restarted(wire):
+                call.restarted = True
+                self._wake(_Restart(call))
+            else:
+                self._wake(call)  # sent from the thread: packing may take long
             return
         self._done(call)
         call.reply.set_result(wire)
@@ -269,7 +283,7 @@ class CallRetries:
         call.failure = exc
         self._wake((call.target.actor_id, call.worker))
 
-    def _wake(self, item: tuple[str, str] | _Call) -> None:
+    def _wake(self, item: tuple[str, str] | _Call | _Restart) -> None:
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
@@ -306,6 +320,10 @@ class CallRetries:
                 self._raised(item)
                 del item  # not kept (with its arguments) while waiting for the next
                 continue
+            if isinstance(item, _Restart):
+                self._restarted(item.call)
+                del item
+                continue
             actor_id, dead = item
             try:
                 with self._actor_lock(actor_id):
@@ -334,13 +352,50 @@ class CallRetries:
             log.exception("sending %s again failed", call.what)
             self._give_up(call, exc)
 
+    def _restarted(self, call: _Call) -> None:
+        """Sends ``call`` again with the other calls its actor's restart failed, in order.
+
+        Their replies come at once but may be read in any order: the calls made before
+        ``call`` are waited for (at most ``SETTLE_S``) until each is answered or failed by
+        the restart too. One sent with an earlier one is not sent again.
+        """
+        actor_id = call.target.actor_id
+        try:
+            with self._actor_lock(actor_id):
+                if not call.restarted:
+                    return
+                with self._lock:
+                    calls = list(self._calls.get(actor_id, {}).values())
+                group = sorted((c for c in calls if c.order <= call.order), key=lambda c: c.order)
+                deadline = time.monotonic() + self._settle_s
+                for c in group:
+                    while not (c.restarted or c.reply.done()) and time.monotonic() < deadline:
+                        time.sleep(0.005)
+                for c in [c for c in group if c.restarted]:
+                    c.restarted = False
+                    if c.keep is not None:  # the failed attempt is answered
+                        c.keep.let_go()
+                        c.keep = None
+                    if c.cancelled:
+                        when = "before it was sent again (its actor had been restarted)"
+                        self._give_up(c, cancelled(c.what, when, actor_id))
+                    elif self._route.stopped.is_set():
+                        self._give_up(c, _shut_before_resent(c))
+                    else:
+                        self._resend(c, c.target.worker)
+        except Exception as exc:  # never lose the thread, nor leave the call unanswered
+            log.exception("sending %s again failed", call.what)
+            self._give_up(call, exc)
+
     def _drain(self) -> None:
-        """At close: the calls still waiting to be sent again after they raised fail."""
+        """At close: the calls still waiting to be sent again (raised, or restarted) fail."""
         while True:
             try:
                 item = self._failed.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(item, _Restart) and item.call.restarted:
+                item = item.call
             if isinstance(item, _Call):
                 self._give_up(item, _shut_before_resent(item))
 
@@ -450,7 +505,8 @@ class CallRetries:
 
 def _shut_before_resent(call: _Call) -> ActorDiedError:
     return ActorDiedError(
-        f"{call.what} raised, and the cluster shut down before it was sent again",
+        f"{call.what} was to be sent again (it raised, or its actor was restarted), and "
+        "the cluster shut down first",
         call.target.actor_id,
     )
 

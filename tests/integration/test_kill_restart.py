@@ -56,6 +56,27 @@ class Serial:  # one thread: a call queued behind a running one
         return self.ran
 
 
+@actorrt.actor(max_restarts=1, max_task_retries=2)
+class Retrying:  # one thread; its calls are sent again after a restart, as in Ray
+    def __init__(self):
+        self.ran = []
+
+    def hold(self, path):
+        open(path, "w").close()
+        threading.Event().wait(1)  # the old instance's runs on, its answer dropped
+        self.ran.append("hold")
+        return self.ran
+
+    def note(self, x):
+        self.ran.append(x)
+        return list(self.ran)
+
+    @actorrt.method(max_task_retries=0)
+    def once(self, x):
+        self.ran.append(x)
+        return x
+
+
 @actorrt.actor(max_restarts=1, concurrency_groups={"io": 1})
 class InGroup:  # a call queued on a group's thread while the constructor runs on another
     def __init__(self):
@@ -141,6 +162,27 @@ def test_a_queued_call_fails_and_never_runs_on_the_new_instance(cluster, tmp_pat
             actorrt.get(ref, timeout=30)
     assert actorrt.get(s.note.remote("after"), timeout=30) == "after"
     assert actorrt.get(s.notes.remote(), timeout=30) == ["after"]
+
+
+def test_calls_with_retries_are_sent_again_in_order_to_the_restarted_instance(cluster, tmp_path):
+    r = Retrying.remote()
+    begun = tmp_path / "begun"
+    running = r.hold.remote(str(begun))
+    queued = [r.note.remote(i) for i in range(3)]
+    never = r.once.remote("once")  # its own max_task_retries=0: it fails
+    deadline = time.monotonic() + 30
+    while not begun.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    actorrt.kill(r, no_restart=False)
+    # as in Ray: the running call and the queued ones run again on the new instance,
+    # in the order they were made
+    assert actorrt.get(running, timeout=30) == ["hold"]
+    assert actorrt.get(queued, timeout=30) == [["hold", 0], ["hold", 0, 1], ["hold", 0, 1, 2]]
+    with pytest.raises(actorrt.ActorDiedError, match="restarted by actorrt.kill"):
+        actorrt.get(never, timeout=30)
+    assert actorrt.get(r.note.remote("after"), timeout=30) == ["hold", 0, 1, 2, "after"]
+    assert _restarts(r) == (1, "ALIVE")
 
 
 def test_without_restarts_left_the_actor_is_killed_for_good(cluster):
