@@ -12,7 +12,10 @@ has to be decided first. The processes meet in a c10d ``TCPStore`` served by ran
 4. every process calls ``init_rpc`` with its part of the plan, on the same store.
 
 A process with a bad token is refused and the cluster goes on; ranks that never arrive
-fail ``start`` after ``timeout`` seconds, named. Rank 0 logs each rank as it joins and
+fail ``start`` after ``timeout`` seconds, named. A claimant beats a counter while it
+waits (``waiting/<k>``) and withdraws its claim when it gives up: rank 0 frees the rank of
+one that left (withdrew, or went silent: killed) before the plan, so the same command
+can take it again. Rank 0 logs each rank as it joins and
 each refused claim with its reason (logger ``actorrt.rendezvous``).
 
 Once the cluster runs, claims still come through the same queue (:func:`serve_late_claims`):
@@ -68,6 +71,16 @@ LateDecision = Callable[[dict[str, Any], float], "dict[str, Any] | str | None"]
 _POLL_S = 0.02
 _PREFIX = "actorrt/"
 _WAITING_NOTE_S = 10.0  # how often rank 0 logs which ranks it still waits for
+_BEAT_S = 0.5  # how often a claimant beats its counter while it waits
+# An accepted claimant silent this long is taken to have left: another claim of its rank
+# takes its place (at once), or rank 0 frees the rank (_GONE_S, checked every _LOOK_S;
+# long, as a claimant starved of CPU by many processes may be silent a while). The plan
+# waits for every claimant to have beaten within _HERE_S.
+_TAKEOVER_S = 3.0
+_GONE_S = 20.0
+_HERE_S = 1.5
+_LOOK_S = 1.0
+_WITHDRAWN = -(1 << 40)  # added to a claimant's counter as it gives up
 log = get_logger("rendezvous")
 
 
@@ -207,7 +220,16 @@ class RankClaim:
             "pid": os.getpid(),
             "description": description,
         }
+        self.beat_key = _beat_key(self.index)
+        self.refused = False  # rank 0 said no (nothing to withdraw)
         store.set(f"{_PREFIX}claim/{self.index}", json.dumps(payload))
+
+    def withdraw(self) -> None:
+        """Tells rank 0 this claimant gave up (its rank is free again); best effort."""
+        try:
+            self.store.add(self.beat_key, _WITHDRAWN)
+        except Exception:  # the store is gone: nobody to tell
+            pass
 
     def wait_verdict(self, timeout: float) -> dict[str, Any] | None:
         """Waits for rank 0's verdict; raises ``ClusterError`` if the claim was refused.
@@ -217,8 +239,11 @@ class RankClaim:
             claim of a starting one (its plan is published for all: :func:`wait_plan`).
         """
         who = "a new rank" if self.rank == GROW_RANK else f"rank {self.rank}"
-        verdict = _wait_key(self.store, f"{_PREFIX}verdict/{self.index}", timeout)
+        verdict = _wait_key(
+            self.store, f"{_PREFIX}verdict/{self.index}", timeout, beat=self.beat_key
+        )
         if verdict != "ok":
+            self.refused = True
             raise ClusterError(f"{who} was refused by the cluster: {verdict}")
         key = f"{_PREFIX}assigned/{self.index}"
         if not self.store.check([key]):
@@ -242,8 +267,19 @@ def join(
     ``{"rank": r, "rpc_id": i}`` (the rank it takes, and its RPC id in the running group).
     """
     claim = RankClaim(store, rank, world_size, token, description)
-    assigned = claim.wait_verdict(timeout)
-    return assigned if assigned is not None else wait_plan(store, timeout)
+    try:
+        assigned = claim.wait_verdict(timeout)
+        plan = assigned if assigned is not None else wait_plan(store, timeout, claim.beat_key)
+    except BaseException:  # timed out, Ctrl-C: the rank is free for a new try
+        if not claim.refused:
+            claim.withdraw()
+        raise
+    store.delete_key(claim.beat_key)  # the store keeps no key of a cluster that formed
+    return plan
+
+
+def _beat_key(index: int) -> str:
+    return f"{_PREFIX}waiting/{index}"
 
 
 class _Judge:
@@ -259,9 +295,12 @@ class _Judge:
         self.accepted: dict[int, dict[str, Any]] = {}
         self.pids: dict[int, int] = {}  # rank -> pid the accepted claimant reported
         self._who: dict[int, str] = {}
+        # rank -> its accepted claim's index, and (its beat count, when that last changed)
+        self._claim_of: dict[int, int] = {}
+        self._heard: dict[int, tuple[int, float]] = {}
         self._read = 0  # claims read so far: claim/1 .. claim/_read
         self._pending: set[int] = set()  # counted but not yet written by the claimant
-        self._undecided: dict[int, tuple[dict[str, Any], float]] = {}  # late: (claim, since)
+        self._undecided: dict[int, tuple[dict[str, Any], float]] = {}  # (claim, since)
 
     def poll(self, closed: str | None = None, late: LateDecision | None = None) -> None:
         """Judges every claim that arrived.
@@ -286,7 +325,7 @@ class _Judge:
         for index, (payload, since) in sorted(self._undecided.items()):
             verdict = self._bad_token(payload, index) or closed
             if verdict is None and late is None:
-                verdict = self._verdict(payload)
+                verdict = self._verdict(payload, since)
             elif verdict is None and late is not None:
                 verdict = self._wrong_transport(payload) or self._ask(late, payload, since, index)
             if verdict is None:
@@ -301,15 +340,19 @@ class _Judge:
                 self._who[rank] = _whom(payload)
                 if isinstance(payload.get("pid"), int):
                     self.pids[rank] = payload["pid"]
+                self._claim_of[rank] = index
+                self._heard[rank] = (0, time.monotonic())
                 log.info(
                     "rank %d joined from host %s (pid %s): %d of %d processes in",
                     rank, _host_of(payload), payload.get("pid", "?"),
                     len(self.accepted) + 1, self.world_size,
                 )  # fmt: skip
             else:
+                rank_asked = payload.get("rank", "?")
                 log.warning(
-                    "refused a claim for rank %s from %s: %s",
-                    payload.get("rank", "?"), _whom(payload), verdict,
+                    "refused a claim for %s from %s: %s",
+                    "a new rank" if rank_asked == GROW_RANK else f"rank {rank_asked}",
+                    _whom(payload), verdict,
                 )  # fmt: skip
 
     def _ask(
@@ -336,7 +379,52 @@ class _Judge:
             "token the driver uses (--token or ACTORRT_TOKEN)."
         )
 
-    def _verdict(self, payload: dict[str, Any]) -> str:
+    def silent_for(self, rank: int) -> float:
+        """Seconds since rank ``rank``'s accepted claimant last beat (inf: it withdrew)."""
+        count = int(self.server.store.add(_beat_key(self._claim_of[rank]), 0))
+        if count < 0:
+            return float("inf")
+        now = time.monotonic()
+        last, since = self._heard[rank]
+        if count != last:
+            self._heard[rank] = (count, now)
+            return 0.0
+        return now - since
+
+    def let_go_of(self, rank: int, silent: float) -> None:
+        """Frees rank ``rank``: its accepted claimant left before the cluster formed."""
+        why = "gave up" if silent == float("inf") else f"was silent for {silent:.0f} s"
+        log.warning(
+            "rank %d (%s) %s before the cluster formed: its rank is free again; start it "
+            "again with the same command", rank, self._who[rank], why,
+        )  # fmt: skip
+        self.server.store.delete_key(_beat_key(self._claim_of[rank]))
+        for table in (self.accepted, self.pids, self._who, self._claim_of, self._heard):
+            table.pop(rank, None)
+
+    def settled(self, silence_counts: bool) -> bool:
+        """Whether the accepted claimants can be planned.
+
+        No claim waits to take an accepted rank's place, and (``silence_counts``) every one
+        of them beat within ``_HERE_S``.
+        """
+        if any(payload.get("rank") in self.accepted for payload, _ in self._undecided.values()):
+            return False
+        return not silence_counts or all(self.silent_for(r) < _HERE_S for r in self.accepted)
+
+    def let_go_of_the_gone(self) -> None:
+        """Frees every rank whose accepted claimant withdrew, or was silent ``_GONE_S``."""
+        for rank in list(self.accepted):
+            silent = self.silent_for(rank)
+            if silent > _GONE_S:
+                self.let_go_of(rank, silent)
+
+    def _verdict(self, payload: dict[str, Any], since: float) -> str | None:
+        """Rank 0's answer to a claim made (at ``since``) while the cluster starts.
+
+        None: not yet (its rank's claimant has neither beaten since, nor been silent
+        ``_TAKEOVER_S``: the new one may be its restart).
+        """
         rank = int(payload["rank"])
         if rank == GROW_RANK:
             return (
@@ -354,10 +442,16 @@ class _Judge:
                 "(rank 0 is the driver)."
             )
         if rank in self.accepted:
-            return (
-                f"rank {rank} is already taken by {self._who[rank]}; give every worker its "
-                "own --rank."
-            )
+            silent = self.silent_for(rank)
+            if silent >= _TAKEOVER_S:
+                self.let_go_of(rank, silent)  # it left (killed): this claim takes its place
+            elif self._heard[rank][1] > since:
+                return (
+                    f"rank {rank} is already taken by {self._who[rank]}, which is waiting "
+                    "for the cluster; give every worker its own --rank."
+                )
+            else:
+                return None
         return self._wrong_transport(payload) or "ok"
 
     def _wrong_transport(self, payload: dict[str, Any]) -> str | None:
@@ -395,7 +489,9 @@ def gather(
         world_size: Processes in all, rank 0 included.
         token: Claims whose proof does not match this token are refused.
         timeout: Seconds to wait for every rank.
-        check_alive: Called while waiting; raises if a process we launched has died.
+        check_alive: Called while waiting; raises if a process we launched has died. Without
+            it (workers started by others), a claimant that went silent (killed) is not
+            planned, and one silent for ``_GONE_S`` loses its rank.
         transport: The driver's transport; a worker asking for another is refused.
 
     Returns:
@@ -410,10 +506,15 @@ def gather(
         world_size - 1, server.host, server.port, timeout,
     )  # fmt: skip
     next_note = start + _WAITING_NOTE_S
+    next_look = start + _LOOK_S
+    remote = check_alive is None  # else a launched process's death is seen by check_alive
     while True:
         judge.poll()
-        if len(judge.accepted) == world_size - 1:
+        if len(judge.accepted) == world_size - 1 and judge.settled(silence_counts=remote):
             break
+        if remote and time.monotonic() >= next_look:
+            judge.let_go_of_the_gone()
+            next_look = time.monotonic() + _LOOK_S
         if check_alive is not None:
             check_alive()
         now = time.monotonic()
@@ -426,6 +527,14 @@ def gather(
             )  # fmt: skip
         if now > deadline:
             missing = [r for r in range(1, world_size) if r not in judge.accepted]
+            if not missing:  # all in, and some went silent (or a claim would replace one)
+                silent = [r for r in sorted(judge.accepted) if judge.silent_for(r) >= _HERE_S]
+                raise ClusterError(
+                    f"rank(s) {', '.join(map(str, silent)) or '?'} of {world_size} stopped "
+                    f"answering before the cluster formed (within {timeout:g} s); start them "
+                    "again with the same command (their ranks are taken back), or raise "
+                    "timeout=."
+                )
             raise ClusterError(
                 f"rank(s) {', '.join(map(str, missing))} of {world_size} never joined within "
                 f"{timeout:g} s. Start them (actorrt worker --init-method tcp://{server.host}:"
@@ -487,21 +596,30 @@ def publish_abort(store: dist.TCPStore, reason: str) -> None:
     store.set(_PREFIX + "abort", reason)
 
 
-def wait_plan(store: dist.TCPStore, timeout: float) -> dict[str, Any]:
+def wait_plan(store: dist.TCPStore, timeout: float, beat: str | None = None) -> dict[str, Any]:
     """On a worker: the plan rank 0 published, within ``timeout`` s.
+
+    Args:
+        store: Rank 0's store.
+        timeout: Seconds to wait.
+        beat: The claim's counter, beaten while waiting (rank 0 reads it: still here).
 
     Raises:
         ClusterError: Rank 0 aborted the start, went away, or did not answer in time.
     """
-    plan: dict[str, Any] = json.loads(_wait_key(store, _PREFIX + "plan", timeout))
+    plan: dict[str, Any] = json.loads(_wait_key(store, _PREFIX + "plan", timeout, beat))
     return plan
 
 
-def _wait_key(store: dist.TCPStore, key: str, timeout: float) -> str:
+def _wait_key(store: dist.TCPStore, key: str, timeout: float, beat: str | None = None) -> str:
     deadline = time.monotonic() + timeout
     abort = _PREFIX + "abort"
+    next_beat = 0.0
     while True:
         try:
+            if beat is not None and time.monotonic() >= next_beat:
+                store.add(beat, 1)
+                next_beat = time.monotonic() + _BEAT_S
             if store.check([abort]):
                 raise ClusterError(f"the driver aborted the start: {store.get(abort).decode()}")
             if store.check([key]):

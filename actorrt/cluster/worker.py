@@ -190,7 +190,8 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0
         if rt.stop_requested.is_set():
             return  # a normal shutdown is under way; the store closing is expected
         # The real stderr: lines queued for the driver would never leave now.
-        print(f"actorrt worker rank {cfg.rank}: {why}; exiting.", file=sys.__stderr__, flush=True)
+        who = "actorrt worker --grow" if cfg.grow else f"actorrt worker rank {cfg.rank}"
+        print(f"{who}: {why}; exiting.", file=sys.__stderr__, flush=True)
         sys.stdout.flush()
         os._exit(1)
 

@@ -269,6 +269,11 @@ def _check_nproc(
         )
 
 
+def _who(cfg: WorkerConfig) -> str:
+    """How this worker names itself in its errors (a --grow one has no rank yet)."""
+    return "actorrt worker --grow" if cfg.grow else f"actorrt worker rank {cfg.rank}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the worker; returns 2 on a configuration or cluster error (printed)."""
     from actorrt.cluster.worker import run_worker
@@ -280,6 +285,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"actorrt worker: {exc}", file=sys.stderr, flush=True)
         return 2
     if args.socket_ifname:
+        import psutil
+
+        interfaces = sorted(psutil.net_if_addrs())
+        if args.socket_ifname not in interfaces:
+            # TensorPipe would fall back to 127.0.0.1 with a warning: unreachable from
+            # other hosts, so calls would hang there instead of failing here.
+            print(
+                f"actorrt worker: --socket-ifname {args.socket_ifname}: no such interface "
+                f"here; this host has {', '.join(interfaces)} (`ip -brief addr` shows "
+                "their addresses).",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 2
         os.environ["TP_SOCKET_IFNAME"] = args.socket_ifname
     if args.nproc > 1:
         from actorrt.cluster.node import run_node
@@ -292,14 +311,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = run_worker(cfg)
     except (ActorRtError, ValueError) as exc:
-        print(f"actorrt worker rank {cfg.rank}: {exc}", file=sys.stderr, flush=True)
+        print(f"{_who(cfg)}: {exc}", file=sys.stderr, flush=True)
         code = 2
     except SystemExit as exc:
         print(exc, file=sys.stderr, flush=True)
         code = 2
     except Exception as exc:
         print(
-            f"actorrt worker rank {cfg.rank}: {type(exc).__name__}: {exc}",
+            f"{_who(cfg)}: {type(exc).__name__}: {exc}",
             file=sys.stderr,
             flush=True,
         )

@@ -451,7 +451,8 @@ def describe_node(
 
             raise PlacementError(
                 f"local CUDA devices {missing} were asked for but this process sees "
-                f"{len(found_gpus)} GPU(s); fix --local-cuda-devices or CUDA_VISIBLE_DEVICES"
+                f"{len(found_gpus)} GPU(s); fix the GPUs asked for (actorrt worker --gpus, "
+                "the DQN example's --local-cuda-devices) or CUDA_VISIBLE_DEVICES"
             )
         found_gpus = tuple(g for g in found_gpus if g.index in wanted)
         near = {k: tuple(i for i in v if i in wanted) for k, v in near.items()}

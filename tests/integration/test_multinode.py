@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -90,7 +91,8 @@ def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs, tmp_
     procs.start("world", worker_argv(init, 2, 4), env)
     procs.start("transport", worker_argv(init, 2, 3, "--transport", "cpu"), env)
     procs.start("token", worker_argv(init, 2, 3), {"ACTORRT_TOKEN": "another-job"})
-    names = ("good", "dup", "world", "transport", "token")
+    procs.start("grow", [PY, "-m", "actorrt", "worker", "--init-method", init, "--grow"], env)
+    names = ("good", "dup", "world", "transport", "token", "grow")
     rep = run_in_a_fresh_process(
         tmp_path,
         f"""
@@ -112,6 +114,49 @@ def test_each_refused_claim_hears_why_and_a_missing_rank_fails_start(procs, tmp_
     assert "world size 4 does not match the driver's 3" in logs["world"]
     assert "asks for --transport cpu but the driver uses transport='auto'" in logs["transport"]
     assert "wrong cluster token" in logs["token"]
+    # a --grow worker has no rank yet: it is not called rank 0 (the driver's)
+    assert (
+        "actorrt worker --grow: a new rank was refused by the cluster: the cluster is still"
+        in (logs["grow"])
+    ), procs.logs()
+
+
+def _wait_for_text(procs, name, text, times, timeout=60):
+    deadline = time.monotonic() + timeout
+    while procs.log(name).count(text) < times:
+        if time.monotonic() > deadline:
+            pytest.fail(f"{name} said {text!r} fewer than {times} times\n{procs.logs()}")
+        time.sleep(0.1)
+
+
+def test_a_rank_whose_worker_left_before_the_cluster_formed_is_taken_again(procs):
+    """A worker that gave up waiting (its own --timeout), or was killed, while the driver
+    waited for other ranks let its rank go: the same command takes it again (was: refused
+    as "already taken" by the dead pid, and the cluster could not form)."""
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    config = {
+        "init": init, "world": 3, "scenario": "simple", "token": TOKEN, "timeout": 90,
+        "log_level": "INFO",
+    }  # fmt: skip
+    procs.start("driver", driver_argv(config))
+    procs.start("quitter", worker_argv(init, 1, 3, "--timeout", "4"), env)
+    assert procs.wait("quitter", 60) == 2, procs.logs()
+    assert "did not answer within 4 s" in procs.log("quitter"), procs.logs()
+    _wait_for_text(procs, "driver", "gave up before the cluster formed", 1)
+    procs.start("killed", worker_argv(init, 1, 3), env)
+    _wait_for_text(procs, "driver", "rank 1 joined", 2)
+    os.killpg(procs.procs["killed"].pid, signal.SIGKILL)
+    procs.wait("killed", 10)
+    procs.start("again", worker_argv(init, 1, 3), env)  # at once: it takes the silent one's
+    _wait_for_text(procs, "driver", "rank 1 joined", 3)
+    assert "rank 1 (pid" in procs.log("driver") and "was silent for" in procs.log("driver")
+    procs.start("rank2", worker_argv(init, 2, 3), env)
+    res = procs.result("driver", 90)
+    assert res["echo_ok"] and sorted(w["rank"] for w in res["where"]) == [1, 2], res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+    assert procs.wait("again", 20) == 0 and procs.wait("rank2", 20) == 0, procs.logs()
 
 
 def test_cuda_transport_without_gpus_is_a_placement_error(procs, tmp_path):
@@ -177,6 +222,10 @@ def test_worker_errors_without_a_driver_are_clear_and_fast(procs):
         "badinit": (
             worker_argv("http://x:1", 1, 2),
             "must look like 'tcp://HOST:PORT'",
+        ),
+        "badifname": (  # was: joined, TensorPipe listening on 127.0.0.1 with a warning
+            worker_argv(_init(port), 1, 2, "--socket-ifname", "bogus0"),
+            "--socket-ifname bogus0: no such interface here; this host has ",
         ),
     }
     for name, (argv, _) in cases.items():
