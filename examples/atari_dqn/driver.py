@@ -50,7 +50,7 @@ from examples.atari_dqn.config import (
     with_batch_size,
     with_replay_ratio,
 )
-from examples.atari_dqn.envs import NOOP_MAX
+from examples.atari_dqn.envs import NOOP_MAX, check_env_id
 from examples.atari_dqn.gpus import GpuShares, share_gpus
 from examples.atari_dqn.learner import Learner, learner_concurrency
 from examples.atari_dqn.metrics import MetricsLogger, plot_learning_curve
@@ -200,7 +200,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--learner-threads",
         type=int,
         default=None,
-        help="torch threads of a CPU learner (default: cores left after collectors)",
+        help="torch threads of a CPU learner, >= 1 (default: cores left after collectors)",
     )
     p.add_argument(
         "--checkpoint",
@@ -257,7 +257,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "transition; the replay ratio stays the floor the collectors wait for (default: "
         "none, exactly the replay ratio)",
     )
-    p.add_argument("--learning-starts", type=int, default=None)
+    p.add_argument(
+        "--learning-starts",
+        type=int,
+        default=None,
+        help="transitions in the replay before the first gradient step (default: preset)",
+    )
     p.add_argument(
         "--n-step",
         type=int,
@@ -323,7 +328,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "in training and evaluation (default: ALE/*-v5's 0.25; 0: the deterministic "
         "emulator of the Nature DQN, Ape-X and EnvPool)",
     )
-    p.add_argument("--replay-capacity", type=int, default=None)
+    p.add_argument(
+        "--replay-capacity",
+        type=int,
+        default=None,
+        help="transitions the replay holds (default: preset; at least 1,024, at most what "
+        "the run's frames can fill)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no tqdm bar (logs only)")
     p.add_argument(
         "--trace",
@@ -368,6 +379,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--target-update-every must be >= 1 (gradient steps between two copies)")
     if args.train_seconds is not None and not args.train_seconds > 0:
         p.error("--train-seconds must be > 0 (leave it out for no time budget)")
+    if args.world_size is not None and not args.init_method:
+        p.error("--world-size is for a multi-node cluster: give --init-method too")
+    for flag, value, least in (
+        ("--total-frames", args.total_frames, 1),
+        ("--envs-per-collector", args.envs_per_collector, 1),
+        ("--eval-every", args.eval_every, 0),
+        ("--eval-episodes", args.eval_episodes, 1),
+        ("--learner-threads", args.learner_threads, 1),
+        ("--learning-starts", args.learning_starts, 0),
+        ("--replay-capacity", args.replay_capacity, 1),
+        ("--collector-restarts", args.collector_restarts, -1),
+        ("--learner-gpus", args.learner_gpus, 0),
+        ("--collector-gpus", args.collector_gpus, 0),
+    ):
+        if value is not None and value < least:
+            extra = " (0: only at the end)" if flag == "--eval-every" else ""
+            extra = " (-1: no limit)" if flag == "--collector-restarts" else extra
+            p.error(f"{flag} must be >= {least}{extra}")
+    if args.env.startswith("ALE/"):
+        try:  # an id ALE lacks fails here, not after the cluster started
+            check_env_id(args.env)
+        except Exception as exc:  # gymnasium's NameNotFound, VersionNotFound, ...
+            p.error(f"--env {args.env}: {exc}")
     if args.backend == "ray":
         actorrt_only = {
             "--init-method": args.init_method,
@@ -898,7 +932,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     frames = stats["frames"]
     seconds = time.monotonic() - t_start
     eval_mean = float(np.mean(eval_returns))
-    logger.log({"wall_s": seconds, "frames": frames, "eval_return": eval_mean})
+    # The learner's figures after its drain (the monitor's last row came before it), so
+    # the last row says what the summary line says.
+    final = {k: stats.get(k) for k in ("updates", "loss_mean", "q_mean", "replay_size")}
+    logger.log({"wall_s": seconds, "frames": frames, "eval_return": eval_mean, **final})
     logger.close()
     png = plot_learning_curve(
         logdir / "metrics.csv",
@@ -1037,4 +1074,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; cluster shut down", file=sys.stderr)
         return 130
+    except (actorrt.PlacementError, actorrt.ClusterError, FileNotFoundError) as exc:
+        # What the command line asked for cannot be had (GPUs, workers, a checkpoint): one
+        # line naming it, as a bad flag gets, not a traceback.
+        hint = _HINTS.get(type(exc).__name__, "")
+        print(f"python -m examples.atari_dqn: error: {exc}{hint}", file=sys.stderr)
+        return 2
     return 0
+
+
+_HINTS = {
+    "PlacementError": " (the example's GPU flags: --learner-gpus, --collector-gpus; "
+    "--transport cuda needs a GPU here)",
+    "ClusterError": " (with --init-method, start the other processes with actorrt worker: "
+    "see examples/atari_dqn/README.md)",
+}

@@ -49,6 +49,17 @@ _ALE_REGISTERED = False
 _ALE_LOCK = threading.Lock()
 
 
+def check_env_id(env_id: str) -> None:
+    """Raises ``gymnasium.error.Error`` naming what is wrong if gymnasium has no ``env_id``.
+
+    ALE ids are looked up once ale-py registered its games, so a typo fails before any
+    actor is made.
+    """
+    if env_id.startswith("ALE/"):
+        _register_ale()
+    gym.spec(env_id)
+
+
 def _register_ale() -> None:
     """Registers the ALE namespace once per process (ale-py ships the ROMs)."""
     global _ALE_REGISTERED

@@ -225,6 +225,38 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
     }
 
 
+def test_the_last_metrics_row_says_what_the_summary_line_says(tmp_path):
+    """Pong's learner lags its collectors: the steps it drains at the end count in the
+    last row of metrics.csv (was: the row before the drain, 0 updates against 16)."""
+    logdir = tmp_path / "pong"
+    argv = [
+        sys.executable, "-m", "examples.atari_dqn", "--total-frames", "8000",
+        "--eval-episodes", "1", "--eval-max-frames", "2000", "--no-progress",
+        "--learner-gpus", "0", "--logdir", str(logdir),
+    ]  # fmt: skip
+    proc = subprocess.run(argv, cwd=_ROOT, capture_output=True, text=True, timeout=_T)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = _line(proc.stdout, "final evaluation: ")
+    updates = int(summary.split(" updates=")[1].split()[0].replace(",", ""))
+    rows = (logdir / "metrics.csv").read_text().splitlines()
+    last = dict(zip(rows[0].split(","), rows[-1].split(","), strict=True))
+    assert updates > 0 and int(last["updates"]) == updates, (summary, rows[-2:])
+    assert last["eval_return"] != "" and last["loss_mean"] != ""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_gpu_the_machine_lacks_ends_the_run_with_one_error_line(tmp_path):
+    argv = [
+        sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
+        "--transport", "cuda", "--logdir", str(tmp_path / "run"), "--no-progress",
+    ]  # fmt: skip
+    proc = subprocess.run(argv, cwd=_ROOT, capture_output=True, text=True, timeout=_T)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "python -m examples.atari_dqn: error: label 'learner' needs 1 GPU" in proc.stderr
+    assert "--learner-gpus, --collector-gpus" in proc.stderr
+
+
 def test_train_seconds_ends_a_run_on_time_short_of_its_frames(tmp_path):
     """``--train-seconds``: the collectors stop at the budget, then the run evaluates."""
     logdir = tmp_path / "timed"

@@ -279,3 +279,26 @@ def test_a_combination_the_preset_refuses_is_a_command_line_error(argv, why, cap
     err = capsys.readouterr().err
     assert err.startswith("usage:") and "Traceback" not in err
     assert re.search(why, err), err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--eval-every", "-5"], "--eval-every must be >= 0 (0: only at the end)"),  # hung
+        (["--eval-episodes", "0"], "--eval-episodes must be >= 1"),  # crashed at the end
+        (["--total-frames", "-100"], "--total-frames must be >= 1"),  # "succeeded"
+        (["--envs-per-collector", "0"], "--envs-per-collector must be >= 1"),
+        (["--learner-threads", "0"], "--learner-threads must be >= 1"),
+        (["--collector-restarts", "-5"], "--collector-restarts must be >= -1 (-1: no limit)"),
+        (["--learning-starts", "-10"], "--learning-starts must be >= 0"),
+        (["--replay-capacity", "0"], "--replay-capacity must be >= 1"),
+        (["--learner-gpus", "-1"], "--learner-gpus must be >= 0"),
+        (["--world-size", "4"], "--world-size is for a multi-node cluster: give --init-method"),
+        (["--env", "ALE/NoSuchGame-v5"], "--env ALE/NoSuchGame-v5: Environment `NoSuchGame`"),
+    ],
+)
+def test_bad_counts_and_ids_are_usage_errors_before_any_cluster(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(flags)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
