@@ -226,7 +226,12 @@ class Driver:
             )
             the_plan = spec.plan()
         except BaseException as exc:
-            reason = str(exc) if isinstance(exc, ActorRtError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ActorRtError):
+                reason = str(exc)
+            elif isinstance(exc, KeyboardInterrupt):
+                reason = "the driver was interrupted (Ctrl-C)"
+            else:
+                reason = f"{type(exc).__name__}: {exc}"
             log.info("start failed, telling the workers: %s", reason)
             try:
                 rendezvous.publish_abort(server.store, reason)

@@ -310,6 +310,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     try:
         code = run_worker(cfg)
+    except KeyboardInterrupt:  # Ctrl-C while it waited (its claim was withdrawn)
+        print(f"{_who(cfg)}: interrupted", file=sys.stderr, flush=True)
+        code = 130
     except (ActorRtError, ValueError) as exc:
         print(f"{_who(cfg)}: {exc}", file=sys.stderr, flush=True)
         code = 2

@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         transport_matrix,
     )
 
+    if args.max_matrix < 0:
+        print(f"actorrt plan: --max-matrix {args.max_matrix} must be >= 0", file=sys.stderr)
+        return 2
     try:
         if args.draw:
             check_draw_path(args.draw)  # before planning: a typo in the path fails at once

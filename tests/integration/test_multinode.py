@@ -235,6 +235,16 @@ def test_worker_errors_without_a_driver_are_clear_and_fast(procs):
         assert message in procs.log(name), procs.logs()
 
 
+def test_a_worker_stopped_with_ctrl_c_says_so_without_a_traceback(procs):
+    argv = worker_argv(_init(free_port()), 1, 2, "--timeout", "60", "--log-level", "info")
+    procs.start("waiting", argv)
+    _wait_for_text(procs, "waiting", "does not answer yet", 1)  # waits for a driver
+    os.kill(procs.procs["waiting"].pid, signal.SIGINT)
+    assert procs.wait("waiting", 30) == 130, procs.logs()
+    assert "actorrt worker rank 1: interrupted" in procs.log("waiting")
+    assert "Traceback" not in procs.log("waiting"), procs.logs()
+
+
 def test_workers_exit_when_the_driver_is_killed(procs):
     port = free_port()
     init = _init(port)

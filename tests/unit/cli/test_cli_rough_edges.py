@@ -207,3 +207,12 @@ def test_plan_piped_into_a_reader_that_stops_early_exits_quietly(tmp_path):
     )
     assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr
     assert out.returncode == 0, out.stderr
+
+
+def test_plan_with_a_negative_matrix_bound_is_one_line_and_exit_2(tmp_path, capsys):
+    cluster = tmp_path / "c.toml"
+    cluster.write_text(EXAMPLE_NODE)
+    assert main(["plan", str(cluster), "--max-matrix", "-1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "actorrt plan: --max-matrix -1 must be >= 0"
+    assert captured.out == ""
