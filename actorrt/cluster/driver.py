@@ -671,7 +671,8 @@ class Driver:
         Two signs of life count: an answered RPC ping, and the worker's store counter
         (:func:`~actorrt.cluster.rendezvous.alive_key`) having moved. The second has a
         connection of its own, so a bulk transfer queued on the RPC pipe cannot starve it.
-        A dead process fails its calls by itself (its connections close); a hung one
+        A dead process fails its calls by itself (its connections close), and a ping that
+        fails so has it probed (:meth:`_probe`), as a failed call does; a hung one
         (stopped, deadlocked in C code, its host partitioned away) does not, and would go
         on receiving actors. Marked dead, it gets no new actor and calls to it fail at
         once; a local one is also killed, which fails the calls it holds.
@@ -710,8 +711,8 @@ class Driver:
                             last_heard[name] = now
                             answered = sent_at.get(name, 0.0)
                             self._alive_at[name] = max(self._alive_at.get(name, 0.0), answered)
-                        except Exception:  # unreachable now; the silence decides
-                            pass
+                        except Exception:  # a failed connection (killed): judged now, as
+                            self._probe(rt, name)  # a failed call would have it judged
                         fut = None
                     if fut is None:
                         try:
@@ -719,6 +720,7 @@ class Driver:
                             pending[name] = rpc.rpc_async(name, rpc_ping, timeout=timeout)
                         except Exception:
                             pending.pop(name, None)
+                            self._probe(rt, name)
                     silent = now - last_heard.setdefault(name, now)
                     if silent >= timeout and not rt.stopped.is_set():
                         self._declare_dead(rt, name, silent)

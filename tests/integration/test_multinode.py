@@ -282,6 +282,16 @@ def test_a_killed_worker_is_marked_dead_by_the_heartbeat(procs):
     assert procs.wait("driver", 30) == 0, procs.logs()
 
 
+def test_a_killed_worker_nobody_calls_is_marked_dead_by_its_failed_ping(procs):
+    """Was: only the heartbeat's silence (here 30 s) marked it, its pings failing with
+    EPIPE meanwhile; a failed ping now has it probed, as a failed call does."""
+    _driver_and_workers(procs, 3, "dead_worker", heartbeat_timeout=30.0, shutdown_timeout=4.0)
+    res = procs.result("driver", 90)
+    assert res["marked_after"] is not None and res["marked_after"] < 15.0, res
+    assert res["victim"] not in res["fresh"] and all(res["fresh_ok"]), res
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
 def test_a_worker_stuck_with_the_gil_is_ended_by_its_watchdog(procs):
     """Was: a worker stuck in C code holding the GIL was marked dead, but on another node
     nothing ended it (its own exit is Python's, and no Python thread ran): it outlived
