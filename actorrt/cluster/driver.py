@@ -712,7 +712,7 @@ class Driver:
                             answered = sent_at.get(name, 0.0)
                             self._alive_at[name] = max(self._alive_at.get(name, 0.0), answered)
                         except Exception:  # a failed connection (killed): judged now, as
-                            self._probe(rt, name)  # a failed call would have it judged
+                            self._ping_failed(rt, name)  # a failed call would have it
                         fut = None
                     if fut is None:
                         try:
@@ -720,12 +720,18 @@ class Driver:
                             pending[name] = rpc.rpc_async(name, rpc_ping, timeout=timeout)
                         except Exception:
                             pending.pop(name, None)
-                            self._probe(rt, name)
+                            self._ping_failed(rt, name)
                     silent = now - last_heard.setdefault(name, now)
                     if silent >= timeout and not rt.stopped.is_set():
                         self._declare_dead(rt, name, silent)
 
         torch_threads.start(beat, name="actorrt-heartbeat")  # ends with the runtime
+
+    def _ping_failed(self, rt: Runtime, name: str) -> None:
+        # Multi-node only: a local worker's exit is reported by its zygote, which starts
+        # the replacement too (_watch_local_workers).
+        if self.cluster is None:
+            self._probe(rt, name)
 
     def _probe(self, rt: Runtime, name: str) -> None:
         """A call could not reach ``name`` (multi-node): suspect now, judged within a window.
