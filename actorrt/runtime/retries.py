@@ -261,15 +261,16 @@ class CallRetries:
                     worker, seq = call.sent_as  # (refs._close_gap, for an attempt)
                     self._route.skip_at(call.target.actor_id, worker, seq)
             return
-        if (
-            call.left != 0
-            and not call.cancelled
-            and not self._route.stopped.is_set()
-            and (restarted(wire) or (call.on and retried(wire, call.on)))
-        ):
+        try:
+            again = call.left != 0 and not call.cancelled and not self._route.stopped.is_set()
+            lost_to_restart = again and restarted(wire)
+            again = again and (lost_to_restart or bool(call.on and retried(wire, call.on)))
+        except Exception:  # a reply it cannot read: the caller's ref says so, not a hang
+            again = lost_to_restart = False
+        if again:
             if call.left > 0:
                 call.left -= 1
-            if restarted(wire):
+            if lost_to_restart:
                 call.restarted = True
                 self._wake(_Restart(call))
             else:

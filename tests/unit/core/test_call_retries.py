@@ -100,6 +100,11 @@ def lost():
     return RuntimeError("pipe closed (the connection was reset)")
 
 
+def reply(i):
+    """A plain reply's wire, as the payload pipeline makes it: (OK, value), unpickled."""
+    return (None, [(0, ("reply", i))])
+
+
 def test_calls_lost_with_their_process_are_resent_in_the_order_they_were_made():
     rt = FakeRuntime(["w2"])
     retries = CallRetries(rt, settle=2.0)
@@ -113,8 +118,10 @@ def test_calls_lost_with_their_process_are_resent_in_the_order_they_were_made():
     later = call(retries, rt, handle, "step", 3)  # the handle points at w2 now
     assert handle.worker == "w2" and rt.sent[-1][:2] == ("w2", 3)
     for i, (*_, fut) in enumerate(rt.sent[-4:]):
-        fut.set_result(("reply", i))
-    assert [s.reply.wait() for s in [*slots, later]] == [("reply", i) for i in range(4)]
+        fut.set_result(reply(i))
+    for s in [*slots, later]:
+        _done_within(s.reply)
+    assert [s.reply.wait() for s in [*slots, later]] == [reply(i) for i in range(4)]
 
 
 def test_retries_used_up_and_restarts_used_up_say_which():
@@ -186,8 +193,9 @@ def test_a_cancelled_call_is_cancelled_where_it_went_and_not_sent_again():
         doomed.reply.wait()
     assert isinstance(info.value.error, TaskCancelledError)
     assert "before it was sent again" in str(info.value.error)
-    again[0][-1].set_result(("reply", 1))
-    assert kept.reply.wait() == ("reply", 1)
+    again[0][-1].set_result(reply(1))
+    _done_within(kept.reply)
+    assert kept.reply.wait() == reply(1)
 
 
 def test_a_ref_does_not_keep_its_actors_handle_once_its_call_is_answered():
@@ -195,7 +203,7 @@ def test_a_ref_does_not_keep_its_actors_handle_once_its_call_is_answered():
     retries = CallRetries(rt, settle=2.0)
     handle = Handle(retries=1)
     slot = call(retries, rt, handle, "step", 0)
-    rt.sent[0][-1].set_result(("reply", 0))
+    rt.sent[0][-1].set_result(reply(0))
     _done_within(slot.reply)
     gone = weakref.ref(handle)
     del handle
