@@ -321,8 +321,9 @@ def config_for_env(env_id: str, **overrides: Any) -> DQNConfig:
     if preset.get("cuda_graph") and float(preset.get("lr_final_fraction", 1.0)) != 1.0:
         raise ValueError(
             "cuda_graph needs a constant learning rate (a captured step keeps the one it "
-            f"was captured with): set lr_final_fraction=1.0 (not {preset['lr_final_fraction']})"
-            " or leave cuda_graph off"
+            "was captured with), and this preset decays it (lr_final_fraction="
+            f"{preset['lr_final_fraction']} in examples/atari_dqn/config.py): leave "
+            "--cuda-graph off, or set lr_final_fraction=1.0 there"
         )
     return DQNConfig(**preset)
 

@@ -220,8 +220,9 @@ def test_cuda_graph_is_a_flag_that_needs_a_constant_learning_rate():
     assert cfg.cuda_graph and batch_line(cfg).endswith(", steps as a CUDA graph on a GPU")
     assert "CUDA graph" not in batch_line(build_config(parse_args(["--learner-gpus", "0"])))
     # CartPole's preset anneals its learning rate: a captured step could not follow it
-    with pytest.raises(ValueError, match="cuda_graph needs a constant learning rate"):
+    with pytest.raises(ValueError, match="cuda_graph needs a constant learning rate") as info:
         config_for_env("CartPole-v1", cuda_graph=True)
+    assert "leave --cuda-graph off" in str(info.value)  # a flag the user has
     assert config_for_env("CartPole-v1", cuda_graph=True, lr_final_fraction=1.0).cuda_graph
 
 
