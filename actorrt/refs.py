@@ -1045,8 +1045,49 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
     pool = lender()
     if pool is not None and not _all_done(refs):  # in a remote function: lend its thread
         with pool.lending():
-            return _get(refs, timeout)
+            return _get(refs, _ready_in_slices(refs, timeout))
     return _get(refs, timeout)
+
+
+_SLICE_S = 0.1
+"""How long a remote function's ``get`` waits in C at a time (see :func:`_ready_in_slices`)."""
+
+
+def _ready_in_slices(refs: object, timeout: object) -> Any:
+    """In a remote function: waits until ``refs`` are ready (or one failed), in slices.
+
+    A cancel interrupts a running function by raising in its thread, which happens only
+    when the thread runs Python: a ``get`` waiting in C for a child call that goes on
+    (a plain actor's method) would hold the cancel until the child answered. Waiting at
+    most :data:`_SLICE_S` at a time lets it land within one slice, as Ray's does.
+
+    Returns:
+        What is left of ``timeout`` (unchecked arguments are returned as they are, for
+        :func:`_get` to refuse).
+    """
+    if isinstance(refs, ObjectRef):
+        items = [refs]
+    elif isinstance(refs, (list, tuple)) and all(isinstance(r, ObjectRef) for r in refs):
+        items = list(refs)
+    else:
+        return timeout
+    timeout = check_timeout(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not all(r.done() for r in items) and not any(_failed_already(r) for r in items):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        # one slice at a time: a failure among them ends the wait, as get raises it then
+        _wait(items, len(items), _SLICE_S if left is None else min(_SLICE_S, left))
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0 and not all(r.done() for r in items):
+        raise GetTimeoutError(
+            f"{refs!r} not ready after {timeout} s; raise the timeout, or use "
+            "actorrt.wait(refs, timeout=...) to poll without raising."
+        )
+    return max(0.0, left)
 
 
 _warned_blocking = False
@@ -1267,14 +1308,22 @@ def wait(
     pool = lender()
     if pool is not None and sum(1 for r in refs if is_ready(r)) < num_returns:
         with pool.lending():  # in a remote function: lend its thread while it waits
-            return _wait(refs, num_returns, timeout, fetch_local)
+            return _wait(refs, num_returns, timeout, fetch_local, _SLICE_S)
     return _wait(refs, num_returns, timeout, fetch_local)
 
 
 def _wait(
-    refs: list[Any], num_returns: int, timeout: float | None, fetch_local: bool = False
+    refs: list[Any],
+    num_returns: int,
+    timeout: float | None,
+    fetch_local: bool = False,
+    slice_s: float | None = None,
 ) -> tuple[list[Any], list[Any]]:
-    """:func:`wait` of checked arguments (refs and generators), waiting on this thread."""
+    """:func:`wait` of checked arguments (refs and generators), waiting on this thread.
+
+    ``slice_s``: wait in C at most this long at a time (a remote function's: see
+    :func:`_ready_in_slices`).
+    """
     deadline = None if timeout is None else time.monotonic() + timeout
     if fetch_local:  # a ref's own future is done once its value is here (fetched)
         is_ready = _is_here
@@ -1286,6 +1335,8 @@ def _wait(
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
             break
+        if slice_s is not None:
+            left = slice_s if left is None else min(left, slice_s)
         _, pending = cf.wait(pending, timeout=left, return_when=cf.FIRST_COMPLETED)
     ready: list[Any] = []
     not_ready: list[Any] = []

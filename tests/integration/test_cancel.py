@@ -223,6 +223,31 @@ def test_a_running_remote_function_is_interrupted_as_rays_task(cluster, tmp_path
     assert actorrt.get(shrugs, timeout=30) == "caught"  # its value stands
 
 
+@actorrt.remote
+def get_of_a_slow_call(log, started_file, how):
+    ref = log.slow.remote(20)  # a plain actor's method: a cancel does not stop it
+    open(started_file, "w").close()
+    if how == "wait":
+        return actorrt.wait([ref])  # no timeout: it would wait the 20 s
+    return actorrt.get(ref)
+
+
+@pytest.mark.parametrize("how", ["get", "wait"])
+def test_a_remote_function_waiting_in_get_is_interrupted_before_its_child_answers(
+    cluster, tmp_path, how
+):
+    """Was: the interrupt landed only once the child answered (get waited in C)."""
+    started = str(tmp_path / "started")
+    running = get_of_a_slow_call.remote(Log.remote(), started, how)
+    _when_started(started)
+    time.sleep(0.3)  # inside its get by now
+    cancelled_at = time.monotonic()
+    actorrt.cancel(running)
+    outcome = _outcome(running)
+    assert isinstance(outcome, actorrt.TaskCancelledError), outcome
+    assert time.monotonic() - cancelled_at < 10, "it waited for the child's 20 s"
+
+
 def test_bad_cancels_fail_with_what_to_do(cluster):
     log = Log.remote()
     ref = log.slow.remote(0.5)
