@@ -711,8 +711,8 @@ class Driver:
                             last_heard[name] = now
                             answered = sent_at.get(name, 0.0)
                             self._alive_at[name] = max(self._alive_at.get(name, 0.0), answered)
-                        except Exception:  # a failed connection (killed): judged now, as
-                            self._ping_failed(rt, name)  # a failed call would have it
+                        except Exception as exc:  # a failed connection (killed): judged
+                            self._ping_failed(rt, name, exc)  # now, as after a failed call
                         fut = None
                     if fut is None:
                         try:
@@ -720,18 +720,25 @@ class Driver:
                             pending[name] = rpc.rpc_async(name, rpc_ping, timeout=timeout)
                         except Exception:
                             pending.pop(name, None)
-                            self._ping_failed(rt, name)
+                            self._ping_failed(rt, name, None)
                     silent = now - last_heard.setdefault(name, now)
                     if silent >= timeout and not rt.stopped.is_set():
                         self._declare_dead(rt, name, silent)
 
         torch_threads.start(beat, name="actorrt-heartbeat")  # ends with the runtime
 
-    def _ping_failed(self, rt: Runtime, name: str) -> None:
-        # Multi-node only: a local worker's exit is reported by its zygote, which starts
-        # the replacement too (_watch_local_workers).
-        if self.cluster is None:
-            self._probe(rt, name)
+    def _ping_failed(self, rt: Runtime, name: str, exc: BaseException | None) -> None:
+        """A heartbeat ping to ``name`` failed (``exc``; None: it could not be sent).
+
+        A failed connection has the worker probed. A ping that timed out does not: it may
+        wait behind a bulk transfer on a slow link, and the store heartbeat, on a
+        connection of its own, says whether the worker lives (the silence decides).
+        Multi-node only: a local worker's exit is reported by its zygote, which starts the
+        replacement too (:meth:`_watch_local_workers`).
+        """
+        if self.cluster is not None or (exc is not None and "timeout" in str(exc).lower()):
+            return
+        self._probe(rt, name)
 
     def _probe(self, rt: Runtime, name: str) -> None:
         """A call could not reach ``name`` (multi-node): suspect now, judged within a window.

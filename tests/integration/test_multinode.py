@@ -237,7 +237,13 @@ def test_worker_errors_without_a_driver_are_clear_and_fast(procs):
 
 def test_a_worker_stopped_with_ctrl_c_says_so_without_a_traceback(procs):
     argv = worker_argv(_init(free_port()), 1, 2, "--timeout", "60", "--log-level", "info")
-    procs.start("waiting", argv)
+    # A process started in the background of a non-interactive shell (CI) inherits
+    # SIGINT ignored, and Python then installs no handler: restore the terminal's default.
+    restore = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['actorrt', *sys.argv[1:]]; runpy.run_module('actorrt', run_name='__main__')"
+    )
+    procs.start("waiting", [PY, "-c", restore, *argv[3:]])
     _wait_for_text(procs, "waiting", "does not answer yet", 1)  # waits for a driver
     os.kill(procs.procs["waiting"].pid, signal.SIGINT)
     assert procs.wait("waiting", 30) == 130, procs.logs()
