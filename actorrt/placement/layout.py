@@ -273,7 +273,12 @@ def load_layout(path: str | os.PathLike[str]) -> Layout:
             f"layout file {path} has no [labels] table; add one, e.g.\n[labels]\n"
             "learner = { count = 1, num_gpus = 1 }\ncollector = { count = 8 }"
         )
-    return layout_from_tables(data, str(path))
+    try:
+        return layout_from_tables(data, str(path))
+    except PlacementError as exc:
+        if str(path) in str(exc):
+            raise
+        raise PlacementError(f"layout file {path}: {exc}") from None  # which file, too
 
 
 def load_toml(path: Path) -> dict[str, Any]:

@@ -142,7 +142,8 @@ class CallRetries:
         self._actor_locks: dict[str, threading.Lock] = {}  # held while sending / recovering
         self._calls: dict[str, dict[int, _Call]] = {}  # actor id -> unanswered, by order
         self._order = itertools.count()
-        # (actor id, dead worker): calls lost with a process; a call: raised, to send again
+        # (actor id, dead worker): calls lost with a process; a call: raised, to send again;
+        # a _Restart: failed by its actor's restart in place, to send again
         self._failed: queue.SimpleQueue[tuple[str, str] | _Call | _Restart | None] = (
             queue.SimpleQueue()
         )

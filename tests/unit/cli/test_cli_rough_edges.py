@@ -216,3 +216,15 @@ def test_plan_with_a_negative_matrix_bound_is_one_line_and_exit_2(tmp_path, caps
     captured = capsys.readouterr()
     assert captured.err.strip() == "actorrt plan: --max-matrix -1 must be >= 0"
     assert captured.out == ""
+
+
+def test_a_bad_label_in_a_layout_file_names_the_file(tmp_path, capsys):
+    cluster, layout = tmp_path / "c.toml", tmp_path / "layout.toml"
+    cluster.write_text(EXAMPLE_NODE)
+    layout.write_text("[labels]\nlearner = { count = -1 }\n")
+    assert main(["plan", str(cluster), "--labels", str(layout)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"actorrt plan: layout file {layout}: label 'learner': count must be an integer >= 0, "
+        "got -1"
+    ), err
