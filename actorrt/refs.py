@@ -1083,10 +1083,7 @@ def _ready_in_slices(refs: object, timeout: object) -> Any:
         return None
     left = deadline - time.monotonic()
     if left <= 0 and not all(r.done() for r in items):
-        raise GetTimeoutError(
-            f"{refs!r} not ready after {timeout} s; raise the timeout, or use "
-            "actorrt.wait(refs, timeout=...) to poll without raising."
-        )
+        raise _not_ready(refs, timeout)
     return max(0.0, left)
 
 
@@ -1234,10 +1231,14 @@ def _result(ref: ObjectRef[Any], timeout: float | None, total: float | None = No
     try:
         return ref.future().result(timeout)
     except cf.TimeoutError:
-        raise GetTimeoutError(
-            f"{ref!r} not ready after {total if total is not None else timeout} s; raise the "
-            "timeout, or use actorrt.wait(refs, timeout=...) to poll without raising."
-        ) from None
+        raise _not_ready(ref, total if total is not None else timeout) from None
+
+
+def _not_ready(what: object, timeout: float | None) -> GetTimeoutError:
+    return GetTimeoutError(
+        f"{what!r} not ready after {timeout} s; raise the timeout, or use "
+        "actorrt.wait(refs, timeout=...) to poll without raising."
+    )
 
 
 @overload

@@ -19,6 +19,7 @@ __all__ = [
     "default_socket_ifname",
     "interface_with_address",
     "local_address_towards",
+    "unknown_interface",
 ]
 
 
@@ -81,6 +82,23 @@ def interface_with_address(address: str) -> str | None:
             if a.family in (socket.AF_INET, socket.AF_INET6) and _same_address(a.address, address):
                 return str(name)
     return None
+
+
+def unknown_interface(name: str) -> str | None:
+    """Why ``name`` (``--socket-ifname``) is no interface of this host; None if it is one.
+
+    TensorPipe would fall back to 127.0.0.1 with a warning: unreachable from other hosts,
+    so calls would hang there instead of failing at the start.
+    """
+    import psutil  # here, as in interface_with_address
+
+    interfaces = sorted(psutil.net_if_addrs())
+    if name in interfaces:
+        return None
+    return (
+        f"--socket-ifname {name}: no such interface here; this host has "
+        f"{', '.join(interfaces)} (`ip -brief addr` shows their addresses)."
+    )
 
 
 def default_socket_ifname(host: str, port: int, *, own_address: bool) -> str | None:

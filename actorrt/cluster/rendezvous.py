@@ -238,7 +238,7 @@ class RankClaim:
             The plan rank 0 assigned to a claim accepted by a running cluster; None for a
             claim of a starting one (its plan is published for all: :func:`wait_plan`).
         """
-        who = "a new rank" if self.rank == GROW_RANK else f"rank {self.rank}"
+        who = _claimed(self.rank)
         verdict = _wait_key(
             self.store, f"{_PREFIX}verdict/{self.index}", timeout, beat=self.beat_key
         )
@@ -276,6 +276,11 @@ def join(
         raise
     store.delete_key(claim.beat_key)  # the store keeps no key of a cluster that formed
     return plan
+
+
+def _claimed(rank: object) -> str:
+    """What a claim of ``rank`` asks for, in words (``GROW_RANK``: no rank of its own)."""
+    return "a new rank" if rank == GROW_RANK else f"rank {rank}"
 
 
 def _beat_key(index: int) -> str:
@@ -348,11 +353,9 @@ class _Judge:
                     len(self.accepted) + 1, self.world_size,
                 )  # fmt: skip
             else:
-                rank_asked = payload.get("rank", "?")
                 log.warning(
                     "refused a claim for %s from %s: %s",
-                    "a new rank" if rank_asked == GROW_RANK else f"rank {rank_asked}",
-                    _whom(payload), verdict,
+                    _claimed(payload.get("rank", "?")), _whom(payload), verdict,
                 )  # fmt: skip
 
     def _ask(

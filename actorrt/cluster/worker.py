@@ -63,6 +63,11 @@ class WorkerConfig:
     # ``world_size`` are unused).
     grow: bool = False
 
+    @property
+    def who(self) -> str:
+        """How this worker names itself in its messages (a --grow one has no rank yet)."""
+        return "actorrt worker --grow" if self.grow else f"actorrt worker rank {self.rank}"
+
 
 def run_worker(cfg: WorkerConfig) -> int:
     """Runs a worker until the driver shuts the cluster down; returns the exit status."""
@@ -190,8 +195,7 @@ def _watch_driver(cfg: WorkerConfig, rt: Runtime, heartbeat_timeout: float = 0.0
         if rt.stop_requested.is_set():
             return  # a normal shutdown is under way; the store closing is expected
         # The real stderr: lines queued for the driver would never leave now.
-        who = "actorrt worker --grow" if cfg.grow else f"actorrt worker rank {cfg.rank}"
-        print(f"{who}: {why}; exiting.", file=sys.__stderr__, flush=True)
+        print(f"{cfg.who}: {why}; exiting.", file=sys.__stderr__, flush=True)
         sys.stdout.flush()
         os._exit(1)
 
@@ -302,7 +306,7 @@ def run_config(fields: dict[str, Any]) -> int:
 
         if not isinstance(exc, ActorRtError):
             raise
-        print(f"actorrt worker rank {cfg.rank}: {exc}", file=sys.stderr, flush=True)
+        print(f"{cfg.who}: {exc}", file=sys.stderr, flush=True)
         return 2
 
 

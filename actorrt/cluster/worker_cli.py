@@ -269,11 +269,6 @@ def _check_nproc(
         )
 
 
-def _who(cfg: WorkerConfig) -> str:
-    """How this worker names itself in its errors (a --grow one has no rank yet)."""
-    return "actorrt worker --grow" if cfg.grow else f"actorrt worker rank {cfg.rank}"
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs the worker; returns 2 on a configuration or cluster error (printed)."""
     from actorrt.cluster.worker import run_worker
@@ -285,19 +280,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"actorrt worker: {exc}", file=sys.stderr, flush=True)
         return 2
     if args.socket_ifname:
-        import psutil
+        from actorrt.cluster.netif import unknown_interface
 
-        interfaces = sorted(psutil.net_if_addrs())
-        if args.socket_ifname not in interfaces:
-            # TensorPipe would fall back to 127.0.0.1 with a warning: unreachable from
-            # other hosts, so calls would hang there instead of failing here.
-            print(
-                f"actorrt worker: --socket-ifname {args.socket_ifname}: no such interface "
-                f"here; this host has {', '.join(interfaces)} (`ip -brief addr` shows "
-                "their addresses).",
-                file=sys.stderr,
-                flush=True,
-            )
+        why = unknown_interface(args.socket_ifname)
+        if why is not None:
+            print(f"actorrt worker: {why}", file=sys.stderr, flush=True)
             return 2
         os.environ["TP_SOCKET_IFNAME"] = args.socket_ifname
     if args.nproc > 1:
@@ -311,17 +298,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         code = run_worker(cfg)
     except KeyboardInterrupt:  # Ctrl-C while it waited (its claim was withdrawn)
-        print(f"{_who(cfg)}: interrupted", file=sys.stderr, flush=True)
+        print(f"{cfg.who}: interrupted", file=sys.stderr, flush=True)
         code = 130
     except (ActorRtError, ValueError) as exc:
-        print(f"{_who(cfg)}: {exc}", file=sys.stderr, flush=True)
+        print(f"{cfg.who}: {exc}", file=sys.stderr, flush=True)
         code = 2
     except SystemExit as exc:
         print(exc, file=sys.stderr, flush=True)
         code = 2
     except Exception as exc:
         print(
-            f"{_who(cfg)}: {type(exc).__name__}: {exc}",
+            f"{cfg.who}: {type(exc).__name__}: {exc}",
             file=sys.stderr,
             flush=True,
         )

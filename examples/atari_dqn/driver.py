@@ -381,22 +381,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--train-seconds must be > 0 (leave it out for no time budget)")
     if args.world_size is not None and not args.init_method:
         p.error("--world-size is for a multi-node cluster: give --init-method too")
-    for flag, value, least in (
-        ("--total-frames", args.total_frames, 1),
-        ("--envs-per-collector", args.envs_per_collector, 1),
-        ("--eval-every", args.eval_every, 0),
-        ("--eval-episodes", args.eval_episodes, 1),
-        ("--learner-threads", args.learner_threads, 1),
-        ("--learning-starts", args.learning_starts, 0),
-        ("--replay-capacity", args.replay_capacity, 1),
-        ("--collector-restarts", args.collector_restarts, -1),
-        ("--learner-gpus", args.learner_gpus, 0),
-        ("--collector-gpus", args.collector_gpus, 0),
+    for flag, value, least, meaning in (
+        ("--total-frames", args.total_frames, 1, ""),
+        ("--envs-per-collector", args.envs_per_collector, 1, ""),
+        ("--eval-every", args.eval_every, 0, " (0: only at the end)"),
+        ("--eval-episodes", args.eval_episodes, 1, ""),
+        ("--learner-threads", args.learner_threads, 1, ""),
+        ("--learning-starts", args.learning_starts, 0, ""),
+        ("--replay-capacity", args.replay_capacity, 1, ""),
+        ("--collector-restarts", args.collector_restarts, -1, " (-1: no limit)"),
+        ("--learner-gpus", args.learner_gpus, 0, ""),
+        ("--collector-gpus", args.collector_gpus, 0, ""),
     ):
         if value is not None and value < least:
-            extra = " (0: only at the end)" if flag == "--eval-every" else ""
-            extra = " (-1: no limit)" if flag == "--collector-restarts" else extra
-            p.error(f"{flag} must be >= {least}{extra}")
+            p.error(f"{flag} must be >= {least}{meaning}")
     if args.env.startswith("ALE/"):
         try:  # an id ALE lacks fails here, not after the cluster started
             check_env_id(args.env)
@@ -1077,15 +1075,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (actorrt.PlacementError, actorrt.ClusterError, FileNotFoundError) as exc:
         # What the command line asked for cannot be had (GPUs, workers, a checkpoint): one
         # line naming it, as a bad flag gets, not a traceback.
-        hint = _HINTS.get(type(exc).__name__, "")
+        hint = next((h for kind, h in _HINTS.items() if isinstance(exc, kind)), "")
         print(f"python -m examples.atari_dqn: error: {exc}{hint}", file=sys.stderr)
         return 2
     return 0
 
 
-_HINTS = {
-    "PlacementError": " (the example's GPU flags: --learner-gpus, --collector-gpus; "
+_HINTS: dict[type[Exception], str] = {
+    actorrt.PlacementError: " (the example's GPU flags: --learner-gpus, --collector-gpus; "
     "--transport cuda needs a GPU here)",
-    "ClusterError": " (with --init-method, start the other processes with actorrt worker: "
-    "see examples/atari_dqn/README.md)",
+    actorrt.ClusterError: " (with --init-method, start the other processes with actorrt "
+    "worker: see examples/atari_dqn/README.md)",
 }
