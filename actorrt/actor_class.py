@@ -694,11 +694,11 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
     for name, member in inspect.getmembers(cls):
         if not inspect.isroutine(member):
             continue
-        if name in _HANDLES_OWN:
+        if name in _handles_own():
             raise ValueError(
-                f"{cls.__name__}.{name}: a handle has an attribute {name!r} of its own "
-                f"({_HANDLES_OWN[name]}), which would hide this method from "
-                f"handle.{name}.remote(); rename the method (e.g. {name}_ or get_{name})."
+                f"{cls.__name__}.{name}: a handle has an attribute {name!r} of its own, "
+                f"which would hide this method from handle.{name}.remote(); rename the "
+                "method."
             )
         retries = getattr(member, _MAX_TASK_RETRIES, 0)
         if retries and not options.max_task_retries:
@@ -724,16 +724,12 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
             )
 
 
-_HANDLES_OWN = {
-    "actor_id": "the actor's id",
-    "worker": "the process hosting the actor",
-    "class_name": "the actor's class name",
-    "methods": "the names of the actor's methods",
-    "max_task_retries": "the actor's max_task_retries",
-    "max_pending_calls": "the actor's max_pending_calls",
-    "moves": "for the runtime",
-}
-"""The public attributes of an ``ActorHandle``: no actor method may take these names."""
+def _handles_own() -> frozenset[str]:
+    """The handle's own private attributes: no actor method may take these names.
+
+    Its public ones (``worker``, ``actor_id``, ...) give way to a method of that name.
+    """
+    return frozenset(n for n in dir(ActorHandle) if n.startswith("_") and not n.startswith("__"))
 
 
 def _init_remote(*args: Any, **kwargs: Any) -> NoReturn:
@@ -764,11 +760,11 @@ class ActorHandle:
     """
 
     __slots__ = (
-        "actor_id",
-        "worker",
-        "class_name",
-        "max_task_retries",
-        "max_pending_calls",
+        "_actor_id",
+        "_worker",
+        "_class_name",
+        "_max_task_retries",
+        "_max_pending_calls",
         "_table",
         "_rref",
         "_pending",
@@ -786,11 +782,11 @@ class ActorHandle:
         max_task_retries: int = 0,
         max_pending_calls: int = -1,
     ) -> None:
-        self.actor_id = actor_id
-        self.worker = worker
-        self.class_name = class_name
-        self.max_task_retries = max_task_retries
-        self.max_pending_calls = max_pending_calls
+        self._actor_id = actor_id
+        self._worker = worker
+        self._class_name = class_name
+        self._max_task_retries = max_task_retries
+        self._max_pending_calls = max_pending_calls
         self._table = methods
         self._rref = rref
         self._pending = PendingCalls(max_pending_calls) if max_pending_calls > 0 else None
@@ -811,34 +807,49 @@ class ActorHandle:
                 f"{self!r} belongs to a cluster that was shut down (actorrt.shutdown()): "
                 "its actor ended with it. Make the actor again in this cluster (a named "
                 "one: Cls.options(name=...).remote(), then actorrt.get_actor(name)).",
-                self.actor_id,
+                self._actor_id,
             )
 
-    moves = True  # runtime.protocol.Target: an actor lives on one process at a time
+    _moves = True  # runtime.protocol.Target: an actor lives on one process at a time
+
+    # What a handle tells of its actor. Only annotated here, never stored under these
+    # names: __getattr__ answers them, after the actor's methods, so a method of the same
+    # name (``worker``, say) is what ``handle.worker`` gives, as on a Ray handle.
+    actor_id: str
+    """The actor's id (32 hex digits), as errors and ``repr`` give it."""
+    worker: str
+    """RPC name of the process hosting the actor."""
+    class_name: str
+    """The actor's class's name."""
+    max_task_retries: int
+    """The actor's ``max_task_retries``."""
+    max_pending_calls: int
+    """The actor's ``max_pending_calls`` (-1: no limit)."""
+    methods: tuple[str, ...]
+    """The names of the actor's methods."""
 
     # `handle.__init__` finds this method (never __getattr__), and a bound method reads
     # missing attributes from its function: so `handle.__init__.remote()` lands here.
     __init__.remote = _init_remote  # type: ignore[attr-defined]
 
-    @property
-    def methods(self) -> tuple[str, ...]:
-        """The names of the actor's methods."""
-        return self._table.names
-
-    def __getattr__(self, name: str) -> ActorMethod:
+    def __getattr__(self, name: str) -> Any:
         if name in ActorHandle.__slots__:
-            raise AttributeError(name)
-        if name.startswith("__") and name not in self._table._binders:
+            raise AttributeError(name)  # not set yet (while unpickling): no recursion
+        table = self._table
+        if name in table._binders:  # MethodTable.__contains__, without its call
+            return ActorMethod(self, name)
+        told = _TOLD.get(name)
+        if told is not None:
+            return told(self)
+        if name.startswith("__"):
             raise AttributeError(name)  # Python's and libraries' probes: no message to make
-        if name not in self._table._binders:  # MethodTable.__contains__, without its call
-            raise AttributeError(
-                f"actor {self.class_name} has no method {name!r}; its methods are: "
-                f"{', '.join(self.methods) or '(none)'}."
-            )
-        return ActorMethod(self, name)
+        raise AttributeError(
+            f"actor {self._class_name} has no method {name!r}; its methods are: "
+            f"{', '.join(table.names) or '(none)'}."
+        )
 
     def __dir__(self) -> list[str]:
-        return sorted(set(super().__dir__()) | set(self.methods))
+        return sorted(set(super().__dir__()) | set(_TOLD) | set(self._table.names))
 
     # A copy of a handle is the handle: it names the same actor (copy.deepcopy of a config
     # that holds handles; __reduce__ would refuse an unnamed actor's outside a call).
@@ -867,31 +878,42 @@ class ActorHandle:
         if rref is not None and group.keeping_rrefs():
             # To a peer that cannot receive RRefs (a second cluster's driver): the handle
             # goes without it, and this process keeps the actor alive in its stead.
-            group.keep_rref(self.actor_id, rref)
+            group.keep_rref(self._actor_id, rref)
             rref = None
         # The table travels as its specs string: many handles of a class in one message
         # carry it once (pickle's memo), and the receiver looks it up in one dict access.
         return (
             _rebuild_handle,
             (
-                self.actor_id,
-                self.worker,
-                self.class_name,
+                self._actor_id,
+                self._worker,
+                self._class_name,
                 self._table.specs,
                 rref,
-                self.max_task_retries,
-                self.max_pending_calls,
+                self._max_task_retries,
+                self._max_pending_calls,
             ),
         )
 
     def __repr__(self) -> str:
-        return f"ActorHandle({self.class_name}, id={self.actor_id}, on={self.worker})"
+        return f"ActorHandle({self._class_name}, id={self._actor_id}, on={self._worker})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ActorHandle) and other.actor_id == self.actor_id
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
 
     def __hash__(self) -> int:
-        return hash(self.actor_id)
+        return hash(self._actor_id)
+
+
+_TOLD: dict[str, Callable[[ActorHandle], Any]] = {
+    "actor_id": lambda h: h._actor_id,
+    "worker": lambda h: h._worker,
+    "class_name": lambda h: h._class_name,
+    "max_task_retries": lambda h: h._max_task_retries,
+    "max_pending_calls": lambda h: h._max_pending_calls,
+    "methods": lambda h: h._table.names,
+}
+"""What a handle tells of its actor under a public name, unless a method takes the name."""
 
 
 def _handle_rrefs_owned_by(worker: str) -> list[Any]:
@@ -978,10 +1000,10 @@ class ActorMethod:
         """
         handle = self._handle
         table = handle._table
-        table.check(handle.class_name, self._name, args, kwargs)
+        table.check(handle._class_name, self._name, args, kwargs)
         rt = current_or_none()
         if rt is None:  # raises; its message is made only here, not on every call
-            rt = current(f"{handle.class_name}.{self._name}.remote()")
+            rt = current(f"{handle._class_name}.{self._name}.remote()")
         if handle._session != rt.session:
             handle._check_cluster(rt)
         returns = self._returns or (table.returns.get(self._name, 1) if table.returns else 1)
@@ -996,7 +1018,7 @@ class ActorMethod:
             return cast(
                 "ObjectRef[Any]",
                 pending.send(
-                    f"{handle.class_name}.{self._name}",
+                    f"{handle._class_name}.{self._name}",
                     lambda: self._send(rt, returns, retries, on, args, kwargs),
                 ),
             )
@@ -1018,17 +1040,17 @@ class ActorMethod:
         kwargs: dict[str, Any],
     ) -> Any:
         handle = self._handle
-        what = f"{handle.class_name}.{self._name}"
+        what = f"{handle._class_name}.{self._name}"
         group = self._group
         name = self._name
         if returns == STREAMING:
             limit = self._backpressure
             if limit is None:
                 limit = handle._table.backpressure.get(name, 0)
-            parts = streaming_refs(rt, what, handle.actor_id, name, limit, group)
+            parts = streaming_refs(rt, what, handle._actor_id, name, limit, group)
             return send_call(rt, handle, name, args, kwargs, parts=parts, retries=retries, on=on)
         if group is not None:
-            many = new_refs(what, handle.actor_id, name, cast("int", returns), group)
+            many = new_refs(what, handle._actor_id, name, cast("int", returns), group)
             return send_call(rt, handle, name, args, kwargs, parts=many, retries=retries, on=on)
         n = cast("int", returns)
         return send_call(rt, handle, name, args, kwargs, n, retries=retries, on=on)
@@ -1150,9 +1172,9 @@ class ActorMethod:
         on = None
         if retry_exceptions is not None:
             on = _retry_on(retry_exceptions)
-            if on and not self._handle.max_task_retries:
+            if on and not self._handle._max_task_retries:
                 raise ValueError(
-                    f"{self._handle.class_name}.{self._name}.options(retry_exceptions=...): "
+                    f"{self._handle._class_name}.{self._name}.options(retry_exceptions=...): "
                     "the actor was made without max_task_retries, which its retries would "
                     "spend; make it with max_restarts and max_task_retries (e.g. "
                     "max_restarts=1, max_task_retries=3)."
@@ -1160,9 +1182,9 @@ class ActorMethod:
         retries = None
         if max_task_retries is not None:
             retries = check_method_retries(max_task_retries)
-            if retries and not self._handle.max_task_retries:
+            if retries and not self._handle._max_task_retries:
                 raise ValueError(
-                    f"{self._handle.class_name}.{self._name}.options(max_task_retries="
+                    f"{self._handle._class_name}.{self._name}.options(max_task_retries="
                     f"{retries}): the actor was made without max_task_retries, so its calls "
                     "are never sent again; make it with max_restarts and max_task_retries "
                     "(then max_task_retries=0 here keeps one call from running twice)."
@@ -1171,7 +1193,7 @@ class ActorMethod:
             groups = self._handle._table.groups
             if concurrency_group not in groups:
                 raise ValueError(
-                    f"{self._handle.class_name}.{self._name}.options(): the actor has no "
+                    f"{self._handle._class_name}.{self._name}.options(): the actor has no "
                     f"concurrency group {concurrency_group!r}; its groups: "
                     f"{', '.join(groups) or '(none: give the actor concurrency_groups=)'}."
                 )
@@ -1181,7 +1203,7 @@ class ActorMethod:
             else self._handle._table.returns.get(self._name, 1)
         )
         if on and n == STREAMING:
-            raise TypeError(no_stream_retry(f"{self._handle.class_name}.{self._name}.options()"))
+            raise TypeError(no_stream_retry(f"{self._handle._class_name}.{self._name}.options()"))
         limit = None
         if _generator_backpressure_num_objects is not None:
             limit = check_backpressure(_generator_backpressure_num_objects)

@@ -1509,10 +1509,10 @@ def send_call(
     # The number is the actor's instance on this worker's; if the actor moves before the
     # call is sent (another thread found its process dead), or a new process takes the
     # worker's name meanwhile, send numbers it afresh.
-    worker = target.worker
-    seq, numbered = rt.number(target.actor_id, worker)
-    what = f"{target.class_name}.{method}"
-    out, slot, name = parts or new_refs(what, target.actor_id, method, num_returns)
+    worker = target._worker
+    seq, numbered = rt.number(target._actor_id, worker)
+    what = f"{target._class_name}.{method}"
+    out, slot, name = parts or new_refs(what, target._actor_id, method, num_returns)
     first: ObjectRef[Any] = slot if type(slot) is ObjectRef else out[0]
     lineage.made(first)  # made in a method: a recursive cancel of its call reaches it
 

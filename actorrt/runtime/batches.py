@@ -96,17 +96,17 @@ class CallBatches:
         """Queues a packed call; returns the future its reply will complete (None: closed)."""
         future: torch.futures.Future[Wire] = torch.futures.Future()
         item = QueuedCall(handle, seq, method, wire, future)
-        return future if self.outbox.put(handle.worker, item) else None
+        return future if self.outbox.put(handle._worker, item) else None
 
     def _send(self, worker: str, items: list[QueuedCall]) -> torch.futures.Future[None] | None:
         if len(items) < MIN_BATCH:  # cheaper alone (see runtime/outbox.py)
             for item in items:
                 self._send_alone(worker, item)
             return None
-        keys = [(worker, handle.actor_id, seq) for handle, seq, _, _, _ in items]
+        keys = [(worker, handle._actor_id, seq) for handle, seq, _, _, _ in items]
         for key, item in zip(keys, items, strict=True):
             self._awaiting[key] = item.future
-        calls = [BatchedCall(h.actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
+        calls = [BatchedCall(h._actor_id, seq, m, wire) for h, seq, m, wire, _ in items]
         try:
             sent: torch.futures.Future[None] = quick_rpc.rpc_async(
                 worker, rpc_call_batch, (self.name, calls)
@@ -114,7 +114,7 @@ class CallBatches:
         except Exception as exc:  # the agent could not queue it: the worker is gone
             for key, item in zip(keys, items, strict=True):
                 self._awaiting.pop(key, None)
-                give_up(worker, item.handle.actor_id, self.name, item.seq)  # if it is not
+                give_up(worker, item.handle._actor_id, self.name, item.seq)  # if it is not
                 _fail(item.future, exc)
             return None
         self._track(worker, sent)
@@ -128,9 +128,9 @@ class CallBatches:
     def _send_alone(self, worker: str, item: QueuedCall) -> None:
         handle, seq, method, wire, future = item
         try:
-            alone = post_call(worker, handle.actor_id, self.name, seq, method, wire)
+            alone = post_call(worker, handle._actor_id, self.name, seq, method, wire)
         except Exception as exc:
-            give_up(worker, handle.actor_id, self.name, seq)  # as Runtime.call does
+            give_up(worker, handle._actor_id, self.name, seq)  # as Runtime.call does
             _fail(future, exc)
             return
         self._track(worker, alone)

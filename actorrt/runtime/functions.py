@@ -87,15 +87,15 @@ class Route(Liveness, Protocol):
 class FunctionTarget:
     """Where one attempt of a function call goes: an executor (``runtime.protocol.Target``)."""
 
-    __slots__ = ("actor_id", "worker", "class_name")
+    __slots__ = ("_actor_id", "_worker", "_class_name")
 
-    max_task_retries = 0  # the call's own retries resend it (see FunctionCall)
-    moves = False  # every process has its own executor: nothing to ask rank 0
+    _max_task_retries = 0  # the call's own retries resend it (see FunctionCall)
+    _moves = False  # every process has its own executor: nothing to ask rank 0
 
     def __init__(self, spot: FunctionSpot, what: str) -> None:
-        self.actor_id = spot.executor
-        self.worker = spot.worker
-        self.class_name = what
+        self._actor_id = spot.executor
+        self._worker = spot.worker
+        self._class_name = what
 
 
 class FunctionRoutes:

@@ -186,28 +186,32 @@ class ActorRecord(NamedTuple):
 
 
 class Target(Protocol):
-    """What the runtime reads of the actor a call goes to (an ``ActorHandle`` is one)."""
+    """What the runtime reads of the actor a call goes to (an ``ActorHandle`` is one).
+
+    Its names are private so that a handle's own attributes hide none of the actor's
+    methods (``handle.worker.remote()`` calls a method named ``worker``).
+    """
 
     @property
-    def actor_id(self) -> str:
+    def _actor_id(self) -> str:
         """The actor's id."""
         ...
 
-    worker: str
+    _worker: str
     """RPC name of the process hosting it (rewritten when the actor is recreated)."""
 
     @property
-    def class_name(self) -> str:
+    def _class_name(self) -> str:
         """Its class's name (for messages)."""
         ...
 
     @property
-    def max_task_retries(self) -> int:
+    def _max_task_retries(self) -> int:
         """How often a call is sent again after the actor's process died (-1: no limit)."""
         ...
 
     @property
-    def moves(self) -> bool:
+    def _moves(self) -> bool:
         """Whether it lives on one process, asked of rank 0 once that process died.
 
         True for actors (rank 0 knows whether they were recreated elsewhere); False for a

@@ -117,7 +117,7 @@ class _Call:
 
     @property
     def what(self) -> str:
-        return f"{self.target.class_name}.{self.method}"
+        return f"{self.target._class_name}.{self.method}"
 
 
 @dataclass
@@ -169,30 +169,30 @@ class CallRetries:
         ``max_task_retries``; None: the actor's; -1: without limit). ``on``: its
         ``retry_exceptions``.
         """
-        allowed = target.max_task_retries if left is None else left
+        allowed = target._max_task_retries if left is None else left
         reply: torch.futures.Future[Wire] = torch.futures.Future()
-        with self._actor_lock(target.actor_id):
-            worker = target.worker
+        with self._actor_lock(target._actor_id):
+            worker = target._worker
             if seq_worker is not None and self._route.numbering(worker) != seq_worker:
                 # the retries thread's _recover moved the actor after the number was taken
-                seq = self._route.seq_at(target.actor_id, worker)
+                seq = self._route.seq_at(target._actor_id, worker)
             if self._route.is_down(worker):
-                new, why = self._recover(target.actor_id, worker)  # earlier calls go first
+                new, why = self._recover(target._actor_id, worker)  # earlier calls go first
                 if new is None:
-                    slot.fail(actor_gone(f"{target.class_name}.{method}", target.actor_id, why))
+                    slot.fail(actor_gone(f"{target._class_name}.{method}", target._actor_id, why))
                     return
-                target.worker = worker = new
-                seq = self._route.seq_at(target.actor_id, worker)
+                target._worker = worker = new
+                seq = self._route.seq_at(target._actor_id, worker)
             else:
                 # A new process took the name of the actor's process: the actor may have
                 # died with the old one, or been recreated elsewhere meanwhile.
                 gone = self._route.moved_from_replaced(target)
                 if gone is not None:
-                    slot.fail(actor_gone(f"{target.class_name}.{method}", target.actor_id, gone))
+                    slot.fail(actor_gone(f"{target._class_name}.{method}", target._actor_id, gone))
                     return
-                if target.worker != worker:
-                    worker = target.worker
-                    seq = self._route.seq_at(target.actor_id, worker)
+                if target._worker != worker:
+                    worker = target._worker
+                    seq = self._route.seq_at(target._actor_id, worker)
             try:
                 wire = self._route.pack_call(target, worker, seq, method, args, kwargs)
             except TypeError as err:
@@ -213,7 +213,7 @@ class CallRetries:
                 on=on,
             )
             with self._lock:
-                self._calls.setdefault(target.actor_id, {})[call.order] = call
+                self._calls.setdefault(target._actor_id, {})[call.order] = call
             self._post(call, seq, wire, may_queue=True)
         # The call holds the handle until its reply; a cancel goes to its current attempt.
         # The ref holds the call weakly: kept, it would keep the handle, and so the actor,
@@ -233,7 +233,7 @@ class CallRetries:
         call.attempt, call.keep = attempt, keep
         attempt.add_done_callback(partial(self._answered, call))
         if call.cancelled:  # a cancel that read the attempt before: this one too
-            self._route.cancel_call(call.worker, call.target.actor_id, seq, call.recursive)
+            self._route.cancel_call(call.worker, call.target._actor_id, seq, call.recursive)
 
     def _cancel(self, ref: weakref.ref[_Call], recursive: bool) -> None:
         """``actorrt.cancel`` of the call: its current attempt is cancelled, none follows."""
@@ -244,7 +244,7 @@ class CallRetries:
         call.cancelled = True  # before sent_as is read: a resend then cancels itself
         worker, seq = call.sent_as
         if not call.reply.done():
-            self._route.cancel_call(worker, call.target.actor_id, seq, recursive)
+            self._route.cancel_call(worker, call.target._actor_id, seq, recursive)
 
     def _answered(self, call: _Call, attempt: torch.futures.Future[Wire]) -> None:
         if call.attempt is not attempt:
@@ -260,7 +260,7 @@ class CallRetries:
                 _fail(call.reply, exc)  # the caller's ObjectRef words it
                 if failed_in_pickling(exc):  # it may not have reached the mailbox
                     worker, seq = call.sent_as  # (refs._close_gap, for an attempt)
-                    self._route.skip_at(call.target.actor_id, worker, seq)
+                    self._route.skip_at(call.target._actor_id, worker, seq)
             return
         try:
             again = call.left != 0 and not call.cancelled and not self._route.stopped.is_set()
@@ -283,7 +283,7 @@ class CallRetries:
     def _lost(self, call: _Call, exc: BaseException) -> None:
         """The attempt found no actor: the thread sends it again, or gives up."""
         call.failure = exc
-        self._wake((call.target.actor_id, call.worker))
+        self._wake((call.target._actor_id, call.worker))
 
     def _wake(self, item: tuple[str, str] | _Call | _Restart) -> None:
         if self._thread is None:
@@ -295,11 +295,11 @@ class CallRetries:
 
     def _done(self, call: _Call) -> None:
         with self._lock:
-            calls = self._calls.get(call.target.actor_id)
+            calls = self._calls.get(call.target._actor_id)
             if calls is not None:
                 calls.pop(call.order, None)
                 if not calls:
-                    del self._calls[call.target.actor_id]
+                    del self._calls[call.target._actor_id]
         call.args, call.kwargs = (), {}  # not kept a moment longer than the reply
         if call.keep is not None:
             call.keep.let_go()
@@ -340,16 +340,16 @@ class CallRetries:
             call.keep.let_go()
             call.keep = None
         try:
-            with self._actor_lock(call.target.actor_id):
+            with self._actor_lock(call.target._actor_id):
                 if call.cancelled:
                     when = "before it was sent again (it had raised)"
-                    self._give_up(call, cancelled(call.what, when, call.target.actor_id))
+                    self._give_up(call, cancelled(call.what, when, call.target._actor_id))
                     return
                 if self._route.stopped.is_set():
                     self._give_up(call, _shut_before_resent(call))
                     return
                 # where the actor lives now: a recovery may have moved it meanwhile
-                self._resend(call, call.target.worker)
+                self._resend(call, call.target._worker)
         except Exception as exc:  # never lose the thread, nor leave the call unanswered
             log.exception("sending %s again failed", call.what)
             self._give_up(call, exc)
@@ -361,7 +361,7 @@ class CallRetries:
         ``call`` are waited for (at most ``SETTLE_S``) until each is answered or failed by
         the restart too. One sent with an earlier one is not sent again.
         """
-        actor_id = call.target.actor_id
+        actor_id = call.target._actor_id
         try:
             with self._actor_lock(actor_id):
                 if not call.restarted:
@@ -384,7 +384,7 @@ class CallRetries:
                     elif self._route.stopped.is_set():
                         self._give_up(c, _shut_before_resent(c))
                     else:
-                        self._resend(c, c.target.worker)
+                        self._resend(c, c.target._worker)
         except Exception as exc:  # never lose the thread, nor leave the call unanswered
             log.exception("sending %s again failed", call.what)
             self._give_up(call, exc)
@@ -449,13 +449,13 @@ class CallRetries:
             # Only now: a call made through these handles from here on is numbered after
             # the resends (the instance runs a caller's calls in the order of their numbers).
             for call in calls:
-                call.target.worker = new
+                call.target._worker = new
         return new, why
 
     def _resend(self, call: _Call, worker: str) -> None:
         call.failure = None
         call.worker = worker
-        seq = self._route.seq_at(call.target.actor_id, worker)
+        seq = self._route.seq_at(call.target._actor_id, worker)
         try:
             wire = self._route.pack_call(
                 call.target, worker, seq, call.method, call.args, call.kwargs
@@ -500,7 +500,7 @@ class CallRetries:
                     ActorDiedError(
                         f"{call.what}: the actor's process {call.worker!r} died with the call "
                         "in flight, and the cluster is shutting down",
-                        call.target.actor_id,
+                        call.target._actor_id,
                     ),
                 )
 
@@ -509,7 +509,7 @@ def _shut_before_resent(call: _Call) -> ActorDiedError:
     return ActorDiedError(
         f"{call.what} was to be sent again (it raised, or its actor was restarted), and "
         "the cluster shut down first",
-        call.target.actor_id,
+        call.target._actor_id,
     )
 
 

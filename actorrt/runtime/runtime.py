@@ -376,7 +376,7 @@ class Runtime:
         (:meth:`send`) or given up (:meth:`skip`), or later calls wait for it. Numbers
         are per instance: an actor recreated elsewhere (``max_restarts``) starts again.
         """
-        return self.seq_at(target.actor_id, target.worker)
+        return self.seq_at(target._actor_id, target._worker)
 
     def seq_at(self, actor_id: str, worker: str) -> int:
         """:meth:`next_seq` of the actor's instance on ``worker``."""
@@ -428,7 +428,7 @@ class Runtime:
             raise_now: Raise an unsendable argument's ``TypeError`` here (a call made
                 now) instead of putting it in ``slot`` (a call sent once its refs came).
             seq_worker: What ``seq`` was numbered for (:meth:`number`); if the actor
-                has moved since (``target.worker`` differs), or a new process took its
+                has moved since (``target._worker`` differs), or a new process took its
                 process's name, the call is numbered afresh for the instance it goes to,
                 whose mailbox would otherwise wait for that number for ever.
             retries: The call's own ``max_task_retries`` (its method's or its options');
@@ -437,7 +437,7 @@ class Runtime:
             on: The exceptions it raises that send it again (``retry_exceptions``;
                 an actor with retries only).
         """
-        if target.max_task_retries:  # kept until answered, sent again if its process dies
+        if target._max_task_retries:  # kept until answered, sent again if its process dies
             self.retries.send(
                 target,
                 seq,
@@ -451,37 +451,37 @@ class Runtime:
                 on=on,
             )
             return
-        worker = target.worker
+        worker = target._worker
         if seq_worker is not None and self.numbering(worker) != seq_worker:
-            seq = self.seq_at(target.actor_id, worker)
+            seq = self.seq_at(target._actor_id, worker)
         # An actor whose process is down or was replaced is looked for at rank 0; not a
-        # function's executor (target.moves False): its own retries pick another process.
-        if target.moves and (worker in self._dead_workers or worker in self._suspects):
+        # function's executor (target._moves False): its own retries pick another process.
+        if target._moves and (worker in self._dead_workers or worker in self._suspects):
             was_dead = worker in self._dead_workers
             why = self._relocate(target)
             if why is not None:
                 slot.fail(
-                    actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
+                    actor_gone(f"{target._class_name}.{method}", target._actor_id, why),
                 )
                 return
             # Recreated: its own sequence numbers (also on a new process that took the
             # dead one's name: the number taken above was for the dead instance).
-            if target.worker != worker or was_dead:
-                worker = target.worker
+            if target._worker != worker or was_dead:
+                worker = target._worker
                 seq = self.next_seq(target)
-        elif target.moves and worker in self._replaced and target.actor_id not in self._checked:
+        elif target._moves and worker in self._replaced and target._actor_id not in self._checked:
             why = self._check_replaced(target)
             if why is not None:
                 self.skip(target, seq)
                 slot.fail(
-                    actor_gone(f"{target.class_name}.{method}", target.actor_id, why),
+                    actor_gone(f"{target._class_name}.{method}", target._actor_id, why),
                 )
                 return
-            if target.worker != worker:
+            if target._worker != worker:
                 # It was recreated elsewhere while the new process joined under its old
                 # process's name: the call goes there, numbered for that instance (it went
                 # to the new process, where no such actor will ever be: a hang, issue 25).
-                worker = target.worker
+                worker = target._worker
                 seq = self.next_seq(target)
         begin = _trace.clock() if _trace.ON else 0  # the round trip starts before packing
         try:
@@ -494,13 +494,21 @@ class Runtime:
         try:
             fut, keep = self.post(target, worker, seq, method, wire, True)
         except Exception as exc:  # the agent could not even queue the call
-            self.skip_at(target.actor_id, worker, seq)  # its number never reaches the mailbox
-            slot.fail(rpc_failure(f"{target.class_name}.{method}", worker, exc))
+            self.skip_at(target._actor_id, worker, seq)  # its number never reaches the mailbox
+            slot.fail(rpc_failure(f"{target._class_name}.{method}", worker, exc))
             return
         slot.attach(fut, worker, keep, seq)
         if _trace.ON:
             _trace.sent(
-                target.class_name, method, worker, self.name, target.actor_id, seq, begin, wire, fut
+                target._class_name,
+                method,
+                worker,
+                self.name,
+                target._actor_id,
+                seq,
+                begin,
+                wire,
+                fut,
             )
 
     def pack_call(
@@ -521,8 +529,8 @@ class Runtime:
         try:
             return pack_args(args, kwargs, worker, self._road)
         except Exception as exc:
-            self.skip_at(target.actor_id, worker, seq)
-            raise unsendable_argument(f"{target.class_name}.{method}", exc) from exc
+            self.skip_at(target._actor_id, worker, seq)
+            raise unsendable_argument(f"{target._class_name}.{method}", exc) from exc
 
     def post(
         self, target: Target, worker: str, seq: int, method: str, wire: Wire, may_queue: bool
@@ -540,7 +548,7 @@ class Runtime:
             queued = self.calls.queue(target, seq, method, wire)
             if queued is not None:
                 return queued, None
-        fut = host_mod.post_call(worker, target.actor_id, self.name, seq, method, wire)
+        fut = host_mod.post_call(worker, target._actor_id, self.name, seq, method, wire)
         self.inflight.track(worker, fut)
         # The handle lives until the reply, so the actor outlives calls in flight even when
         # the caller drops every handle at once.
@@ -574,16 +582,16 @@ class Runtime:
         """
         # A suspect process may be dead and not yet judged: rank 0 waits (bounded) for its
         # verdict, and for the actor's restart, instead of sending it back there.
-        away = target.worker if target.worker in self._suspects else None
+        away = target._worker if target._worker in self._suspects else None
         try:
-            record, why = self._directory_call(rpc_locate, target.actor_id, away)
+            record, why = self._directory_call(rpc_locate, target._actor_id, away)
         except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
             return f"rank 0 could not say where it is ({exc})"
         if record is None or record.worker in self._dead_workers:
             return why or "its process died"
-        self._suspects.discard(target.worker)
-        self._left(target.actor_id, target.worker, record.worker)
-        target.worker = record.worker
+        self._suspects.discard(target._worker)
+        self._left(target._actor_id, target._worker, record.worker)
+        target._worker = record.worker
         return None
 
     def _left(self, actor_id: str, old: str, new: str) -> None:
@@ -603,7 +611,7 @@ class Runtime:
 
         Points ``target`` where the actor lives now; returns why it is gone, or None.
         """
-        if target.worker not in self._replaced or target.actor_id in self._checked:
+        if target._worker not in self._replaced or target._actor_id in self._checked:
             return None
         return self._check_replaced(target)
 
@@ -614,7 +622,7 @@ class Runtime:
         (or was recreated elsewhere: ``target`` then points there). None if it lives.
         """
         try:
-            process, state = self._directory_call(rpc_where, target.actor_id)
+            process, state = self._directory_call(rpc_where, target._actor_id)
         except Exception as exc:  # rank 0 is gone or stopping: nowhere to ask
             return f"rank 0 could not say where it is ({exc})"
         if state in ("RESTARTING", "DEAD"):
@@ -623,9 +631,9 @@ class Runtime:
             return self._relocate(target)
         if process is None:  # no row (pruned, or never known): nothing more to say
             return "its process died and was replaced by a new one"
-        self._left(target.actor_id, target.worker, process)
-        target.worker = process
-        self._checked.add(target.actor_id)
+        self._left(target._actor_id, target._worker, process)
+        target._worker = process
+        self._checked.add(target._actor_id)
         return None
 
     def locate_away(self, actor_id: str, dead: str) -> tuple[str | None, str]:
@@ -655,7 +663,7 @@ class Runtime:
             seq: The number given up.
             worker: The instance it was numbered for (default: where the actor is now).
         """
-        self.skip_at(target.actor_id, worker or target.worker, seq)
+        self.skip_at(target._actor_id, worker or target._worker, seq)
 
     def skip_at(self, actor_id: str, worker: str, seq: int) -> None:
         """Gives up this process's call ``seq`` to the actor's instance on ``worker``."""
@@ -866,25 +874,25 @@ class Runtime:
         (which the heartbeat will mark dead) does not hold the caller. The actor's place
         is given back either way.
         """
-        reason = f"{handle.class_name} actor {handle.actor_id} was killed by actorrt.kill()"
-        if handle.worker in self._dead_workers or handle.worker in self._suspects:
+        reason = f"{handle._class_name} actor {handle._actor_id} was killed by actorrt.kill()"
+        if handle._worker in self._dead_workers or handle._worker in self._suspects:
             self._relocate(handle)  # a recreated actor (max_restarts) is killed where it is
-        if handle.worker not in self._dead_workers:
+        if handle._worker not in self._dead_workers:
             try:
                 rpc.rpc_sync(
-                    handle.worker,
+                    handle._worker,
                     host_mod.rpc_kill,
-                    args=(handle.actor_id, reason),
+                    args=(handle._actor_id, reason),
                     timeout=timeout,
                 )
             except Exception as exc:
-                if not isinstance(rpc_failure("kill", handle.worker, exc), ActorDiedError):
+                if not isinstance(rpc_failure("kill", handle._worker, exc), ActorDiedError):
                     raise
-        self._directory_call(rpc_released, handle.actor_id, reason)
+        self._directory_call(rpc_released, handle._actor_id, reason)
         # Its calls' numbers here go too: it is gone for good (a later call through an old
         # handle is answered with why), and a process that kills actor after actor would
         # keep one counter per actor it ever called.
-        for key in [k for k in list(self._seqs) if k[0] == handle.actor_id]:
+        for key in [k for k in list(self._seqs) if k[0] == handle._actor_id]:
             self._seqs.pop(key, None)
 
     def restart(self, handle: Target) -> str | None:
@@ -894,10 +902,10 @@ class Runtime:
             None once restarted; else why not (the caller then kills it for good).
         """
         reason = (
-            f"{handle.class_name} actor {handle.actor_id} was restarted by "
+            f"{handle._class_name} actor {handle._actor_id} was restarted by "
             "actorrt.kill(no_restart=False)"
         )
-        why: str | None = self._directory_call(rpc_restart_in_place, handle.actor_id, reason)
+        why: str | None = self._directory_call(rpc_restart_in_place, handle._actor_id, reason)
         return why
 
     def get_actor(self, name: str) -> ActorRecord:

@@ -53,6 +53,9 @@ class Prober:
     def named(self):
         return actorrt.list_named_actors()
 
+    def echo(self, value):
+        return value
+
     def named_bad_call(self, name):
         try:
             actorrt.get_actor(name).value.remote(1)
@@ -267,3 +270,37 @@ def test_a_deep_copy_of_a_value_holding_a_handle_and_a_ref_holds_them(cluster):
     for copied in (copy.deepcopy(config), copy.copy(config)):
         assert copied["tally"] is t and copied["first"] is ref
     assert actorrt.get(copy.deepcopy(config)["tally"].add.remote(1), timeout=60) == 5
+
+
+@actorrt.actor
+class Named:
+    """Methods named like what a handle tells of its actor: as on a Ray handle, they win."""
+
+    def worker(self):
+        return "worker()"
+
+    def actor_id(self, x):
+        return x + 1
+
+    def methods(self):
+        return ["mine"]
+
+    def class_name(self):
+        return "mine"
+
+
+def test_methods_named_like_a_handles_public_attributes_are_called(cluster):
+    named = Named.remote()
+    assert actorrt.get(named.worker.remote(), timeout=60) == "worker()"
+    assert actorrt.get(named.actor_id.remote(1), timeout=60) == 2
+    assert actorrt.get(named.methods.remote(), timeout=60) == ["mine"]
+    assert actorrt.get(named.class_name.remote(), timeout=60) == "mine"
+    # The handle still works as a handle: it travels, and compares by its actor's id.
+    assert actorrt.get(Prober.remote().echo.remote(named), timeout=60) == named
+    # An actor without such methods: the handle tells them.
+    tally = Tally.remote(0)
+    assert tally.class_name == "Tally"
+    assert sorted(tally.methods) == ["add", "double", "value"]
+    assert len(tally.actor_id) == 32 and tally.actor_id in repr(tally)
+    assert tally.worker in repr(tally)
+    assert (tally.max_task_retries, tally.max_pending_calls) == (0, -1)

@@ -15,11 +15,15 @@ from actorrt.runtime.retries import CallRetries
 
 
 class Handle:
+    """A ``runtime.protocol.Target``, as an ``ActorHandle`` is one."""
+
+    _moves = True
+
     def __init__(self, retries, worker="w1"):
-        self.actor_id = "a1"
-        self.worker = worker
-        self.class_name = "Env"
-        self.max_task_retries = retries
+        self._actor_id = "a1"
+        self._worker = worker
+        self._class_name = "Env"
+        self._max_task_retries = retries
 
 
 class Slot:
@@ -91,7 +95,7 @@ class FakeRuntime:
 
 def call(retries, rt, handle, method, *args):
     slot = Slot()
-    retries.send(handle, rt.seq_at(handle.actor_id, handle.worker), method, args, {}, slot,
+    retries.send(handle, rt.seq_at(handle._actor_id, handle._worker), method, args, {}, slot,
                  raise_now=True)  # fmt: skip
     return slot
 
@@ -116,7 +120,7 @@ def test_calls_lost_with_their_process_are_resent_in_the_order_they_were_made():
     again = rt.attempts("w2", 3)
     assert [(seq, args) for _, seq, _, args, _ in again] == [(0, (0,)), (1, (1,)), (2, (2,))]
     later = call(retries, rt, handle, "step", 3)  # the handle points at w2 now
-    assert handle.worker == "w2" and rt.sent[-1][:2] == ("w2", 3)
+    assert handle._worker == "w2" and rt.sent[-1][:2] == ("w2", 3)
     for i, (*_, fut) in enumerate(rt.sent[-4:]):
         fut.set_result(reply(i))
     for s in [*slots, later]:
@@ -165,14 +169,14 @@ def test_a_call_numbered_before_its_actor_moved_is_numbered_for_the_new_instance
     retries = CallRetries(rt, settle=2.0)
     handle = Handle(retries=1, worker="w1")
     for _ in range(5):
-        rt.seq_at(handle.actor_id, "w1")
-    seq = rt.seq_at(handle.actor_id, "w1")
-    handle.worker = "w2"
+        rt.seq_at(handle._actor_id, "w1")
+    seq = rt.seq_at(handle._actor_id, "w1")
+    handle._worker = "w2"
     slot = Slot()
     retries.send(handle, seq, "step", (0,), {}, slot, raise_now=True, seq_worker="w1")
     assert rt.sent[-1][:2] == ("w2", 0)
     again = Slot()
-    retries.send(handle, rt.seq_at(handle.actor_id, "w2"), "step", (1,), {}, again,
+    retries.send(handle, rt.seq_at(handle._actor_id, "w2"), "step", (1,), {}, again,
                  raise_now=True, seq_worker="w2")  # fmt: skip
     assert rt.sent[-1][:2] == ("w2", 1)
 

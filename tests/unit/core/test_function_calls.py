@@ -48,9 +48,9 @@ class FakeRoute:
     def send(self, target, seq, method, args, kwargs, slot, *, raise_now, seq_worker=None):
         fut = torch.futures.Future()
         with self.sent_event:
-            self.sent.append((target.worker, target.actor_id, args, fut))
+            self.sent.append((target._worker, target._actor_id, args, fut))
             self.sent_event.notify_all()
-        slot.attach(fut, target.worker, None, seq)
+        slot.attach(fut, target._worker, None, seq)
 
     def worker_unreachable(self, worker):
         self.unreachable.append(worker)
