@@ -717,11 +717,11 @@ def cancel(
     ``KeyboardInterrupt`` is raised in it, at once in Python code, or when a blocking C
     call (a sleep, a lock, a torch op) returns (an ``async def`` function's task is
     cancelled instead); one that catches it and returns gives its value. A call already
-    running in a plain (threaded) actor runs to its end and ``get`` returns its value:
-    actors keep their state, and a method cut in half would leave it half changed (Ray
-    runs it to its end too, but its ``get`` raises ``TaskCancelledError``). Such a
-    method can stop early on its own: ``actorrt.get_runtime_context().is_canceled()`` is
-    True once its call was cancelled. A call that has answered is left as it is.
+    running in a plain (threaded) actor runs to its end, as in Ray (actors keep their
+    state, and a method cut in half would leave it half changed), and its ``get`` raises
+    ``TaskCancelledError`` as Ray's does: the value it returns is dropped. Such a method
+    can stop early on its own: ``actorrt.get_runtime_context().is_canceled()`` is True
+    once its call was cancelled. A call that has answered is left as it is.
     Cancelling does not wait: the call's reply says what came of it.
 
     With ``recursive=True`` (the default, as Ray's), the calls the cancelled call made

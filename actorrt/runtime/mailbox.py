@@ -402,7 +402,11 @@ class Mailbox:
                 reply = (OK, method(*args, **kwargs))
             else:  # top-level refs: fetched here, from their owners, before the method runs
                 reply = _with_arguments(method, call)
-            if type(name) is not str:  # num_returns, or a streaming generator
+            if call.cancel_asked and not self._interruptible and type(name) is not Stream:
+                # Ray's semantics: a plain actor's method runs to its end (stopping it half
+                # way would leave the actor's state half changed), and its get raises.
+                reply = self._cancelled(call, "while it ran")
+            elif type(name) is not str:  # num_returns, or a streaming generator
                 reply = self._shape(call, name, reply)
         except SystemExit as exc:  # exit_actor(), sys.exit(), exit(): the actor ends
             take_exit()  # this thread's context outlives the call

@@ -157,12 +157,17 @@ def test_a_call_waiting_for_its_ref_arguments_is_never_sent(cluster):
     assert actorrt.get(log.log.remote(), timeout=30) == ["slow 0.5", "later"]
 
 
-def test_a_running_call_of_a_plain_actor_runs_to_its_end(cluster):
+def test_a_running_call_of_a_plain_actor_runs_to_its_end_and_its_get_raises_as_rays(cluster):
     log = Log.remote()
     running = log.slow.remote(1.0)
     time.sleep(0.3)
     actorrt.cancel(running)
-    assert actorrt.get(running, timeout=30) == 1.0
+    outcome = _outcome(running)
+    assert isinstance(outcome, actorrt.TaskCancelledError), outcome
+    assert ".slow was cancelled (actorrt.cancel) while it ran" in str(outcome)
+    assert actorrt.get(log.log.remote(), timeout=30) == ["slow 1.0"]  # it ran to its end
+    pair = log.pair.options(num_returns=2).remote(1)  # not cancelled: unchanged
+    assert actorrt.get(pair, timeout=30) == [1, -1]
 
 
 def test_an_async_actors_call_is_cancelled_where_it_awaits(cluster):
@@ -284,6 +289,9 @@ def test_only_the_process_that_made_the_call_can_cancel_it(cluster):
 
 @actorrt.actor
 class Parent:
+    def __init__(self):
+        self.last = None  # what the last until_cancelled noticed, and its child's ref
+
     def wait_on_child(self, started):
         return actorrt.get(loop_until_cancelled.remote(started), timeout=90)
 
@@ -294,7 +302,12 @@ class Parent:
         deadline = time.monotonic() + 60
         while not context.is_canceled() and time.monotonic() < deadline:
             time.sleep(0.01)
-        return context.is_canceled(), [child]  # the child's ref: the caller reads it
+        # Its get raises TaskCancelledError (as Ray's): what it saw is kept for last_run.
+        self.last = (context.is_canceled(), [child])
+        return self.last
+
+    def last_run(self):
+        return self.last
 
     def is_canceled(self):
         return actorrt.get_runtime_context().is_canceled()
@@ -362,7 +375,8 @@ def test_a_plain_actors_method_reads_its_cancel_and_a_cancel_not_recursive_spare
     running = parent.until_cancelled.remote(started, child, 3)
     _when_started(started)
     actorrt.cancel(running, recursive=False)
-    noticed, (child_ref,) = actorrt.get(running, timeout=30)
+    assert isinstance(_outcome(running), actorrt.TaskCancelledError)
+    noticed, (child_ref,) = actorrt.get(parent.last_run.remote(), timeout=30)
     assert noticed is True  # it stopped early, as it chose to
     assert actorrt.get(child_ref, timeout=30) == "ran its time"  # the child was spared
     assert actorrt.get(parent.is_canceled.remote(), timeout=30) is False  # a new call
@@ -372,7 +386,8 @@ def test_a_plain_actors_method_reads_its_cancel_and_a_cancel_not_recursive_spare
     _when_started(started)
     _when_started(child)
     actorrt.cancel(running)  # recursive: the child is interrupted
-    noticed, (child_ref,) = actorrt.get(running, timeout=30)
+    assert isinstance(_outcome(running), actorrt.TaskCancelledError)
+    noticed, (child_ref,) = actorrt.get(parent.last_run.remote(), timeout=30)
     assert noticed is True
     assert isinstance(_outcome(child_ref), actorrt.TaskCancelledError)
 
