@@ -102,6 +102,7 @@ def join(
                 [(p.name, p.rank) for p in setup.plan.processes],
                 timeout,
                 rank0=None if rank == 0 else rt.driver_name,
+                own=setup.name,
             )
     except BaseException:
         group.end_local(2.0)  # if the agent started; a no-op otherwise

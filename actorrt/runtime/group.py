@@ -66,6 +66,7 @@ __all__ = [
 STORE_PREFIX = "rpc"
 _WORLD_COUNTER = "actorrt/members"
 _WORLD_FORMED = "actorrt/world-formed"
+_STARTED = "actorrt/started/"  # + a member's name: its agent runs (named if the world fails)
 _WORLD_READY_COUNT = "actorrt/members-ready"
 _WORLD_READY = "actorrt/world-ready"  # every worker knows every member and reached rank 0
 _QUIESCED = "actorrt/quiesced"  # processes that quiesced their agent at shutdown
@@ -241,7 +242,11 @@ def deepen_listen_queues(backlog: int = LISTEN_BACKLOG) -> int:
 
 
 def wait_for_world(
-    store: dist.Store, members: Iterable[Member], timeout: float, rank0: str | None = None
+    store: dist.Store,
+    members: Iterable[Member],
+    timeout: float,
+    rank0: str | None = None,
+    own: str | None = None,
 ) -> None:
     """Waits until every process of the starting cluster runs its agent; then knows them all.
 
@@ -254,18 +259,24 @@ def wait_for_world(
             accept fails is not re-armed), so a worker killed while it first connects
             to rank 0 would leave rank 0 unreachable to every worker that had not yet;
             connecting all at start keeps that window to start-up.
+        own: This process's name, marked as started (a timeout names those not marked).
 
     Raises:
-        TimeoutError: Not every process started its agent within ``timeout``.
+        TimeoutError: Not every process started its agent within ``timeout``; it names
+            those that did not.
     """
     members = list(members)
+    if own is not None:
+        store.set(_STARTED + own, "1")
     if store.add(_WORLD_COUNTER, 1) >= len(members):
         store.set(_WORLD_FORMED, "1")
     store.set_timeout(_timedelta(timeout))
     try:
         store.wait([_WORLD_FORMED])
     except Exception as exc:  # torch raises a bare RuntimeError (DistStoreError) on timeout
-        raise TimeoutError(f"not every process started RPC within {timeout:g} s ({exc})") from exc
+        raise TimeoutError(
+            f"not every process started RPC within {timeout:g} s{_not_started(store, members)}"
+        ) from exc
     add_members(members)
     # Rank 0 returns (and the user's program goes on) only once every process knows every
     # other: a message naming a member (an RRef's owner) must not reach one that does not.
@@ -281,6 +292,22 @@ def wait_for_world(
             raise TimeoutError(
                 f"not every process learned the group within {timeout:g} s ({exc})"
             ) from exc
+
+
+def _not_started(store: dist.Store, members: list[Member]) -> str:
+    """Names the members whose agents never started (they left after the plan was made)."""
+    try:
+        missing = [
+            f"{name} (rank {rank})" for name, rank in members if not store.check([_STARTED + name])
+        ]
+    except Exception:  # the store itself is gone: nothing more to say
+        return ""
+    if not missing:
+        return ""
+    return (
+        f": {', '.join(missing)} never did (it left, or was killed, after the plan was "
+        "made); start the cluster again"
+    )
 
 
 def _hello() -> None:
