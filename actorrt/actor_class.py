@@ -832,7 +832,7 @@ class ActorHandle:
     # missing attributes from its function: so `handle.__init__.remote()` lands here.
     __init__.remote = _init_remote  # type: ignore[attr-defined]
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> ActorMethod:
         if name in ActorHandle.__slots__:
             raise AttributeError(name)  # not set yet (while unpickling): no recursion
         table = self._table
@@ -840,7 +840,8 @@ class ActorHandle:
             return ActorMethod(self, name)
         told = _TOLD.get(name)
         if told is not None:
-            return told(self)
+            # A type checker reads these names' annotations above, never this return type.
+            return cast("ActorMethod", told(self))
         if name.startswith("__"):
             raise AttributeError(name)  # Python's and libraries' probes: no message to make
         raise AttributeError(
