@@ -524,6 +524,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             try:
                 self._reply_value(sent)
             except BaseException as exc:
+                # Read: it goes on in the call that needed it, not "unhandled" as it goes.
+                self.future()
                 return exc
             return None
         fut = self._cf

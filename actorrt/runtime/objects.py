@@ -39,9 +39,10 @@ import torch
 import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
+from actorrt.logs import get_logger
 from actorrt.runtime import context, rref_keeper, streams, torch_threads
 from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import COPY, KEEP, LOST, MULTI, OBJECT, OK, RELAY
+from actorrt.runtime.protocol import COPY, ERROR, KEEP, LOST, MULTI, OBJECT, OK, RELAY
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
@@ -484,12 +485,25 @@ _CLOSED = ("", "", True)
 """Put on a store's outbox as it closes: its thread ends."""
 
 
+IGNORE_UNHANDLED = "ACTORRT_IGNORE_UNHANDLED_ERRORS"
+"""Set to 1, a dropped ref's error nobody read is not logged (Ray's RAY_IGNORE_UNHANDLED_ERRORS)."""
+
+_log = get_logger()
+
+
 def _kept_by(wire: Wire, part: int) -> tuple[str, str] | None:
-    """(owner, object id) of the object a reply left at its producer; None if it left none."""
+    """(owner, object id) of the object a reply left at its producer; None if it left none.
+
+    A method's error in it is logged: its ref went without a ``get``, so nobody else will
+    see it (a call made for its effect, ``actor.step.remote()``, that raised), as Ray
+    logs an "unhandled error".
+    """
     try:
         if wire[0] is None and wire[1][0][0] == OK:
             return None
         reply = unpack(wire)
+        if reply[0] == ERROR and part <= 0:  # the calls of num_returns=N: logged once
+            _unhandled(reply[1])
         if reply[0] == MULTI:
             reply = unpack(reply[1][max(part, 0)])
         if reply[0] == OBJECT or reply[0] == COPY:
@@ -497,6 +511,19 @@ def _kept_by(wire: Wire, part: int) -> tuple[str, str] | None:
     except Exception:  # an unreadable reply: nothing to let go that can be known
         pass
     return None
+
+
+def _unhandled(error: tuple[str, str, str, Any]) -> None:
+    if os.environ.get(IGNORE_UNHANDLED, "") not in ("", "0"):
+        return
+    what, _, text, _ = error
+    _log.error(
+        "unhandled error: %s raised, and its ref went without actorrt.get (set %s=1 to "
+        "hide these):\n%s",
+        what,
+        IGNORE_UNHANDLED,
+        text.rstrip(),
+    )
 
 
 def rpc_lease(owner: str, key: str, loan: bool) -> ObjectLease:
