@@ -874,7 +874,6 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         resume_state = load_checkpoint(resume_path, cfg.env_id)
         frame_offset = int(resume_state["frames"])
         print(f"resuming from {resume_path} at {frame_offset:,} frames")
-    logger = MetricsLogger(logdir, resume=resume_state is not None)
     rt = make_backend(args.backend)
     evaluator = Evaluator(cfg, rt)
     t_start = time.monotonic()
@@ -887,6 +886,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     _start(args)
     try:
+        # After the start: a run that cannot start (a bad flag, no GPU) leaves no logdir.
+        logger = MetricsLogger(logdir, resume=resume_state is not None)
         if on_actorrt:  # the plan this run runs with: where every slot (and actor) is
             plan = write_plan(logdir / "plan.json")
             print(placement_line(plan), flush=True)

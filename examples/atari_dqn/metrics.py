@@ -34,7 +34,8 @@ class MetricsLogger:
 
     Args:
         logdir: Output folder (created).
-        resume: Append to an existing ``metrics.csv`` instead of starting a new one.
+        resume: Append to an existing ``metrics.csv`` instead of starting a new one; its
+            ``wall_s`` goes on from the file's last row, so the column never goes back.
     """
 
     def __init__(self, logdir: str | os.PathLike, resume: bool = False) -> None:
@@ -44,6 +45,7 @@ class MetricsLogger:
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.logdir / "metrics.csv"
         append = resume and self.csv_path.exists()
+        self.wall_offset = _last_wall(self.csv_path) if append else 0.0
         self._file = open(self.csv_path, "a" if append else "w", newline="")  # noqa: SIM115
         self._csv = csv.DictWriter(self._file, fieldnames=CSV_FIELDS, extrasaction="ignore")
         if not append:
@@ -54,6 +56,8 @@ class MetricsLogger:
         """One CSV row and one TensorBoard scalar per finite value, at step ``frames``."""
         frames = int(row["frames"])
         clean = {k: _finite_or_blank(row.get(k)) for k in CSV_FIELDS}
+        if self.wall_offset and clean["wall_s"] != "":
+            clean["wall_s"] += self.wall_offset
         self._csv.writerow(clean)
         self._file.flush()
         for key, value in clean.items():
@@ -68,6 +72,18 @@ class MetricsLogger:
     def close(self) -> None:
         self._file.close()
         self.tb.close()
+
+
+def _last_wall(path: Path) -> float:
+    """The ``wall_s`` of the last row of ``path`` (0.0 for none)."""
+    last = 0.0
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                last = float(row.get("wall_s") or last)
+            except ValueError:  # a row cut short by a crash
+                pass
+    return last
 
 
 def _finite_or_blank(value: Any) -> Any:

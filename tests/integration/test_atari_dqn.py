@@ -215,6 +215,8 @@ def test_driver_cli_runs_saves_and_resumes(tmp_path):
     assert second["learner"]["updates"] > first["learner"]["updates"]
     rows = (logdir / "metrics.csv").read_text().splitlines()
     assert rows[0].startswith("wall_s,frames") and rows.count(rows[0]) == 1  # appended
+    walls = [float(r.split(",")[0]) for r in rows[1:]]
+    assert walls == sorted(walls), walls  # the resumed run's wall_s goes on from the first's
     plan = json.loads((logdir / "plan.json").read_text())  # this run's plan replaced it
     assert len(plan["processes"]) == 3
     where = _actor_processes(out)
@@ -255,6 +257,7 @@ def test_a_gpu_the_machine_lacks_ends_the_run_with_one_error_line(tmp_path):
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "python -m examples.atari_dqn: error: label 'learner' needs 1 GPU" in proc.stderr
     assert "--learner-gpus, --collector-gpus" in proc.stderr
+    assert not (tmp_path / "run").exists()  # a run that could not start leaves no logdir
 
 
 def test_train_seconds_ends_a_run_on_time_short_of_its_frames(tmp_path):
