@@ -377,7 +377,10 @@ class Placer:
                 return (
                     f"{what} needs {count} process(es); no process offers label {label!r} "
                     f"(labels offered: {offered or 'none'}; a process with no labels accepts "
-                    f"any); start a worker with --labels {label}, or drop the label"
+                    f"any); give a process that label (a local cluster: "
+                    f"actorrt.start(labels={{{label!r}: 1}}); a node: actorrt worker --labels "
+                    f"{label}; a cluster file: labels = [{label!r}] on a node), or drop the "
+                    "label"
                 )
             return f"{what}: no live process can host actors; add workers or restart the cluster"
         slot = f"slot {placed + 1} of {count}" if count > 1 or placed else "it"

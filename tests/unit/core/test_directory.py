@@ -40,8 +40,15 @@ def test_without_layout_worker_labels_constrain():
     d, _ = _cluster(node("a", labels=("learner",)), node("a", labels=("collector",)))
     assert d.place("l", ActorOptions(label="learner"), "L").worker == "w1"
     assert d.place("c", ActorOptions(label="collector"), "C").worker == "w2"
-    with pytest.raises(PlacementError, match="no process offers label 'evaluator'.*--labels"):
+    with pytest.raises(PlacementError, match="no process offers label 'evaluator'") as caught:
         d.place("e", ActorOptions(label="evaluator"), "E")
+    # the fix for each way a cluster is made: start(), a node's worker, a cluster file
+    for fix in (
+        "actorrt.start(labels={'evaluator': 1})",
+        "actorrt worker --labels evaluator",
+        "labels = ['evaluator'] on a node",
+    ):
+        assert fix in str(caught.value)
     free, _ = _cluster(node("a"), node("a"))
     assert free.place("l", ActorOptions(label="learner"), "L").worker == "w1"
 
