@@ -1085,6 +1085,8 @@ def _ready_in_slices(refs: object, timeout: object) -> Any:
         return None
     left = deadline - time.monotonic()
     if left <= 0 and not all(r.done() for r in items):
+        if any(_failed_already(r) for r in items):
+            return 0.0  # get raises the failure, as it does outside a function
         raise _not_ready(refs, timeout)
     return max(0.0, left)
 

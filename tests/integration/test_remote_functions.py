@@ -113,6 +113,15 @@ def exits_counted(tally):
     sys.exit(3)
 
 
+@actorrt.remote
+def get_within(refs, timeout):
+    """A ``get`` inside a function (it waits in slices): what it gives or raises."""
+    try:
+        return actorrt.get(refs[0], timeout=timeout)
+    except Exception as exc:
+        return type(exc).__name__
+
+
 @actorrt.actor
 class Tally:
     def __init__(self):
@@ -475,3 +484,25 @@ def test_a_function_and_what_it_uses_of_main_go_once_per_process(tmp_path):
     assert len(sent) == 8, sent
     assert sent[0] >= big and sent[6] >= big, sent
     assert all(b < small for i, b in enumerate(sent) if i not in (0, 6)), sent
+
+
+@actorrt.actor
+class Slow:
+    def sleep(self, s):
+        time.sleep(s)
+        return s
+
+    def fail(self):
+        raise ValueError("failed")
+
+
+@pytest.mark.parametrize("timeout", [0, 0.05])
+def test_a_get_in_a_function_raises_a_failure_before_its_timeout_as_the_drivers(cluster, timeout):
+    slow, failing = Slow.remote(), Slow.remote()
+    failed = failing.fail.remote()
+    actorrt.wait([failed], timeout=30)
+    refs = [slow.sleep.remote(3), failed]  # one never ready in time, one failed already
+    with pytest.raises(actorrt.ActorError, match="failed"):
+        actorrt.get(refs, timeout=timeout)  # the driver's
+    # the function's get, which waits in slices, raises the same (was: GetTimeoutError)
+    assert actorrt.get(get_within.remote([refs], timeout), timeout=60) == "ActorError(ValueError)"
