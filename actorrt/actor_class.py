@@ -42,6 +42,7 @@ from actorrt.options import (
     check_method_retries,
     check_num_returns,
     check_retry_exceptions,
+    check_task_name,
     no_stream_retry,
 )
 from actorrt.pending_calls import PendingCalls
@@ -965,7 +966,16 @@ def _rebuild_handle(
 class ActorMethod:
     """``handle.method``: call it with ``.remote(*args, **kwargs)``."""
 
-    __slots__ = ("_handle", "_name", "_returns", "_backpressure", "_group", "_retries", "_retry_on")
+    __slots__ = (
+        "_handle",
+        "_name",
+        "_returns",
+        "_backpressure",
+        "_group",
+        "_retries",
+        "_retry_on",
+        "_task",
+    )
 
     def __init__(
         self,
@@ -976,9 +986,11 @@ class ActorMethod:
         group: str | None = None,
         retries: int | None = None,
         retry_on: RetryOn | None = None,
+        task: str | None = None,
     ) -> None:
         self._handle = handle
         self._name = name
+        self._task = task  # None: the call is named by its method (Ray's task name)
         self._returns = num_returns  # 0: the method's own (1 unless it set one)
         self._backpressure = backpressure  # None: the method's own (none unless it set one)
         self._group = group  # None: the method's own concurrency group
@@ -1023,7 +1035,7 @@ class ActorMethod:
                     lambda: self._send(rt, returns, retries, on, args, kwargs),
                 ),
             )
-        if returns == 1 and self._group is None:
+        if returns == 1 and self._group is None and self._task is None:
             ref: ObjectRef[Any] = send_call(
                 rt, handle, self._name, args, kwargs, retries=retries, on=on
             )
@@ -1042,16 +1054,16 @@ class ActorMethod:
     ) -> Any:
         handle = self._handle
         what = f"{handle._class_name}.{self._name}"
-        group = self._group
+        group, task = self._group, self._task
         name = self._name
         if returns == STREAMING:
             limit = self._backpressure
             if limit is None:
                 limit = handle._table.backpressure.get(name, 0)
-            parts = streaming_refs(rt, what, handle._actor_id, name, limit, group)
+            parts = streaming_refs(rt, what, handle._actor_id, name, limit, group, task)
             return send_call(rt, handle, name, args, kwargs, parts=parts, retries=retries, on=on)
-        if group is not None:
-            many = new_refs(what, handle._actor_id, name, cast("int", returns), group)
+        if group is not None or task is not None:
+            many = new_refs(what, handle._actor_id, name, cast("int", returns), group, task)
             return send_call(rt, handle, name, args, kwargs, parts=many, retries=retries, on=on)
         n = cast("int", returns)
         return send_call(rt, handle, name, args, kwargs, n, retries=retries, on=on)
@@ -1065,6 +1077,7 @@ class ActorMethod:
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
     ) -> StreamingReturns: ...
     @overload
     def options(
@@ -1074,6 +1087,7 @@ class ActorMethod:
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
     ) -> StreamingReturns: ...
     # 1 is also an int: the next overload's list would be wrong for it, so this one wins.
     @overload
@@ -1084,6 +1098,7 @@ class ActorMethod:
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
     ) -> ActorMethod: ...
     @overload
     def options(
@@ -1093,6 +1108,7 @@ class ActorMethod:
         concurrency_group: str | None = None,
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
     ) -> ManyReturns: ...
     @overload
     def options(
@@ -1101,6 +1117,7 @@ class ActorMethod:
         concurrency_group: str,
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
     ) -> ActorMethod: ...
     @overload
     def options(
@@ -1108,9 +1125,14 @@ class ActorMethod:
         *,
         max_task_retries: int,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
     ) -> ActorMethod: ...
     @overload
-    def options(self, *, retry_exceptions: bool | list[type[BaseException]]) -> ActorMethod: ...
+    def options(
+        self, *, retry_exceptions: bool | list[type[BaseException]], name: str | None = None
+    ) -> ActorMethod: ...
+    @overload
+    def options(self, *, name: str) -> ActorMethod: ...
 
     def options(
         self,
@@ -1120,6 +1142,7 @@ class ActorMethod:
         max_task_retries: int | None = None,
         retry_exceptions: bool | list[type[BaseException]] | None = None,
         _generator_backpressure_num_objects: int | None = None,
+        name: str | None = None,
     ) -> ManyReturns | StreamingReturns | ActorMethod:
         """The same method with options for its calls, as Ray's ``.options()``.
 
@@ -1141,6 +1164,9 @@ class ActorMethod:
             _generator_backpressure_num_objects: For a streaming call (Ray's name): the
                 method is not asked for its next value while this many of its values
                 are not yet taken by the caller (-1: no limit).
+            name: The call's own name, as Ray's task name: what
+                ``get_runtime_context().get_task_name()`` gives in the method and the
+                timeline shows (errors still name the method). None: ``Class.method``.
 
         Returns:
             What ``.remote()`` is called on: with ``num_returns`` other than 1 or
@@ -1149,8 +1175,8 @@ class ActorMethod:
 
         Raises:
             TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
-                given, backpressure is asked of a call that does not stream, or
-                ``retry_exceptions`` of one that does.
+                given, backpressure is asked of a call that does not stream,
+                ``retry_exceptions`` of one that does, or ``name`` is not a string.
             ValueError: ``num_returns`` is less than 1, the backpressure less than 1
                 (other than -1), the actor has no such concurrency group, or
                 ``max_task_retries`` is less than -1, or other than 0 for an actor
@@ -1163,13 +1189,15 @@ class ActorMethod:
             max_task_retries,
             retry_exceptions,
             _generator_backpressure_num_objects,
+            name,
         )
-        if given == (None, None, None, None, None):
+        if given == (None, None, None, None, None, None):
             raise TypeError(
                 f"{self._name}.options() takes num_returns=, concurrency_group=, "
-                f"max_task_retries=, retry_exceptions= or {BACKPRESSURE}=, e.g. "
+                f"max_task_retries=, retry_exceptions=, name= or {BACKPRESSURE}=, e.g. "
                 f"handle.{self._name}.options(num_returns=2).remote()."
             )
+        task = check_task_name(name, f"{self._name}.options()")
         on = None
         if retry_exceptions is not None:
             on = _retry_on(retry_exceptions)
@@ -1213,7 +1241,9 @@ class ActorMethod:
                     f"{self._name}.options(): {BACKPRESSURE} is for streaming calls (a "
                     "generator method, or num_returns='streaming')."
                 )
-        method = ActorMethod(self._handle, self._name, n, limit, concurrency_group, retries, on)
+        method = ActorMethod(
+            self._handle, self._name, n, limit, concurrency_group, retries, on, task
+        )
         if limit is None and (num_returns is None or n == 1):
             return method  # one ref (or the method's own number of values)
         if n == STREAMING:

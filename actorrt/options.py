@@ -21,6 +21,7 @@ __all__ = [
     "check_method_retries",
     "check_num_returns",
     "check_retry_exceptions",
+    "check_task_name",
     "no_stream_retry",
 ]
 
@@ -46,6 +47,22 @@ def check_num_returns(num_returns: object) -> int | str:
             "(or function) returns as a tuple; or 'streaming' for a generator."
         )
     return num_returns
+
+
+def check_task_name(name: object, where: str) -> str | None:
+    """``name=`` (a call's task name, as Ray's) as a non-empty string, or None if not given.
+
+    Raises:
+        TypeError: Not a string.
+        ValueError: An empty one.
+    """
+    if name is None:
+        return None
+    if not isinstance(name, str):
+        raise TypeError(f"{where}: name={name!r} must be a string (the call's task name).")
+    if not name:
+        raise ValueError(f"{where}: name='' names nothing; leave name= out for the default.")
+    return name
 
 
 def check_backpressure(value: object) -> int:
@@ -347,6 +364,9 @@ class FunctionOptions:
         retry_exceptions: Whether an exception the function raises is retried too (on
             any process), as Ray's: ``True`` for any ``Exception``, or a list of the
             exception classes to retry; the retries count against ``max_retries``.
+        name: The calls' own name, as Ray's task name: what
+            ``get_runtime_context().get_task_name()`` gives in the function and the
+            timeline shows (errors still name the function). None: the function's name.
     """
 
     label: str | None = None
@@ -356,9 +376,11 @@ class FunctionOptions:
     _generator_backpressure_num_objects: int = -1
     max_retries: int = 3
     retry_exceptions: bool | tuple[type[BaseException], ...] = False
+    name: str | None = None
 
     def __post_init__(self) -> None:
         _check_label(self.label)
+        check_task_name(self.name, "remote function options")
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         if self.num_returns is not None:
             check_num_returns(self.num_returns)

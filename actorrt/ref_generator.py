@@ -246,14 +246,18 @@ def streaming_refs(
     method: str,
     backpressure: int = 0,
     group: str | None = None,
+    task: str | None = None,
 ) -> tuple[ObjectRefGenerator[Any], ObjectRef[Any], Stream]:
     """What a streaming call's ``.remote()`` returns, where its reply goes, and its name.
 
     ``backpressure``: how many values not taken yet the method may run ahead by (0: any);
-    ``group``: the concurrency group the call chose (None: the method's own).
+    ``group``: the concurrency group the call chose (None: the method's own); ``task``:
+    its task name (``.options(name=...)``; None: the method's).
     """
     gen: ObjectRefGenerator[Any] = ObjectRefGenerator(what, actor_id, rt, backpressure)
-    return gen, gen._call, Stream(method, gen._stream_id, backpressure, group)
+    name = Stream(method, gen._stream_id, backpressure, group)
+    name.task = task
+    return gen, gen._call, name
 
 
 def _answered(call_ref: weakref.ref[ObjectRef[int]], inbox: Inbox) -> None:

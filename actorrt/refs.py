@@ -38,9 +38,9 @@ from actorrt.runtime.protocol import (
     OBJECT,
     OK,
     RAISE,
-    Grouped,
     LocalFailure,
     Returns,
+    call_name,
     cancelled,
     decode_reply,
     failed_in_pickling,
@@ -1404,21 +1404,29 @@ class _Parts:
 
 
 def new_refs(
-    what: str, actor_id: str | None, method: str, num_returns: int, group: str | None = None
+    what: str,
+    actor_id: str | None,
+    method: str,
+    num_returns: int,
+    group: str | None = None,
+    task: str | None = None,
 ) -> tuple[Any, ObjectRef[Any] | _Parts, str]:
     """The refs of one call: what ``.remote()`` returns, where its outcome goes, its name.
 
     With ``num_returns`` other than 1 that is a list of refs, each of one value of the
     tuple the call returns, and the name carries the count (:class:`Returns`). With
-    ``group``, the name carries the concurrency group the call chose.
+    ``group``, the name carries the concurrency group the call chose, and with ``task``
+    its task name (``.options(name=...)``).
     """
     ref: ObjectRef[Any] = ObjectRef(what, actor_id)
     if num_returns == 1:
-        return ref, ref, method if group is None else Grouped(method, group)
+        return ref, ref, call_name(method, group, task)
     out = [ObjectRef(what, actor_id) for _ in range(num_returns)]
     for i, part in enumerate(out):
         part._part = i
-    return out, _Parts(out), Returns(method, num_returns, group)
+    name = Returns(method, num_returns, group)
+    name.task = task
+    return out, _Parts(out), name
 
 
 def when_ready(

@@ -132,10 +132,15 @@ class RemoteFunction(Generic[P, R]):
         out: Any
         slot: ReplySlot
         method: str
+        task = options.name
         if returns == STREAMING:
-            out, slot, method = streaming_refs(rt, self._what, None, self._name, self._backpressure)
+            out, slot, method = streaming_refs(
+                rt, self._what, None, self._name, self._backpressure, task=task
+            )
         else:
-            out, slot, method = new_refs(self._what, None, self._name, cast("int", returns))
+            out, slot, method = new_refs(
+                self._what, None, self._name, cast("int", returns), task=task
+            )
         call = FunctionCall(
             rt.functions,
             rt,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from actorrt.actor_class import ActorHandle, handle_of
 from actorrt.runtime import context, lineage
 from actorrt.runtime.exits import in_actor, in_method
+from actorrt.runtime.protocol import task_name
 
 if TYPE_CHECKING:
     from actorrt.runtime.host import ActorHost
@@ -91,7 +92,8 @@ class RuntimeContext:
     def get_task_name(self) -> str | None:
         """The name of the call running here, as Ray's: ``"Class.method"`` or the function's.
 
-        An actor's constructor is ``"Class.__init__"``. None outside an actor method,
+        A call made with ``.options(name=...)`` gives that name, as in Ray. An actor's
+        constructor is ``"Class.__init__"``. None outside an actor method,
         constructor or remote function (the driver's own code, a thread the method
         started itself).
         """
@@ -99,7 +101,9 @@ class RuntimeContext:
         if method is not None:
             return method
         call = lineage.serving.get()  # a remote function: its executor runs it by name
-        return None if call is None or call.method is None else str(call.method)
+        if call is None or call.method is None:
+            return None
+        return task_name(call.method) or str(call.method)
 
     def get_accelerator_ids(self) -> dict[str, list[str]]:
         """The accelerators of the running actor or remote function, as Ray's.

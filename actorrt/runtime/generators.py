@@ -104,8 +104,10 @@ class Stream(CallName):
         self.group = group
         return self
 
-    def __reduce__(self) -> tuple[type[Stream], tuple[str, int, int, str | None]]:
-        return (Stream, (str(self), self.stream_id, self.backpressure, self.group))
+    def __reduce__(
+        self,
+    ) -> tuple[type[Stream], tuple[str, int, int, str | None], dict[str, str] | None]:
+        return (Stream, (str(self), self.stream_id, self.backpressure, self.group), self._state())
 
 
 class Inbox:

@@ -54,6 +54,7 @@ from actorrt.runtime.protocol import (
     died_reply,
     error_reply,
     split_returns,
+    task_name,
     unreadable,
     unsendable_reply,
 )
@@ -391,7 +392,8 @@ class Mailbox:
             return
         if _trace.ON:
             _trace.started(call)
-        token = in_method.set(f"{self._class_name}.{name}")
+        # .options(name=...): the call's own name, as get_task_name() gives it
+        token = in_method.set(task_name(name) or f"{self._class_name}.{name}")
         actor_token = in_actor.set(self.actor_id)
         serving_token = lineage.serving.set(call)  # also what interrupts.run reads
         try:
@@ -455,7 +457,7 @@ class Mailbox:
             if _trace.ON:
                 _trace.started(call)
             # the task runs in its own copy of the context
-            in_method.set(f"{self._class_name}.{name}")
+            in_method.set(task_name(name) or f"{self._class_name}.{name}")
             in_actor.set(self.actor_id)
             lineage.serving.set(call)
             try:

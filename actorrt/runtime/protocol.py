@@ -59,6 +59,7 @@ __all__ = [
     "ReplySlot",
     "Target",
     "actor_gone",
+    "call_name",
     "cancelled",
     "cancelled_reply",
     "decode_reply",
@@ -67,6 +68,7 @@ __all__ = [
     "failed_in_pickling",
     "rpc_failure",
     "split_returns",
+    "task_name",
     "travels",
     "unreadable",
     "unsendable_argument",
@@ -106,10 +108,31 @@ class CallName(str):
     It is the name (a ``str``: looked up, logged and sent as one); a plain call's name is
     a plain ``str``, so the mailbox tests ``type(name) is str`` once and reads nothing
     more. ``group``: the concurrency group the call runs in, chosen per call
-    (``handle.m.options(concurrency_group=...)``); None: the method's own.
+    (``handle.m.options(concurrency_group=...)``); None: the method's own. ``task``: the
+    call's own name (Ray's task name, ``.options(name=...)``), which
+    ``get_runtime_context().get_task_name()`` and the timeline give; None: the method's.
     """
 
     group: str | None = None
+    task: str | None = None
+
+    def _state(self) -> dict[str, str] | None:
+        """What a subclass's ``__reduce__`` adds to its arguments: the task name, if any."""
+        return None if self.task is None else {"task": self.task}
+
+
+def call_name(name: str, group: str | None = None, task: str | None = None) -> str:
+    """``name`` as sent: a plain ``str`` unless the call chose a group or a task name."""
+    if group is None and task is None:
+        return name
+    named = Grouped(name, group)
+    named.task = task
+    return named
+
+
+def task_name(name: str) -> str | None:
+    """The task name a call's name carries (``.options(name=...)``), or None."""
+    return None if type(name) is str else getattr(name, "task", None)
 
 
 class Grouped(CallName):
@@ -121,8 +144,10 @@ class Grouped(CallName):
         self.group = group
         return self
 
-    def __reduce__(self) -> tuple[type[Grouped], tuple[str, str | None]]:
-        return (Grouped, (str(self), self.group))
+    def __reduce__(
+        self,
+    ) -> tuple[type[Grouped], tuple[str, str | None], dict[str, str] | None]:
+        return (Grouped, (str(self), self.group), self._state())
 
 
 class Returns(CallName):
@@ -141,8 +166,10 @@ class Returns(CallName):
         self.group = group
         return self
 
-    def __reduce__(self) -> tuple[type[Returns], tuple[str, int, str | None]]:
-        return (Returns, (str(self), self.n, self.group))
+    def __reduce__(
+        self,
+    ) -> tuple[type[Returns], tuple[str, int, str | None], dict[str, str] | None]:
+        return (Returns, (str(self), self.n, self.group), self._state())
 
 
 def split_returns(what: str, n: int, reply: tuple[int, Any]) -> tuple[int, Any]:

@@ -45,6 +45,7 @@ import torch
 from actorrt.placement.functions import EXECUTOR_PREFIX
 from actorrt.runtime import context
 from actorrt.runtime.gpu_spans import GpuSpans
+from actorrt.runtime.protocol import task_name
 
 __all__ = [
     "MAX_EVENTS",
@@ -191,6 +192,9 @@ def _what(actor: str, method: str) -> str:
     as their class; shown so, the same call read "remote function f.f" on the caller's
     row and "remote function.f" on the row that ran it.
     """
+    task = task_name(method)  # .options(name=...): shown by its own name, as Ray's
+    if task is not None:
+        return task
     if actor.startswith("remote function"):
         return str(method)
     return f"{actor}.{method}"

@@ -153,6 +153,9 @@ class Tasks(_Where):
     def everything(self):
         return actorrt.get_runtime_context().get()
 
+    def pair(self):
+        return actorrt.get_runtime_context().get_task_name(), 2
+
 
 @actorrt.remote
 def task_in_a_function():
@@ -180,3 +183,21 @@ def test_a_call_knows_its_task_name_and_id_and_its_process(cluster):
     assert (ctx.get_task_name(), ctx.get_task_id()) == (None, None)
     assert ctx.get_worker_id() == cluster.name
     assert ctx.get() == {"worker_id": cluster.name, "node_id": ctx.get_node_id()}
+
+
+def test_a_call_named_with_options_gives_that_task_name_as_rays(cluster):
+    t = Tasks.remote()
+    name = actorrt.get(t.task.options(name="step-7").remote(), timeout=30)[1]
+    assert name == "step-7"
+    assert actorrt.get(t.task.remote(), timeout=30)[1] == "Tasks.task"  # only that call
+    assert actorrt.get(t.about_async.options(name="a-1").remote(), timeout=30)[0] == "a-1"
+    streamed = t.streamed.options(name="s-1").remote()
+    assert [actorrt.get(r, timeout=30) for r in streamed] == ["s-1"] * 2
+    first, second = t.pair.options(num_returns=2, name="p-1").remote()
+    assert actorrt.get([first, second], timeout=30) == ["p-1", 2]
+    fn = task_in_a_function.options(name="fn-1").remote()
+    assert actorrt.get(fn, timeout=30)[0] == "fn-1"
+    with pytest.raises(TypeError, match="name=3 must be a string"):
+        t.task.options(name=3)
+    with pytest.raises(ValueError, match="name='' names nothing"):
+        task_in_a_function.options(name="")

@@ -332,3 +332,25 @@ def test_a_class_rebuilt_by_value_elsewhere_keeps_its_methods(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["('ping',", "'spawn_names')"] * 2, out.stdout
+
+
+@pytest.mark.parametrize("make", ["plain", "grouped", "returns", "stream"])
+def test_a_calls_task_name_travels_with_its_name(make):
+    from actorrt.runtime.generators import Stream
+    from actorrt.runtime.protocol import Returns, call_name, task_name
+
+    if make == "plain":
+        name = call_name("step", task="step-7")
+    elif make == "grouped":
+        name = call_name("step", "io", "step-7")
+    elif make == "returns":
+        name = Returns("step", 2, "io")
+        name.task = "step-7"
+    else:
+        name = Stream("step", 3, 1, None)
+        name.task = "step-7"
+    again = pickle.loads(pickle.dumps(name))
+    assert (type(again), str(again), task_name(again)) == (type(name), "step", "step-7")
+    assert again.group == name.group
+    assert task_name("step") is None and call_name("step") == "step"
+    assert type(call_name("step")) is str  # a plain call stays a plain str (the fast path)

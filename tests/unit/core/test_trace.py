@@ -230,3 +230,21 @@ def test_a_decorated_function_on_two_threads_at_once_records_two_whole_spans(tra
 def test_wire_bytes_counts_bytes_inside_a_plain_value():
     # a remote function's call: (key, its cloudpickle bytes, the arguments), sent plain
     assert trace.wire_bytes((None, [(("k", b"x" * 1000, 1.0), {})])) == 1000
+
+
+def test_a_call_named_with_options_is_shown_by_its_name(tracing):
+    from actorrt.runtime.protocol import call_name
+
+    box = _box()
+    named = Call(
+        "me", 0, call_name("nap", task="nap-42"), (None, [((0.0,), {})]), torch.futures.Future()
+    )
+    box.deliver(named)
+    named.future.wait()
+    deadline = time.monotonic() + 10
+    key = f"me/{'b' * 32}/0"
+    while time.monotonic() < deadline and not any(e[5] == key for e in trace.events()):
+        time.sleep(0.01)
+    box.kill("done")
+    names = {(kind, what) for kind, what, _, _, _, k, _ in trace.events() if k == key}
+    assert ("run", "nap-42") in names and ("reply", "nap-42") in names, names
