@@ -33,6 +33,7 @@ from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, snapshot, unpack
 from actorrt.runtime.protocol import (
     COPY,
+    ERROR,
     LOCATED,
     MULTI,
     OBJECT,
@@ -164,6 +165,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_cancel_asked",
         "_recursive",
         "_id",
+        "_error_read",
         "__weakref__",
     )
 
@@ -203,7 +205,12 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     rt.objects.let_go(loc.owner, loc.object_id)
                 except Exception:  # interpreter teardown
                     pass
-        elif self._loc is None and self._cf is None and self._loan is None:
+        elif (
+            self._loc is None
+            and self._cf is None
+            and self._loan is None
+            and not getattr(self, "_error_read", False)
+        ):
             # Its reply was never read (a call whose result nobody got, or only waited
             # for): a value it left at its producer would be kept there for good.
             sent = self._sent
@@ -365,6 +372,10 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     self._loc = reply[1]
                 loc = self._loc
             return loc, None
+        if status == ERROR:
+            # Its error reached someone (get, a call that needed it): not "unhandled" as
+            # the ref goes (see __del__). Set only here, never in __init__: no cost per ref.
+            self._error_read = True
         return None, decode_reply(reply, self._actor_id)
 
     def _as_argument(self) -> Any:
@@ -524,8 +535,6 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             try:
                 self._reply_value(sent)
             except BaseException as exc:
-                # Read: it goes on in the call that needed it, not "unhandled" as it goes.
-                self.future()
                 return exc
             return None
         fut = self._cf

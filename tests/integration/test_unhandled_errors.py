@@ -25,6 +25,9 @@ class Faulty:
     def fine(self):
         return 1
 
+    def echo(self, value):
+        return value
+
 
 def _logged(caplog, tag, timeout=15.0):
     """The unhandled-error records naming ``tag``, once one came (or after ``timeout``)."""
@@ -61,15 +64,19 @@ def test_an_error_whose_ref_went_unread_is_logged_once(cluster, caplog):
     assert len(_logged(caplog, "pair twice", timeout=0)) == 1
 
 
-def test_an_error_that_was_read_or_a_value_is_not_logged(cluster, caplog):
+def test_an_error_that_was_read_or_went_on_in_a_call_is_not_logged(cluster, caplog):
     faulty = Faulty.remote()
     caplog.set_level(logging.ERROR, logger="actorrt")
-    ref = faulty.boom.remote("read")
-    with pytest.raises(actorrt.ActorError, match="boom read"):
-        actorrt.get(ref, timeout=30)
-    del ref
-    faulty.fine.remote()
-    # a later unread error is logged: by then the read one would have been too
+    read = [faulty.boom.remote(f"read {i}") for i in range(3)]
+    actorrt.wait(read, num_returns=3, timeout=30)  # here before get: read directly
+    for i, timeout in enumerate([None, 10]):
+        with pytest.raises(actorrt.ActorError, match=f"boom read {i}"):
+            actorrt.get(read[i], timeout=timeout)
+    with pytest.raises(actorrt.ActorError, match="boom read 2"):
+        actorrt.get(faulty.echo.remote(read[2]), timeout=30)  # it went on in that call
+    del read
+    faulty.fine.remote()  # a value
+    # a later unread error is logged: by then the ones read would have been too
     faulty.boom.remote("after")
     assert _logged(caplog, "boom after")
     assert not _logged(caplog, "boom read", timeout=0)
