@@ -150,6 +150,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="processes in the multi-node cluster, this driver included",
     )
     p.add_argument(
+        "--start-timeout",
+        type=float,
+        default=None,
+        help="with --init-method: seconds to wait for every worker to join (default: "
+        "actorrt.start's, 60)",
+    )
+    p.add_argument(
         "--transport",
         choices=("cpu", "cuda"),
         default="cpu",
@@ -381,6 +388,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--train-seconds must be > 0 (leave it out for no time budget)")
     if args.world_size is not None and not args.init_method:
         p.error("--world-size is for a multi-node cluster: give --init-method too")
+    if args.start_timeout is not None and not args.init_method:
+        p.error("--start-timeout is for a multi-node cluster: give --init-method too")
+    if args.start_timeout is not None and not args.start_timeout > 0:
+        p.error("--start-timeout must be > 0 seconds")
     for flag, value, least, meaning in (
         ("--total-frames", args.total_frames, 1, ""),
         ("--envs-per-collector", args.envs_per_collector, 1, ""),
@@ -616,6 +627,8 @@ def _start_cluster(args: argparse.Namespace) -> None:
     if args.local_cuda_devices:
         common["local_cuda_devices"] = args.local_cuda_devices
     if args.init_method:
+        if args.start_timeout is not None:
+            common["timeout"] = args.start_timeout
         actorrt.start(init_method=args.init_method, rank=0, world_size=args.world_size, **common)
     else:
         if args.num_workers is not None:  # else one worker process per layout slot
@@ -1086,5 +1099,5 @@ _HINTS: dict[type[Exception], str] = {
     actorrt.PlacementError: " (the example's GPU flags: --learner-gpus, --collector-gpus; "
     "--transport cuda needs a GPU here)",
     actorrt.ClusterError: " (with --init-method, start the other processes with actorrt "
-    "worker: see examples/atari_dqn/README.md)",
+    "worker, and give them time with --start-timeout S: see examples/atari_dqn/README.md)",
 }

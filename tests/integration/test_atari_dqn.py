@@ -260,6 +260,22 @@ def test_a_gpu_the_machine_lacks_ends_the_run_with_one_error_line(tmp_path):
     assert not (tmp_path / "run").exists()  # a run that could not start leaves no logdir
 
 
+def test_a_multi_node_run_whose_workers_never_come_says_how_to_wait_longer(tmp_path):
+    from netns import free_port
+
+    argv = [
+        sys.executable, "-m", "examples.atari_dqn", "--env", "CartPole-v1",
+        "--init-method", f"tcp://127.0.0.1:{free_port()}", "--world-size", "2",
+        "--start-timeout", "2", "--logdir", str(tmp_path / "run"), "--no-progress",
+    ]  # fmt: skip
+    proc = subprocess.run(argv, cwd=_ROOT, capture_output=True, text=True, timeout=_T)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "rank(s) 1 of 2 never joined within 2 s" in proc.stderr, proc.stderr[-3000:]
+    assert "give them time with --start-timeout S" in proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_train_seconds_ends_a_run_on_time_short_of_its_frames(tmp_path):
     """``--train-seconds``: the collectors stop at the budget, then the run evaluates."""
     logdir = tmp_path / "timed"

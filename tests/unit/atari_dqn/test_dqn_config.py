@@ -295,6 +295,11 @@ def test_a_combination_the_preset_refuses_is_a_command_line_error(argv, why, cap
         (["--replay-capacity", "0"], "--replay-capacity must be >= 1"),
         (["--learner-gpus", "-1"], "--learner-gpus must be >= 0"),
         (["--world-size", "4"], "--world-size is for a multi-node cluster: give --init-method"),
+        (["--start-timeout", "5"], "--start-timeout is for a multi-node cluster: give"),
+        (
+            ["--init-method", "tcp://127.0.0.1:1", "--world-size", "2", "--start-timeout", "0"],
+            "--start-timeout must be > 0 seconds",
+        ),
         (["--env", "ALE/NoSuchGame-v5"], "--env ALE/NoSuchGame-v5: Environment `NoSuchGame`"),
     ],
 )
