@@ -692,10 +692,11 @@ def _check_methods(cls: type, options: ActorOptions) -> None:
     ``max_task_retries`` (calls are kept for a resend only then).
     """
     groups = dict(options.concurrency_groups)
+    handles_own = _handles_own()
     for name, member in inspect.getmembers(cls):
         if not inspect.isroutine(member):
             continue
-        if name in _handles_own():
+        if name in handles_own:
             raise ValueError(
                 f"{cls.__name__}.{name}: a handle has an attribute {name!r} of its own, "
                 f"which would hide this method from handle.{name}.remote(); rename the "
