@@ -228,9 +228,9 @@ _RAY_ONLY = {
     "runtime_env": "every process runs the driver's environment; classes and functions of "
     "the driver's script travel by value",
     "scheduling_strategy": "placement is by label= and the cluster's layout (actorrt.start("
-    "layout=...)), shown by `actorrt plan`",
+    "labels=...)), shown by `actorrt plan`",
     "placement_group": "placement is by label= and the cluster's layout (actorrt.start("
-    "layout=...)), shown by `actorrt plan`",
+    "labels=...)), shown by `actorrt plan`",
 }
 """Ray options actorrt does not take, and what to do instead (for their TypeError)."""
 
