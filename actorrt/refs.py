@@ -1177,7 +1177,8 @@ def _all_or_first_error(refs: list[ObjectRef[Any]], timeout: float | None) -> No
             fut = ref._sent if ref._sent is not None else ref._borrow()
         if fut is not None and not fut.done():
             waiting.append(fut)
-    if waiting:
+    # One failed already: raised now, not after the slower ones (nor their timeout).
+    if waiting and not any(_failed_already(ref) for ref in refs):
         ready = threading.Condition()
         state = [len(waiting), False]  # replies still to come; whether one failed
 

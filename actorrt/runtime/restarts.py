@@ -56,6 +56,7 @@ class Recipe:
     options: ActorOptions
     meta: dict[str, Any]
     left: int  # restarts left; -1: no limit
+    life: int = 0  # which process of record.worker's name it lives on (Restarts._lives)
     why_dead: str | None = None  # set once it will not come back (see end)
     leases: list[Any] = field(default_factory=list)  # RRefs of every recreated instance
 
@@ -88,6 +89,9 @@ class Restarts:
         # Suspect processes (a call could not reach them) that answered rank 0's probe:
         # a caller waiting for an actor to leave one goes back to it.
         self._cleared: set[str] = set()
+        # How many new processes took each dead process's name: a restart onto the one
+        # that took it is a new instance although its process has the same name.
+        self._lives: dict[str, int] = {}
         directory.on_release = self.forget
         # Set by the runtime: a caller found this process unreachable (judge it now).
         self.on_unreachable: Callable[[str], None] | None = None
@@ -98,6 +102,7 @@ class Restarts:
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
         with self._cond:
+            recipe.life = self._lives.get(recipe.record.worker, 0)
             self._recipes[recipe.record.actor_id] = recipe
 
     def forget(self, actor_id: str, why: str = "") -> None:
@@ -130,25 +135,36 @@ class Restarts:
         """
         with self._cond:
             self._dead.discard(worker)
+            self._cleared.discard(worker)  # said of the dead process
+            self._lives[worker] = self._lives.get(worker, 0) + 1
 
     def worker_died(self, worker: str) -> None:
         """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
         with self._cond:
             self._dead.add(worker)
+            self._cleared.discard(worker)  # said of it while it lived
             hit = [
                 r
                 for r in self._recipes.values()
                 if r.record.worker == worker and r.record.actor_id not in self._restarting
             ]
-            for recipe in hit:
-                if recipe.left == 0:
-                    recipe.end(
-                        f"its process {worker!r} died and it has no restarts left "
-                        f"(max_restarts={recipe.options.max_restarts})"
-                    )
-                else:
-                    self._restarting.add(recipe.record.actor_id)
-            self._cond.notify_all()
+            self._lost(hit, worker)
+        self._recreate(hit)
+
+    def _lost(self, hit: list[Recipe], worker: str) -> None:
+        """Under the lock: the instances of ``hit`` died with ``worker``'s process."""
+        for recipe in hit:
+            if recipe.left == 0:
+                recipe.end(
+                    f"its process {worker!r} died and it has no restarts left "
+                    f"(max_restarts={recipe.options.max_restarts})"
+                )
+            else:
+                self._restarting.add(recipe.record.actor_id)
+        self._cond.notify_all()
+
+    def _recreate(self, hit: list[Recipe]) -> None:
+        """Recreates, each on a thread of its own, the actors :meth:`_lost` marked."""
         for recipe in hit:
             if recipe.why_dead is not None:
                 # No restarts left: gone for good, so its name is freed.
@@ -164,6 +180,7 @@ class Restarts:
         why: str | None = None
         placed: Placement | None = None
         created: list[Any] = []  # every lease made, also on processes found unreachable
+        life = 0  # which process of the placed name it went to
         counted = False  # this restart is in the actor's count (one per restart)
         for _ in range(CREATE_TRIES):
             placement: Placement | None = None
@@ -175,6 +192,8 @@ class Restarts:
                     actor_id, recipe.options, recipe.record.class_name, retry=counted
                 )
                 counted = True
+                with self._cond:
+                    life = self._lives.get(placement.worker, 0)
                 wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
                 meta = {**recipe.meta, "gpu_ids": placement.gpu_ids, "reconstructed": True}
                 lease = create_remote(
@@ -208,11 +227,12 @@ class Restarts:
                 log.info("recreating %s on %s failed (%s); trying another process",
                          actor_id, placement.worker, exc)  # fmt: skip
                 self.on_unreachable(placement.worker)
-        again = False
+        again = relived = False
         with self._cond:
             self._restarting.discard(actor_id)
             if placed is not None:
                 recipe.record = recipe.record._replace(worker=placed.worker)
+                recipe.life = life
                 # The leases of instances on dead processes are kept, not dropped: a
                 # dropped RRef sends its owner a delete that torch retries while the owner
                 # is dead, and the retry crashes rank 0 (a segfault in findWorkerURL) once
@@ -223,12 +243,18 @@ class Restarts:
                 # The process it was placed on died while it was being recreated there
                 # (its death skipped the actor, which was restarting): once more.
                 again = placed.worker in self._dead
+                # Or died, and a new process took its name, before it was marked dead.
+                relived = not again and self._lives.get(placed.worker, 0) != life
+                if relived:
+                    self._lost([recipe], placed.worker)
             else:
                 recipe.end(why or "recreating it failed")
                 recipe.leases.extend(created)  # kept, as above
             self._cond.notify_all()
         if placed is not None and again:
             self.worker_died(placed.worker)
+        if relived:
+            self._recreate([recipe])
         if placed is not None:
             log.warning(
                 "%s actor %s restarted on %s (%s restart(s) left)",
@@ -303,17 +329,25 @@ class Restarts:
                 until no restart is under way.
         """
 
+        def moved(recipe: Recipe) -> bool:
+            # Left the process the caller could not reach: for another, for a new process
+            # that took its name since, or it lives on there after all (answered a probe).
+            return (
+                recipe.record.worker != away_from
+                or recipe.life > life
+                or away_from in self._cleared
+            )
+
         def settled() -> bool:
             if actor_id in self._restarting:
                 return False
             recipe = self._recipes.get(actor_id)
-            return (
-                recipe is None
-                or recipe.why_dead is not None
-                or recipe.record.worker != away_from
-                or away_from in self._cleared
-            )
+            return recipe is None or recipe.why_dead is not None or moved(recipe)
 
+        with self._cond:
+            # The process of that name the caller could not reach: the one rank 0 knows now,
+            # or one before it (whose actors were restarted when it died).
+            life = self._lives.get(away_from, 0) if away_from is not None else 0
         if away_from is not None and self.on_unreachable is not None:
             self.on_unreachable(away_from)  # a local cluster's driver can tell at once
         with self._cond:
@@ -326,7 +360,7 @@ class Restarts:
                 return None, recipe.why_dead
             if actor_id in self._restarting:
                 return None, f"it is still being recreated after {timeout:g} s"
-            if recipe.record.worker == away_from and away_from not in self._cleared:
+            if not moved(recipe):
                 return None, (
                     f"its process {away_from!r} could not be reached, and rank 0 did not "
                     f"find it dead within {timeout:g} s"

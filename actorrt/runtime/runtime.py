@@ -1027,12 +1027,13 @@ class Runtime:
         if confirm is not None:
             now, life = time.monotonic(), self._incarnations.get(worker, 0)
             seen = self._found_alive.get(worker)
-            if seen is not None and seen[0] == life and now - seen[1] < FOUND_ALIVE_S:
-                return
-            if confirm(worker):
-                self.mark_worker_dead(worker, "its process is gone (a call found it so)")
-            else:
+            if seen is None or seen[0] != life or now - seen[1] >= FOUND_ALIVE_S:
+                if confirm(worker):
+                    self.mark_worker_dead(worker, "its process is gone (a call found it so)")
+                    return
                 self._found_alive[worker] = (life, time.monotonic())
+            if self.restarts is not None:  # a caller waiting to leave it goes back to it
+                self.restarts.cleared(worker)
             return
         first = worker not in self._suspects
         self._suspects.add(worker)  # the next call asks rank 0 where the actor is

@@ -426,6 +426,23 @@ def test_get_of_a_list_raises_a_failure_without_waiting_for_slower_calls_before_
     actorrt.kill(failing)
 
 
+def test_get_of_a_list_raises_a_failure_already_there_at_once(cluster):
+    slow, failing = Counter.remote(), Counter.remote()
+    failed = failing.fail.remote("boom")
+    ready, _ = actorrt.wait([failed], timeout=30)
+    assert ready == [failed]
+    for read_before in (False, True):
+        pending = slow.sleep.remote(6.0)
+        # With no timeout: before the fix the get waited for the slow call first.
+        with pytest.raises(actorrt.ActorError, match="boom"):
+            actorrt.get([pending, failed])
+        ready, _ = actorrt.wait([pending], timeout=0)
+        assert ready == [], f"get waited for the slow call (failure read before: {read_before})"
+        assert actorrt.get(pending, timeout=30) == 6.0
+    actorrt.kill(slow)
+    actorrt.kill(failing)
+
+
 def test_constructor_error_reports_actor_died(cluster):
     bad = Broken.remote()
     with pytest.raises(actorrt.ActorDiedError, match="failed in __init__") as info:

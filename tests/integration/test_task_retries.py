@@ -219,6 +219,40 @@ def test_unlimited_retries_follow_the_actor_through_two_deaths(tmp_path):
     assert rep["value"] == f"value: {rep['pid3']}", rep
 
 
+def test_a_call_retried_onto_the_new_process_that_took_its_dead_ones_name_comes_back(tmp_path):
+    """One worker, SIGKILLed mid-call: the actor comes back on the process that replaced
+    it under the same name, and the call is sent there at once (it used to wait rank 0's
+    30 s for the actor to leave "worker1", then fail falsely); so is the call after it."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt, pids = start(1)
+        gate = GATE
+        a = Log.options(max_restarts=-1, max_task_retries=-1, max_concurrency=2).remote()
+        pid1 = actorrt.get(a.pid.remote(), timeout=30)
+        call = a.block.remote(gate, 60)
+        later = a.record.remote(7)
+        wait_running(a, None)
+        os.kill(pid1, signal.SIGKILL)
+        open(gate, "w").close()
+        def within(ref):  # well below rank 0's 30 s wait for the actor to move
+            try:
+                return "value: %r" % (actorrt.get(ref, timeout=20),)
+            except Exception as exc:
+                return type(exc).__name__ + ": " + str(exc)
+        value, after = within(call), within(later)
+        pid2 = actorrt.get(a.pid.remote(), timeout=30)
+        report(pids=pids + [pid2], pid1=pid1, pid2=pid2, worker=a.worker, value=value,
+               after=after)
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["pid1"] != rep["pid2"] and rep["worker"] == "worker1", rep
+    assert rep["value"] == f"value: {rep['pid2']}", rep
+    assert rep["after"] == "value: 7", rep
+
+
 def test_a_methods_or_a_calls_own_max_task_retries_overrides_the_actors(tmp_path):
     """As Ray's @ray.method(max_task_retries=) and .options(max_task_retries=): on an
     actor with retries, a method marked 0 and a call made with 0 fail when the process

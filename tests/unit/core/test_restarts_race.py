@@ -5,6 +5,7 @@ creation on the new process) is replaced by a stand-in that reports that process
 """
 
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -113,6 +114,67 @@ def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch)
     assert waits == [1] and record is not None and record.worker == "w2", (waits, why)
     (info,) = directory.actors()
     assert info.state == "ALIVE" and info.restarts == 1, info
+
+
+def _one_worker_replaced_under_its_name(monkeypatch, replaced_again: bool):
+    """One worker, dead: its replacement takes the name ``w1`` and the actor goes there.
+    With ``replaced_again``, that process too dies and is replaced while the actor is
+    being created on it."""
+    directory, restarts = _cluster(1, max_restarts=-1)
+    # The replacement joins once a caller asked where the actor is (as in a real cluster,
+    # where the caller's call fails at once and a replacement takes a second).
+    asked = threading.Event()
+    restarts.on_unreachable = lambda worker: asked.set()
+
+    def replacement_joins():
+        asked.wait(10)
+        directory.revive("w1")
+        restarts.worker_back("w1")
+        return True
+
+    created = []
+
+    def create(worker, actor_id, class_key, class_blob, wire, meta):
+        created.append(worker)
+        if replaced_again and len(created) == 1:
+            directory.mark_dead("w1")  # dies before the actor is up, and is replaced
+            replacement_joins()
+        return object()
+
+    restarts.await_capacity = replacement_joins
+    monkeypatch.setattr(restarts_mod, "create_remote", create)
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", lambda *a, **k: None)  # it answers
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    return restarts, created
+
+
+def test_a_caller_that_could_not_reach_a_process_finds_the_actor_on_the_one_that_took_its_name(
+    monkeypatch,
+):
+    """The caller's call failed on the dead ``w1``; the actor now lives on the new ``w1``:
+    that is where it is, once there (was: rank 0 waited its whole timeout for the actor to
+    leave ``w1``, then said it could not find the process dead)."""
+    restarts, created = _one_worker_replaced_under_its_name(monkeypatch, replaced_again=False)
+    record, why = restarts.locate("a1", timeout=5, away_from="w1")
+    assert record is not None and record.worker == "w1" and created == ["w1"], (why, created)
+    # One that failed on the new process (not judged yet) still waits for its verdict.
+    record, why = restarts.locate("a1", timeout=0.2, away_from="w1")
+    assert record is None and "could not be reached" in why, why
+
+
+def test_an_actor_whose_new_process_was_replaced_while_it_was_created_there_goes_on(
+    monkeypatch,
+):
+    """The process of its name died and was replaced while the actor was created on it:
+    the instance died with it, so the actor is created again (was: taken for one living
+    on the newest process)."""
+    restarts, created = _one_worker_replaced_under_its_name(monkeypatch, replaced_again=True)
+    deadline = time.monotonic() + 10
+    while len(created) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    record, why = restarts.locate("a1", timeout=5, away_from="w1")
+    assert created == ["w1", "w1"] and record is not None, (created, why)
 
 
 def test_a_restart_in_place_counts_and_is_told_why_not(monkeypatch):
