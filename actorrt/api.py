@@ -123,7 +123,8 @@ def start(
             replaced after a delay (0.5 s, doubling, at most 10 s). Each replacement is
             logged with the cause of death. Actors with ``max_restarts`` are recreated at
             once on a live process, or on the replacement when no live process can host
-            them; new actors may go to the replacement once it is up. Multi-node workers
+            them; new actors may go to the replacement once it is up, and one made when
+            no live process can host it waits (at most 30 s) for it. Multi-node workers
             are not replaced (start ``actorrt worker`` again, or under a supervisor).
         rpc_timeout: Default timeout of control messages (actor calls never time out).
         num_worker_threads: TensorPipe's RPC thread pool size per process.

@@ -296,8 +296,8 @@ class Driver:
         if cluster is not None:
             rt.local_worker_pids = cluster.pids
             driver._born = dict.fromkeys(range(1, world_size), time.monotonic())
-            if rt.restarts is not None:
-                rt.restarts.await_capacity = driver._await_replacement
+            if rt.directory is not None:
+                rt.directory.await_capacity = driver._await_replacement
             driver._watch_local_workers(rt, cluster)
         else:
             rt.probe = lambda worker: driver._probe(rt, worker)
@@ -426,8 +426,9 @@ class Driver:
     def _await_replacement(self) -> bool:
         """Waits (bounded) for a local replacement to join; False if none is coming.
 
-        An actor restart that finds no live process able to host it waits here, so a
-        restartable actor comes back once the replacement of its process is in.
+        An actor restart, or a new actor, that finds no live process able to host it
+        waits here, so a restartable actor comes back once the replacement of its process
+        is in, and ``A.remote()`` made while the only worker is replaced goes there.
         """
         with self._admitted:
             if not self._replacement_coming():

@@ -189,6 +189,9 @@ class ClusterDirectory:
         # Called with an actor's id, and how it ended, once it ended (the restarts forget
         # its recipe).
         self.on_release: Callable[[str, str], None] | None = None
+        # Set by a local cluster's driver: waits (bounded) for a dead worker's replacement
+        # to join; False when none is coming.
+        self.await_capacity: Callable[[], bool] | None = None
 
     @property
     def plan(self) -> Plan:
@@ -219,6 +222,20 @@ class ClusterDirectory:
             if name is not None and name not in self._names:  # not a restart's: it is named
                 self._creating.setdefault(name, actor_id)
             return placement
+
+    def place_new(self, actor_id: str, options: ActorOptions, class_name: str) -> Placement:
+        """:meth:`place` for a new actor, waiting for a replacement when none can host it.
+
+        When no live process can host it while a dead local worker's replacement is
+        coming, it is placed once more after that one joined (as Ray keeps a creation
+        pending until there is room, here within the replacement's bound).
+        """
+        try:
+            return self.place(actor_id, options, class_name)
+        except PlacementError:
+            if self.await_capacity is None or not self.await_capacity():
+                raise
+        return self.place(actor_id, options, class_name)
 
     def _place_among_trusted(
         self, actor_id: str, options: ActorOptions, class_name: str
@@ -623,8 +640,8 @@ def rpc_directory(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
 
 
 def rpc_place(actor_id: str, options: ActorOptions, class_name: str) -> Placement:
-    """Runs on rank 0: places one actor (see :meth:`ClusterDirectory.place`)."""
-    return _directory().place(actor_id, options, class_name)
+    """Runs on rank 0: places one new actor (see :meth:`ClusterDirectory.place_new`)."""
+    return _directory().place_new(actor_id, options, class_name)
 
 
 def rpc_function_spots(label: str | None, res: Resources) -> tuple[FunctionSpot, ...]:

@@ -95,9 +95,6 @@ class Restarts:
         directory.on_release = self.forget
         # Set by the runtime: a caller found this process unreachable (judge it now).
         self.on_unreachable: Callable[[str], None] | None = None
-        # Set by a local cluster's driver: waits (bounded) for a dead worker's replacement
-        # to join; False when none is coming.
-        self.await_capacity: Callable[[], bool] | None = None
 
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
@@ -213,7 +210,8 @@ class Restarts:
             except PlacementError as exc:
                 why = f"its process died and no live process can host it again ({exc})"
                 # A replacement of a dead local worker is coming: the actor goes there.
-                if self.await_capacity is not None and self.await_capacity():
+                wait = self._directory.await_capacity
+                if wait is not None and wait():
                     continue
                 break
             except Exception as exc:

@@ -184,11 +184,41 @@ def test_no_replacement_with_max_worker_restarts_zero(tmp_path):
         os.kill(actorrt.get(a.pid.remote(), timeout=30), signal.SIGKILL)
         wait_for(lambda: a.worker in rt.dead_workers, 60)
         time.sleep(3)  # a replacement would have joined by now
-        report(pids=pids, dead=sorted(rt.dead_workers))
+        try:
+            Counter.remote()
+            new = "placed"
+        except actorrt.PlacementError as exc:  # at once: no replacement is coming
+            new = str(exc)
+        report(pids=pids, dead=sorted(rt.dead_workers), new=new)
         actorrt.shutdown()
         """,
     )
     assert rep["dead"] == ["worker1"]
+    assert "no live process can host actors" in rep["new"], rep
+
+
+def test_a_new_actor_made_while_the_only_worker_is_replaced_goes_to_the_replacement(tmp_path):
+    """As Ray keeps a creation pending until there is room: ``A.remote()`` between the
+    death and the replacement's arrival waits for it (was: PlacementError at once)."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        rt = actorrt.start(num_workers=1, timeout=90, shutdown_timeout=10)
+        pids = list(rt.local_worker_pids)
+        a = Counter.remote()
+        victim = actorrt.get(a.pid.remote(), timeout=30)
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: a.worker in rt.dead_workers, 60)  # the replacement comes in 0.5 s
+        b = Counter.remote()
+        new_pid = actorrt.get(b.pid.remote(), timeout=30)
+        report(pids=pids + [new_pid], victim=victim, new_pid=new_pid, worker=b.worker,
+               added=actorrt.get(b.add.remote(2), timeout=30))
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["new_pid"] != rep["victim"] and rep["worker"] == "worker1", rep
+    assert rep["added"] == 2, rep
 
 
 def test_a_local_cluster_of_128_workers_forms_answers_and_ends(tmp_path):

@@ -104,7 +104,7 @@ def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch)
         restarts.worker_back("w2")
         return True
 
-    restarts.await_capacity = replacement_joins
+    directory.await_capacity = replacement_joins
     monkeypatch.setattr(restarts_mod, "create_remote", lambda *a: object())
     monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", lambda *a, **k: None)  # it answers
     directory.mark_dead("w2")
@@ -141,7 +141,7 @@ def _one_worker_replaced_under_its_name(monkeypatch, replaced_again: bool):
             replacement_joins()
         return object()
 
-    restarts.await_capacity = replacement_joins
+    directory.await_capacity = replacement_joins
     monkeypatch.setattr(restarts_mod, "create_remote", create)
     monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", lambda *a, **k: None)  # it answers
     directory.mark_dead("w1")
