@@ -161,6 +161,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_counted",
         "_direct",
         "_part",
+        "_session",
         "_ticket",
         "_cancel_asked",
         "_recursive",
@@ -185,6 +186,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
         self._direct = False  # it holds its object directly (no lease yet: see _leased)
         self._part = -1  # num_returns: which of the call's values this ref is
+        self._session = _session()  # the cluster it belongs to (one per start())
         # What cancels its call once sent (see ReplySlot.attach); None: not sent (yet)
         self._ticket: CancelTicket | None = None
         self._cancel_asked = False  # cancel() before the call went out: it never goes
@@ -386,8 +388,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         (:func:`send_call`). A ref without a location travels as it is.
         """
         loc = self._loc
-        if loc is None or self._copy_of_lost(loc) is not _NO_COPY:
-            return self  # travels as it is (inline)
+        if loc is None or self._session != _session() or self._copy_of_lost(loc) is not _NO_COPY:
+            return self  # travels as it is (inline; a ref of a cluster shut down, failed)
         return _located_ref(self._call, self._actor_id, self.hex(), loc._replace(rref=None))
 
     def _copy_of_lost(self, loc: ObjectLocation) -> Any:
@@ -401,13 +403,45 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         if sent is None or not sent.done():
             return _NO_COPY
         rt = current_or_none()
-        if rt is None or loc.owner == rt.name or not rt.may_have_lost(loc.owner):
+        if rt is None:
+            return _NO_COPY
+        # A ref of a cluster shut down since: its owner is gone with that cluster.
+        if self._session == _session() and (
+            loc.owner == rt.name or not rt.may_have_lost(loc.owner)
+        ):
             return _NO_COPY
         try:
             at, value = self._reply_value(sent)
         except Exception:  # its error travels as the ref's (see __reduce__)
             return _NO_COPY
         return _NO_COPY if at is not None else value
+
+    def _of_old_cluster(self) -> ObjectLostError | None:
+        """Why it cannot be read, if it belongs to a cluster shut down since, else None.
+
+        Its value or error may have come before: then it is read as any other. An
+        object kept by that cluster's processes, or a ref lent there, has nowhere to be
+        fetched from: the names of that cluster's processes may now be the new one's.
+        """
+        if self._session == _session():
+            return None
+        sent = self._sent
+        if self._loc is None and sent is not None and sent.done():
+            self._failure()  # reads the reply: its location, if it is an object
+        if self._loc is not None:
+            # A copy of its value came with the reply: it travels with that.
+            return (
+                None
+                if self._copy_of_lost(self._loc) is not _NO_COPY
+                else _after_shutdown(self._loc)
+            )
+        if self._loan is not None and sent is None:
+            return ObjectLostError(
+                f"{self!r} cannot be read: it was lent by {self._loan[0]!r} of a cluster "
+                "that was shut down, and refs do not outlive their cluster. Get the values "
+                "you need before actorrt.shutdown()."
+            )
+        return None
 
     def _leased(self) -> ObjectLocation:
         """Its location, with a lease (made now if it held the object directly)."""
@@ -450,7 +484,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
     def _fetch(self, loc: ObjectLocation) -> Any:
         """The value at ``loc``, fetched from its owner (blocks)."""
         rt = current_or_none()
-        if rt is None:
+        if rt is None or self._session != _session():
             raise _after_shutdown(loc)
         if loc.owner == rt.name:
             return rt.objects.value(loc.object_id)
@@ -465,7 +499,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         """Fetches the value at ``loc`` into this ref's future, waiting nowhere."""
         rt = current_or_none()
         try:
-            if rt is None:
+            if rt is None or self._session != _session():
                 raise _after_shutdown(loc)
             if loc.owner == rt.name:
                 self._set_result(rt.objects.value(loc.object_id))
@@ -491,6 +525,12 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 return self._sent
             lender, token, _ = self._loan
             fut: torch.futures.Future[Wire]
+            old = self._of_old_cluster()
+            if old is not None:  # its lender's name may be a process of the new cluster
+                fut = torch.futures.Future()
+                fut.set_exception(LocalFailure(old))  # type: ignore[arg-type]  # stub is wrong
+                self._sent = fut
+                return fut
             try:
                 # no timeout: the lent ref's call may run for long (get(timeout=) bounds it)
                 fut = quick_rpc.rpc_async(lender, rpc_resolve, (token, rt.name))
@@ -680,6 +720,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 "Call actorrt.get(ref) first to send the value itself."
             )
         head = (self._call, self._actor_id, self.hex())
+        old = self._of_old_cluster()
+        if old is not None:
+            return _failed_ref, (*head, old)
         if self._loc is not None:
             copy = self._copy_of_lost(self._loc)
             if copy is not _NO_COPY:
@@ -888,6 +931,12 @@ def _set_ready(ready: cf.Future[None]) -> None:
         ready.set_result(None)
     except cf.InvalidStateError:  # made ready by another road first
         pass
+
+
+def _session() -> int:
+    """The running cluster's :attr:`Runtime.session`; 0 when none runs."""
+    rt = current_or_none()
+    return 0 if rt is None else rt.session
 
 
 def _after_shutdown(loc: ObjectLocation) -> ObjectLostError:

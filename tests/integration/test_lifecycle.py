@@ -216,6 +216,62 @@ def test_three_restarts_in_one_process_print_nothing_with_handles_kept(tmp_path)
     assert not rest, stderr
 
 
+def test_refs_of_a_cluster_shut_down_say_so_in_the_next_one(tmp_path):
+    """Objects do not outlive their cluster: a ref of one shut down since says so when
+    read or passed in the next cluster of the process (was: "its owner process died
+    ('worker1' is now a new process ...)", or "could not find destination"), and one
+    whose value came with its reply still gives that value, also to an actor."""
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        import warnings, torch
+        warnings.simplefilter("ignore", RuntimeWarning)  # the second cluster's limit
+
+        @actorrt.actor
+        class Maker:
+            def make(self, n):
+                return torch.ones(n)
+
+            def total(self, x):  # a ref inside a value stays a ref (as Ray's)
+                x = actorrt.get(x[0], timeout=30) if isinstance(x, list) else x
+                return float(x.sum())
+
+        rt = actorrt.start(num_workers=2, timeout=90)
+        pids = list(rt.local_worker_pids)
+        m = Maker.remote()
+        kept = m.make.remote(10 << 20)  # 40 MiB: over ACTORRT_PULL_BYTES, kept at its owner
+        copied = m.make.remote(1 << 19)  # 2 MiB: its reply brought the driver a copy
+        put = actorrt.put(torch.ones(8))
+        assert actorrt.wait([kept, copied], num_returns=2, timeout=60)[1] == []
+        actorrt.get(copied, timeout=30)
+        actorrt.shutdown()
+        rt = actorrt.start(num_workers=2, timeout=90)
+        pids += list(rt.local_worker_pids)
+        m = Maker.remote()
+        def outcome(fn):
+            try:
+                return fn()
+            except Exception as exc:
+                return type(exc).__name__ + ": " + str(exc)
+        got = {}
+        for name, ref in (("kept", kept), ("copied", copied), ("put", put)):
+            got[name] = [
+                outcome(lambda: float(actorrt.get(ref, timeout=30).sum())),
+                outcome(lambda: actorrt.get(m.total.remote(ref), timeout=30)),
+                outcome(lambda: actorrt.get(m.total.remote([ref]), timeout=30)),
+            ]
+        report(pids=pids, got=got)
+        actorrt.shutdown()
+        """,
+        timeout=200,
+    )
+    got = rep["got"]
+    assert got["copied"] == [float(1 << 19)] * 3, got
+    for name in ("kept", "put"):
+        for said in got[name]:
+            assert "ObjectLostError" in said and "the cluster was shut down" in said, (name, got)
+
+
 def test_shutdown_twice_and_calls_after_shutdown(tmp_path):
     (rep,) = run_driver(
         tmp_path,

@@ -157,7 +157,9 @@ def test_dropping_a_value_that_holds_refs_does_not_deadlock_the_store(monkeypatc
 
     store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
     # the ref's going asks this process's runtime for its store: this one
-    monkeypatch.setattr(refs, "current_or_none", lambda: types.SimpleNamespace(objects=store))
+    monkeypatch.setattr(
+        refs, "current_or_none", lambda: types.SimpleNamespace(objects=store, session=1)
+    )
     inner = store.keep(torch.ones(4), 16, holder="worker1")
     ref = _located_ref("put", None, "", ObjectLocation(inner, "worker1", 16))
     ref._direct = True  # as actorrt.put's: its going lets the object go
