@@ -225,6 +225,12 @@ class Restarts:
                 log.info("recreating %s on %s failed (%s); trying another process",
                          actor_id, placement.worker, exc)  # fmt: skip
                 self.on_unreachable(placement.worker)
+        else:  # every try failed: each process it went to died (or none could host it)
+            why = (
+                f"{CREATE_TRIES} tries to recreate it failed, each process it was sent to "
+                "dying before it answered (a constructor that ends or crashes its process "
+                f"does this); the last: {why}"
+            )
         again = relived = False
         with self._cond:
             self._restarting.discard(actor_id)

@@ -91,6 +91,25 @@ def test_a_restart_on_a_process_that_cannot_be_reached_goes_on_to_another(monkey
     assert info.state == "ALIVE" and info.restarts == 1, info  # the failed try is no restart
 
 
+def test_a_restart_whose_every_try_dies_says_so(monkeypatch):
+    """Each process it is sent to dies before it answers (a constructor that ends its
+    process): after CREATE_TRIES it ends, saying that (was: the last try's error only)."""
+    directory, restarts = _cluster(3, max_restarts=-1)
+    restarts.on_unreachable = lambda worker: None  # judged alive: it may be chosen again
+
+    def ping(worker, fn, timeout):
+        raise RuntimeError("EPIPE: broken pipe")
+
+    monkeypatch.setattr(restarts_mod.rpc, "remote", lambda worker, fn, args: _OwnRRef())
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", ping)
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    record, why = restarts.locate("a1", timeout=10)
+    assert record is None, record
+    assert f"{restarts_mod.CREATE_TRIES} tries to recreate it failed" in why, why
+    assert "a constructor that ends or crashes its process" in why and "EPIPE" in why, why
+
+
 def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch):
     """Every process died: the first try finds none to place the actor on, waits for a
     replacement, and places it there. That is one restart (was: the try after the wait
