@@ -1167,7 +1167,7 @@ class ActorMethod:
                 are not yet taken by the caller (-1: no limit).
             name: The call's own name, as Ray's task name: what
                 ``get_runtime_context().get_task_name()`` gives in the method and the
-                timeline shows (errors still name the method). None: ``Class.method``.
+                timeline shows; its errors name the method, then it. None: ``Class.method``.
 
         Returns:
             What ``.remote()`` is called on: with ``num_returns`` other than 1 or

@@ -366,7 +366,7 @@ class FunctionOptions:
             exception classes to retry; the retries count against ``max_retries``.
         name: The calls' own name, as Ray's task name: what
             ``get_runtime_context().get_task_name()`` gives in the function and the
-            timeline shows (errors still name the function). None: the function's name.
+            timeline shows; its errors name the function, then it. None: the function's name.
     """
 
     label: str | None = None

@@ -419,7 +419,7 @@ class Mailbox:
                 # a remote function's interrupt, or a child call cancelled with this one
                 reply = self._cancelled(call, "while it ran")
             else:
-                reply = error_reply(self._prefix + name, exc)
+                reply = error_reply(self._said_of(name), exc)
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)
@@ -482,12 +482,12 @@ class Mailbox:
             except asyncio.CancelledError as exc:
                 if call.cancel_asked:  # actorrt.cancel(): the task ends cancelled (_task_done)
                     raise
-                reply = error_reply(self._prefix + name, exc)
+                reply = error_reply(self._said_of(name), exc)
             except BaseException as exc:
                 if call.cancel_asked and isinstance(exc, TaskCancelledError):
                     reply = self._cancelled(call, "while it awaited")  # a child cancelled with it
                 else:
-                    reply = error_reply(self._prefix + name, exc)
+                    reply = error_reply(self._said_of(name), exc)
             asked = take_exit()  # the task's own context: set only by its own method
             if asked is not None:  # the method caught its exit_actor(): end anyway
                 self.kill(exit_reason(self.what, name, asked))
@@ -500,7 +500,7 @@ class Mailbox:
         if type(name) is Stream:
             return self._stream(call, name, reply[1]) if reply[0] == OK else reply
         if type(name) is Returns:
-            return split_returns(self._prefix + name, name.n, reply)
+            return split_returns(self._said_of(name), name.n, reply)
         return reply  # a name that only chose its group
 
     def _stream(self, call: Call, name: Stream, values: Any) -> tuple[int, Any]:
@@ -534,7 +534,7 @@ class Mailbox:
         except SystemExit:  # exit_actor() in the generator: the actor ends (see _run)
             raise
         except BaseException as exc:
-            self._send_value(sender, call, name, index, error_reply(self._prefix + name, exc))
+            self._send_value(sender, call, name, index, error_reply(self._said_of(name), exc))
             index += 1
         finally:
             close_sender(call.caller, name, sender)
@@ -579,16 +579,21 @@ class Mailbox:
             if call.cancel_asked and isinstance(exc, asyncio.CancelledError):
                 reply = self._cancelled(call, "while it awaited")  # actorrt.cancel(): last
             else:  # the method's own error (a CancelledError of its own too)
-                reply = error_reply(self._prefix + name, exc)
+                reply = error_reply(self._said_of(name), exc)
             self._send_value(sender, call, name, index, reply)
             index += 1
         finally:
             close_sender(call.caller, name, sender)
         return (OK, index)
 
+    def _said_of(self, name: str) -> str:
+        """What a call's error names: the method, and its task name if it was given one."""
+        task = task_name(name)
+        return self._prefix + name if task is None else f"{self._prefix}{name} (task {task!r})"
+
     def _not_a_generator(self, name: Stream, values: Any) -> tuple[int, Any]:
         return error_reply(
-            self._prefix + name,
+            self._said_of(name),
             TypeError(
                 f"it was called with num_returns='streaming' and returned "
                 f"{type(values).__name__}, not a generator; make it yield its values, or "

@@ -156,6 +156,9 @@ class Tasks(_Where):
     def pair(self):
         return actorrt.get_runtime_context().get_task_name(), 2
 
+    def fail(self):
+        raise ValueError("failed on purpose")
+
 
 @actorrt.remote
 def task_in_a_function():
@@ -197,6 +200,11 @@ def test_a_call_named_with_options_gives_that_task_name_as_rays(cluster):
     assert actorrt.get([first, second], timeout=30) == ["p-1", 2]
     fn = task_in_a_function.options(name="fn-1").remote()
     assert actorrt.get(fn, timeout=30)[0] == "fn-1"
+    # Its errors name it too, after the method (as Ray's name the task).
+    with pytest.raises(actorrt.ActorError, match=r"Tasks actor \w+\.fail \(task 'f-1'\) raised"):
+        actorrt.get(t.fail.options(name="f-1").remote(), timeout=30)
+    with pytest.raises(actorrt.ActorError, match=r"\.pair \(task 'p-2'\) raised ValueError"):
+        actorrt.get(t.pair.options(num_returns=3, name="p-2").remote()[0], timeout=30)
     with pytest.raises(TypeError, match="name=3 must be a string"):
         t.task.options(name=3)
     with pytest.raises(ValueError, match="name='' names nothing"):
