@@ -849,8 +849,9 @@ class Driver:
         if silent and let_go:
             let_go = False  # a hung one would never let go: nobody waits for it
             group.announce_let_go(False)
+        # Not joined with a silent one: its calls would never be answered (see quiesce).
         mine = torch_threads.start(
-            group.quiesce, name="actorrt-quiesce", args=(budget(3.0), let_go)
+            group.quiesce, name="actorrt-quiesce", args=(budget(3.0), let_go, not silent)
         )
         quiesced = group.wait_quiesced(len(answered) + 1, budget(3.0))
         mine.join(budget(1.0))

@@ -417,13 +417,16 @@ def evict(store: dist.Store, name: str) -> int | None:
     return evicted
 
 
-def quiesce(timeout: float, let_go: bool = True) -> bool:
+def quiesce(timeout: float, let_go: bool = True, join: bool = True) -> bool:
     """Tells this agent that the group is ending, so peers closing is no warning.
 
     It waits for this process's outgoing calls to be answered, at most ``timeout``, and
     first lets go of the RRefs it holds of other processes' values (actor leases), while
     every owner still runs, as a graceful ``rpc.shutdown`` does; ``let_go=False`` skips
-    that (torch then notes the RRefs as leaked at its end).
+    that (torch then notes the RRefs as leaked at its end). ``join=False`` skips the
+    wait: a peer that is dead or hung never answers, and torch's join would wait for it
+    past the bound, in a thread still inside torch when the process exits (which may
+    abort it: see :mod:`actorrt.runtime.torch_threads`).
 
     Returns:
         True if it finished in time.
@@ -440,7 +443,8 @@ def quiesce(timeout: float, let_go: bool = True) -> bool:
         if let_go:
             rref_keeper.release_all()
             api._delete_all_user_and_unforked_owner_rrefs()  # type: ignore[attr-defined]
-        agent.join(shutdown=True)
+        if join:
+            agent.join(shutdown=True)
 
     done = _run_bounded(leave, timeout, "actorrt-rpc-leave")
     with _lock:

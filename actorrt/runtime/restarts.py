@@ -86,6 +86,7 @@ class Restarts:
         self._recipes: dict[str, Recipe] = {}
         self._restarting: set[str] = set()
         self._dead: set[str] = set()  # processes reported dead
+        self._closed = False  # the cluster is shutting down: nobody waits any more
         # Suspect processes (a call could not reach them) that answered rank 0's probe:
         # a caller waiting for an actor to leave one goes back to it.
         self._cleared: set[str] = set()
@@ -95,6 +96,12 @@ class Restarts:
         directory.on_release = self.forget
         # Set by the runtime: a caller found this process unreachable (judge it now).
         self.on_unreachable: Callable[[str], None] | None = None
+
+    def close(self) -> None:
+        """The cluster is shutting down: callers waiting in :meth:`locate` go now."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
@@ -343,6 +350,8 @@ class Restarts:
             )
 
         def settled() -> bool:
+            if self._closed:
+                return True
             if actor_id in self._restarting:
                 return False
             recipe = self._recipes.get(actor_id)
@@ -356,6 +365,8 @@ class Restarts:
             self.on_unreachable(away_from)  # a local cluster's driver can tell at once
         with self._cond:
             self._cond.wait_for(settled, timeout=timeout)
+            if self._closed:
+                return None, "the cluster is shutting down"
             recipe = self._recipes.get(actor_id)
             if recipe is None:
                 ended = self._directory.death_cause(actor_id)

@@ -1201,6 +1201,8 @@ class Runtime:
         shm.forget_all()
         self.generators.shut()
         self.calls.close("the cluster is shutting down")
+        if self.restarts is not None:
+            self.restarts.close()  # before the retries, which may wait in its locate
         self.retries.close()
         self.functions.close()
         self.replies.close()

@@ -93,6 +93,46 @@ def test_dead_worker_fails_pending_and_new_calls_then_shutdown_is_bounded(tmp_pa
     assert rep["shutdown_s"] < 5 + 10, rep["shutdown_s"]
 
 
+def test_a_shutdown_right_after_every_worker_was_killed_leaves_no_thread_in_torch(tmp_path):
+    """Workers killed with calls in flight, and shutdown() before they are found dead:
+    they never answer, so the driver does not join its agent (torch's join would wait
+    for their calls past the bound, in a thread still inside torch as the process
+    exits, which may abort it; it also cost every such shutdown its 3 s)."""
+    (rep,) = run_driver(
+        tmp_path,
+        grace=5,
+        body="""
+        from actorrt.runtime import torch_threads
+
+        @actorrt.actor(max_restarts=-1, max_task_retries=-1)
+        class Retried(Sleeper):
+            pass
+
+        rt = actorrt.start(num_workers=2, timeout=90, shutdown_timeout=10)
+        pids = list(rt.local_worker_pids)
+        actors = [Retried.remote() for _ in range(4)]
+        victims = {actorrt.get(a.pid.remote(), timeout=30) for a in actors}
+        calls = [a.sleep.remote(5) for a in actors]
+        time.sleep(0.3)
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(1)  # the calls go again to the actors restarted on the replacements
+        now = list(rt.local_worker_pids)
+        for pid in now:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        actorrt.shutdown()
+        # The threads that end with the cluster go within a moment (the retries' thread
+        # may still be failing the last calls); the agent's join stayed for seconds.
+        left = [t.name for t in torch_threads.wait(1.0)]
+        report(pids=pids + now, left=left)
+        """,
+    )
+    assert rep["left"] == [], rep
+
+
 def test_context_manager_restart_and_shutdown_with_calls_in_flight(tmp_path):
     reports = run_driver(
         tmp_path,

@@ -196,6 +196,24 @@ def test_an_actor_whose_new_process_was_replaced_while_it_was_created_there_goes
     assert created == ["w1", "w1"] and record is not None, (created, why)
 
 
+def test_a_caller_waiting_for_a_restart_goes_when_the_cluster_shuts_down(monkeypatch):
+    """Its wait would otherwise last the whole timeout (30 s) past the shutdown."""
+    directory, restarts = _cluster(1, max_restarts=-1)
+    release = threading.Event()
+    directory.await_capacity = lambda: release.wait(20)  # a replacement that never comes
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    found = []
+    waiter = threading.Thread(target=lambda: found.append(restarts.locate("a1", timeout=20)))
+    waiter.start()
+    waiter.join(0.3)
+    assert not found, found  # waiting for the restart
+    restarts.close()
+    waiter.join(5)
+    release.set()
+    assert found == [(None, "the cluster is shutting down")], found
+
+
 def test_a_restart_in_place_counts_and_is_told_why_not(monkeypatch):
     # actorrt.kill(no_restart=False): the recipe goes to the actor's own process.
     directory, restarts = _cluster(2, max_restarts=1)
