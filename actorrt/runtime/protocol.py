@@ -454,7 +454,10 @@ def failed_in_pickling(exc: BaseException) -> bool:
 def rpc_failure(
     what: str, worker: str, exc: BaseException, actor_id: str | None = None
 ) -> Exception:
-    """Turns an exception raised by torch RPC for a call into the error users see."""
+    """Turns an exception raised by torch RPC for a call into the error users see.
+
+    ``actor_id``: the actor called (None: a remote function, or not known).
+    """
     message = str(exc)
     if failed_in_pickling(exc):
         return ActorError(
@@ -464,8 +467,16 @@ def rpc_failure(
             message,
             actor_id,
         )
+    # An actor made with max_restarts comes back by itself: "create a new one" would
+    # mislead there, and the caller cannot tell (its handle does not carry the option).
+    go_on = (
+        " Later calls go to the actor's new instance if it was made with max_restarts; "
+        "else create a new actor to go on."
+        if actor_id is not None
+        else ""
+    )
     return ActorDiedError(
         f"{what}: the actor's process {worker!r} is unreachable ({message.splitlines()[0]}); "
-        "it probably died. Create a new actor to go on.",
+        f"it probably died.{go_on}",
         actor_id,
     )

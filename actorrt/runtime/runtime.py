@@ -495,7 +495,9 @@ class Runtime:
             fut, keep = self.post(target, worker, seq, method, wire, True)
         except Exception as exc:  # the agent could not even queue the call
             self.skip_at(target._actor_id, worker, seq)  # its number never reaches the mailbox
-            slot.fail(rpc_failure(f"{target._class_name}.{method}", worker, exc))
+            what = f"{target._class_name}.{method}"
+            actor_id = target._actor_id if target._moves else None  # an actor, not a function
+            slot.fail(rpc_failure(what, worker, exc, actor_id))
             return
         slot.attach(fut, worker, keep, seq)
         if _trace.ON:

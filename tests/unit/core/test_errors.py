@@ -66,3 +66,19 @@ def test_it_pickles_to_the_same_class_and_fields(dumps):
     assert type(back) is type(error) and isinstance(back, EnvResetError)
     assert (back.code, back.actor_id, back.remote_traceback) == (3, "a1", "Traceback ...")
     assert str(back) == str(error)
+
+
+def test_a_call_whose_process_is_unreachable_says_how_an_actor_goes_on():
+    """An actor's call says later calls reach its new instance if it restarts (it told
+    every caller to create a new actor, also of actors that come back by themselves); a
+    remote function's says nothing of actors."""
+    from actorrt.runtime.protocol import rpc_failure
+
+    reset = RuntimeError("ECONNRESET: connection reset by peer")
+    of_actor = rpc_failure("A.step", "worker1", reset, "a1")
+    assert isinstance(of_actor, actorrt.ActorDiedError) and of_actor.actor_id == "a1"
+    assert "'worker1' is unreachable (ECONNRESET" in str(of_actor)
+    assert "new instance if it was made with max_restarts" in str(of_actor), of_actor
+    of_function = rpc_failure("f", "worker1", reset)
+    assert isinstance(of_function, actorrt.ActorDiedError)
+    assert str(of_function).endswith("it probably died."), of_function
