@@ -179,9 +179,9 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
             if obj.is_owner():  # the receiver's torch has nothing to confirm
                 self.side.append(obj)
             else:
-                # Held here until the receiver has it, and there from its arrival on,
-                # so that torch's C++ never drops its last reference (see rref_keeper).
-                rref_keeper.hold_sent(obj)
+                # Held here until the receiver accepted it (from its pickling on, per
+                # fork), and there from its arrival on, so that torch's C++ never drops
+                # its last reference (see rref_keeper).
                 self.side.append(rref_keeper.Carried(obj))
             return _from_side, (len(self.side) - 1,)
         if type(obj) is CodeType:

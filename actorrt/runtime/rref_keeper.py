@@ -21,11 +21,20 @@ user RRef, which it does only for a while after the RRef moved:
 
 Holding each such RRef here until then makes every last drop a Python one, taken under
 the GIL. The first two are released once ``confirmed_by_owner()`` has said so for
-:data:`SETTLE_S` (torch sets the flag a moment before its own reference goes); the last
-has no flag to read, so a sent RRef is held :data:`SENT_HOLD_S` after its last send (the
-receiver accepts it after one round trip to the owner). Owner RRefs are never held: torch
-registers their forks at once, and their deletion takes the GIL itself. Each reason holds
-the RRef on its own: one both received and sent on goes when neither holds it.
+:data:`SETTLE_S` (torch sets the flag a moment before its own reference goes). The last
+has no flag to read at the sender, so the receiver tells it (:func:`rpc_children_accepted`)
+once torch has sent it the child accept: a receiver that is the owner sends that accept
+as it makes the RRef, one that is not a few microseconds after it flags the fork
+confirmed (the flag read here). The word takes the same connection, after the accept,
+and the sender's agent reads messages and starts handling them in order: the accept's
+handling (a few microseconds) has begun when the word is read, and the sender holds the
+RRef :data:`ACCEPTED_SETTLE_S` more for it to end (and for the microseconds between
+that flag and the accept). Each send is a fork of its own, held on its own, at most
+:data:`SENT_HOLD_S` when no word comes (a receiver that died or could not make the
+RRef: torch then keeps its pending child for good, so no drop here is the last one).
+Owner RRefs are never held: torch registers their forks at once, and their deletion
+takes the GIL itself. Each reason holds the RRef on its own: one both received and sent
+on goes when neither holds it.
 
 An owner that dies never confirms: :func:`owner_died` lets go of what waited for it.
 """
@@ -40,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "ACCEPTED_SETTLE_S",
     "ARRIVAL_TIMEOUT_S",
     "SENT_HOLD_S",
     "SETTLE_S",
@@ -56,24 +66,35 @@ __all__ = [
     "pin",
     "pinned",
     "release_all",
+    "rpc_children_accepted",
 ]
 
 _log = logging.getLogger("actorrt.rrefs")
 
-#: How long an RRef this process sent on is held after its last send (seconds).
+#: How long an RRef this process sent on is held at most, per send, when its receiver
+#: does not say that torch accepted it (seconds).
 SENT_HOLD_S = 10.0
 #: How long an RRef is held after its owner's confirmation was seen (seconds).
 SETTLE_S = 1.0
+#: How long a sent RRef is held after its receiver said torch accepted it (seconds).
+ACCEPTED_SETTLE_S = 0.5
 #: How long a reader waits for the arrivals thread to make a carried RRef (seconds).
 ARRIVAL_TIMEOUT_S = 60.0
 #: How often the keeper looks for RRefs it may let go of (seconds).
 _TICK_S = 0.2
 
+ForkId = tuple[int, int]
+"""A fork of an RRef, as torch names it: (the worker id that made it, its local id)."""
+
 _lock = threading.Lock()
-_unconfirmed: dict[int, Any] = {}  # id -> a user RRef its owner has not confirmed yet
-# id -> (a user RRef, held until then); each dict in order of that time
-_sent: dict[int, tuple[Any, float]] = {}  # sent on (SENT_HOLD_S)
+# id -> (a user RRef its owner has not confirmed yet, who sent it and the fork: told then)
+_unconfirmed: dict[int, tuple[Any, tuple[int, ForkId] | None]] = {}
+# key -> (a user RRef, held until then); each dict in order of that time
+_sent: dict[ForkId, tuple[Any, float]] = {}  # sent on, per fork (SENT_HOLD_S at most)
+_accepted: dict[ForkId, tuple[Any, float]] = {}  # sent on, accepted (ACCEPTED_SETTLE_S)
 _settling: dict[int, tuple[Any, float]] = {}  # seen confirmed (SETTLE_S)
+# worker id -> the forks it sent this process that torch accepted, to tell it of
+_to_tell: dict[int, list[ForkId]] = {}
 _thread: threading.Thread | None = None
 _work = threading.Event()  # set by every hold: the keeper sleeps on it while it holds none
 _arrivals = 0  # RRefs held on their arrival so far
@@ -105,8 +126,11 @@ class Carried:
         self.rref = rref
 
     def __reduce__(self) -> tuple[Any, tuple[Any]]:
-        # What torch's own pickler would send for the RRef (it registers the fork here).
-        return _arriving, (self.rref._serialize(),)
+        # What torch's own pickler would send for the RRef: torch makes the fork here, its
+        # pending child until the receiver accepts it, and it is held here until then.
+        fork_data = self.rref._serialize()
+        hold_sent(self.rref, _fork_of(fork_data))
+        return _arriving, (fork_data,)
 
 
 class Arriving:
@@ -150,6 +174,16 @@ def _arriving(fork_data: Any) -> Arriving:
     return item
 
 
+def _fork_of(fork_data: Any) -> ForkId:
+    """The fork that ``fork_data`` (``PyRRef._serialize()``'s tuple) stands for."""
+    return int(fork_data[3]), int(fork_data[4])
+
+
+def _sender_of(fork_data: Any) -> tuple[int, ForkId]:
+    """The worker id of the process that sent ``fork_data`` (its parent), and the fork."""
+    return int(fork_data[5]), _fork_of(fork_data)
+
+
 def _deserialize(fork_data: Any) -> Any:
     """The RRef that ``fork_data`` (``PyRRef._serialize()``'s) stands for."""
     from torch.distributed.rpc import PyRRef
@@ -165,7 +199,7 @@ def _make_arrivals() -> None:
         fork_data, item = _arriving_queue.get()
         try:
             item._rref = _deserialize(fork_data)
-            hold_received(item._rref)
+            hold_received(item._rref, _sender_of(fork_data))
         except Exception as exc:
             # Its owner is gone (a process that died has left torch's group: "could not
             # find destination id"), or RPC is ending. The value arrives without it: a
@@ -180,31 +214,60 @@ def _make_arrivals() -> None:
         del fork_data, item
 
 
-def hold_received(rref: Any) -> None:
-    """Holds a user RRef until its owner confirms it (received from a non-owner, or made)."""
-    if rref.is_owner():
-        return
+def hold_received(rref: Any, sent_by: tuple[int, ForkId] | None = None) -> None:
+    """Holds a user RRef until its owner confirms it (received from a non-owner, or made).
+
+    Args:
+        rref: The RRef.
+        sent_by: For one that arrived in a message: the worker id of its sender and its
+            fork. The sender is told once torch accepted it here: at once at its owner
+            (torch sent its child accept as it made the RRef), else on confirmation.
+    """
     with _lock:
-        _unconfirmed[id(rref)] = rref
+        if not rref.is_owner():
+            _unconfirmed[id(rref)] = (rref, sent_by)
+        elif sent_by is not None:
+            _to_tell.setdefault(sent_by[0], []).append(sent_by[1])
+        else:
+            return
         _start()
 
 
-def hold_sent(rref: Any) -> None:
-    """Holds a user RRef this process sends on for :data:`SENT_HOLD_S` from now."""
+def hold_sent(rref: Any, fork: ForkId) -> None:
+    """Holds a user RRef this process sends on as ``fork`` until its receiver accepted it.
+
+    At most :data:`SENT_HOLD_S` from now; :data:`ACCEPTED_SETTLE_S` once the receiver
+    said that torch accepted it (:func:`rpc_children_accepted`).
+    """
     if rref.is_owner():
         return
     until = time.monotonic() + SENT_HOLD_S
     with _lock:
-        # Popped first, so that the dict stays in order of `until` (a fresh insert goes last).
-        _sent.pop(id(rref), None)
-        _sent[id(rref)] = (rref, until)
+        _sent[fork] = (rref, until)  # a new fork each send: the dict stays in order of `until`
+        _start()
+
+
+def rpc_children_accepted(forks: list[ForkId]) -> None:
+    """Sent to a process by the receiver of RRefs it sent: torch accepted these forks.
+
+    Their child accepts came first on the same connection (see the module's docstring):
+    each is held :data:`ACCEPTED_SETTLE_S` more. Runs on torch's RPC thread, and drops
+    nothing here: every RRef moves from one hold to the other.
+    """
+    until = time.monotonic() + ACCEPTED_SETTLE_S
+    with _lock:
+        for made_on, local_id in forks:
+            fork = (made_on, local_id)
+            entry = _sent.pop(fork, None)
+            if entry is not None:
+                _accepted[fork] = (entry[0], until)
         _start()
 
 
 def held() -> int:
     """How many holds there are now (an RRef held for two reasons counts twice)."""
     with _lock:
-        return len(_unconfirmed) + len(_sent) + len(_settling)
+        return len(_unconfirmed) + len(_sent) + len(_accepted) + len(_settling)
 
 
 def holds(rref: Any) -> bool:
@@ -212,9 +275,9 @@ def holds(rref: Any) -> bool:
     key = id(rref)
     with _lock:
         return (
-            _unconfirmed.get(key) is rref
-            or _sent.get(key, (None,))[0] is rref
+            _unconfirmed.get(key, (None,))[0] is rref
             or _settling.get(key, (None,))[0] is rref
+            or any(r is rref for timed in (_sent, _accepted) for r, _ in timed.values())
         )
 
 
@@ -269,10 +332,10 @@ def owner_died(worker: str) -> int:
         How many RRefs it let go.
     """
     with _lock:
-        gone = [r for r in _unconfirmed.values() if owned_by(r, worker)]
+        gone = [r for r, _ in _unconfirmed.values() if owned_by(r, worker)]
         for rref in gone:
             del _unconfirmed[id(rref)]
-        for timed in (_sent, _settling):
+        for timed in _timed():
             for key in [k for k, (r, _) in timed.items() if owned_by(r, worker)]:
                 _pinned.append(timed.pop(key)[0])
     count = len(gone)
@@ -293,11 +356,18 @@ def owned_by(rref: Any, worker: str) -> bool:
 def release_all() -> None:
     """Lets go of every held RRef (the agent is ending: torch deletes its users itself)."""
     with _lock:
-        gone = [*_unconfirmed.values(), *_sent.values(), *_settling.values()]
+        gone = [*_unconfirmed.values(), *_sent.values(), *_accepted.values(), *_settling.values()]
         _unconfirmed.clear()
         _sent.clear()
+        _accepted.clear()
         _settling.clear()
+        _to_tell.clear()  # the agent they would go by is ending
     del gone  # dropped here, outside the lock: each may send a delete message
+
+
+def _timed() -> tuple[dict[Any, tuple[Any, float]], ...]:
+    """The holds that end at a time: (RRef, until) by key, each dict in order of until."""
+    return _settling, _accepted, _sent
 
 
 def _start() -> None:
@@ -313,30 +383,46 @@ def _due() -> list[Any]:
     """Under ``_lock``: takes out the RRefs that may go now."""
     now = time.monotonic()
     gone = []
-    for timed in (_settling, _sent):
+    for timed in _timed():
         for key, (rref, until) in list(timed.items()):
             if until > now:
                 break  # in order of `until`: the rest are held longer
             del timed[key]
             gone.append(rref)  # still held if it waits for its owner too (_unconfirmed)
-    for key, rref in list(_unconfirmed.items()):
+    for key, (rref, sent_by) in list(_unconfirmed.items()):
         if rref.confirmed_by_owner():
             del _unconfirmed[key]
             _settling.pop(key, None)
             _settling[key] = (rref, now + SETTLE_S)
+            if sent_by is not None:  # torch has sent its child accept (module docstring)
+                _to_tell.setdefault(sent_by[0], []).append(sent_by[1])
     return gone
 
 
+def _tell(sender: int, forks: list[ForkId]) -> None:
+    """Tells process ``sender`` (a worker id) that torch accepted these forks it sent."""
+    import torch.distributed.rpc as rpc
+
+    try:
+        rpc.rpc_async(sender, rpc_children_accepted, args=(forks,))
+    except Exception as exc:  # it is gone (it holds nothing then), or RPC is ending
+        _log.debug("could not tell worker %d of %d accepted RRef(s): %s", sender, len(forks), exc)
+
+
 def _keep() -> None:
+    global _to_tell
     while True:
         with _lock:
             gone = _due()
-            idle = not (_unconfirmed or _sent or _settling)
+            tell, _to_tell = _to_tell, {}
+            idle = not (_unconfirmed or _sent or _accepted or _settling)
             if idle:  # cleared under the lock: a hold that comes after sets it again
                 _work.clear()
         # Dropped here, outside the lock and under the GIL: a last reference runs torch's
         # delete, which must not find this thread holding `_lock`.
         del gone
+        for sender, forks in tell.items():
+            _tell(sender, forks)
         if idle:
             _work.wait()  # holding none, it does not wake every tick (idle processes)
         else:

@@ -429,6 +429,15 @@ class Producer:
         return torch.ones(n, dtype=torch.uint8)
     def put(self, n):
         return [actorrt.put(torch.ones(n, dtype=torch.uint8))]
+    def put_in_dict(self, n):
+        return {"ref": actorrt.put(torch.ones(n, dtype=torch.uint8))}
+    def give(self, other, n):  # a ref put here goes to another actor in a value
+        ref = actorrt.put(torch.ones(n, dtype=torch.uint8))
+        assert actorrt.get(other.keep.remote([ref]), timeout=30)
+        return ref._loc.object_id
+    def keeps(self, object_id):
+        from actorrt.runtime.runtime import current_or_none
+        return object_id in current_or_none().objects._values
     def lend(self, other, seconds):
         return [other.slowly.remote(seconds)]  # unanswered as it leaves: lent from here
     def pid(self):
@@ -445,6 +454,12 @@ class Consumer:
         return 1
     def total_of_first(self, box):
         return int(actorrt.get(box[0], timeout=30).sum())
+    def keep(self, box):
+        self.box = box
+        return True
+    def drop(self):
+        self.box = None
+        return True
     def pid(self):
         return os.getpid()
 
@@ -617,3 +632,42 @@ def test_a_ref_kept_past_shutdown_raises_a_clear_error(tmp_path):
     """
     reports = run_script(tmp_path, OWN_CLUSTER, body, timeout=120)
     assert all("shut down" in e for e in reports[-1]["errors"]), reports[-1]
+
+
+def test_an_object_whose_ref_left_its_maker_in_a_value_goes_soon_after_its_last_ref(tmp_path):
+    """Was: kept about 10 s after its last ref went, when the ref had left the process
+    that put it inside a value (a method's result ``[ref]`` or ``{"ref": ref}``, an
+    argument of another actor's call): that process sent the RRef of the object's lease
+    (rank 0's) and held it ``rref_keeper.SENT_HOLD_S`` after each send, as torch shows
+    no sign of the receiver's accept; puts returned in a loop grew the owner's memory by
+    gigabytes. The receiver now says when torch accepted it: the object goes a second or
+    so later (the holds that wait for rank 0's confirmation, ``rref_keeper.SETTLE_S``)."""
+    body = """
+    rt, pids, p, c = start_apart()
+
+    def freed_after(object_id, drop):
+        # Seconds from dropping the last ref until the owner let the object go (<= 30).
+        kept = actorrt.get(p.keeps.remote(object_id), timeout=30)
+        start = time.monotonic()
+        drop()
+        while time.monotonic() - start < 30:
+            if not actorrt.get(p.keeps.remote(object_id), timeout=30):
+                break
+            time.sleep(0.05)
+        return kept, time.monotonic() - start
+
+    took = []
+    for _ in range(2):
+        boxes = [actorrt.get(p.put.remote(1 << 20), timeout=30)]
+        took.append(freed_after(boxes[0][0]._loc.object_id, boxes.clear))  # to the driver
+        boxes = [actorrt.get(p.put_in_dict.remote(1 << 20), timeout=30)]
+        took.append(freed_after(boxes[0]["ref"]._loc.object_id, boxes.clear))
+        given = actorrt.get(p.give.remote(c, 1 << 20), timeout=30)  # to another worker
+        took.append(freed_after(given, lambda: actorrt.get(c.drop.remote(), timeout=30)))
+    report(took=took)
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
+    assert all(kept for kept, _ in final["took"]), final  # held while its ref lived
+    # A bound the old hold (SENT_HOLD_S, 10 s from the send) always exceeds.
+    assert max(seconds for _, seconds in final["took"]) < 6, final

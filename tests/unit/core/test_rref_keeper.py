@@ -2,10 +2,11 @@
 
 Fake RRefs stand in for torch's: the keeper reads only ``is_owner()``,
 ``confirmed_by_owner()`` and ``owner_name()``, and a carried one travels as what its
-``_serialize()`` gives (made again by ``rref_keeper._deserialize``, faked here too). A
-weak reference tells whether the keeper still holds one.
+``_serialize()`` gives (torch's fork data, made again by ``rref_keeper._deserialize``,
+faked here too). A weak reference tells whether the keeper still holds one.
 """
 
+import itertools
 import pickle
 import threading
 import time
@@ -14,6 +15,14 @@ import weakref
 import pytest
 
 from actorrt.runtime import rref_keeper
+
+_forks = itertools.count(1)
+ME = 3  # the worker id of this process in the fakes' fork data
+
+
+def fork() -> tuple[int, int]:
+    """A new fork id of this process (as torch's ``_serialize()`` makes one per send)."""
+    return ME, next(_forks)
 
 
 class FakeRRef:
@@ -32,7 +41,8 @@ class FakeRRef:
         return self.where
 
     def _serialize(self) -> tuple:
-        return ("fork", self.where)
+        # torch's fork data: owner id, RRef id (2), fork id (2), parent (sender) id, type
+        return (1, 1, 7, *fork(), ME, self.where)
 
 
 @pytest.fixture
@@ -42,7 +52,7 @@ def made_on(monkeypatch):
 
     def deserialize(data: tuple) -> FakeRRef:
         threads.append(threading.current_thread().name)
-        return FakeRRef(where=data[1])
+        return FakeRRef(where=data[6])
 
     monkeypatch.setattr(rref_keeper, "_deserialize", deserialize)
     return threads
@@ -52,6 +62,7 @@ def made_on(monkeypatch):
 def fresh_keeper(monkeypatch):
     monkeypatch.setattr(rref_keeper, "SETTLE_S", 0.8)
     monkeypatch.setattr(rref_keeper, "SENT_HOLD_S", 0.6)
+    monkeypatch.setattr(rref_keeper, "ACCEPTED_SETTLE_S", 0.3)
     rref_keeper.release_all()
     yield
     rref_keeper.release_all()
@@ -84,19 +95,64 @@ def test_a_received_user_rref_is_held_until_its_owner_confirmed_it():
 def test_a_sent_user_rref_is_held_for_sent_hold_s_after_its_last_send():
     rref = FakeRRef(confirmed=False)  # e.g. received from its owner: never flagged
     start = time.monotonic()
-    rref_keeper.hold_sent(rref)
+    rref_keeper.hold_sent(rref, fork())
     time.sleep(0.3)
-    rref_keeper.hold_sent(rref)  # sent again: held SENT_HOLD_S from now
+    rref_keeper.hold_sent(rref, fork())  # sent again: held SENT_HOLD_S from now
     ref = weakref.ref(rref)
     del rref
     assert _gone_within(ref, 5.0) is not None, "a sent RRef was never let go"
     assert time.monotonic() - start >= 0.3 + 0.6 - 0.05
 
 
+def test_a_sent_user_rref_goes_soon_after_its_receiver_said_torch_accepted_it(monkeypatch):
+    monkeypatch.setattr(rref_keeper, "SENT_HOLD_S", 30.0)
+    rref, other = FakeRRef(), FakeRRef()
+    mine, theirs = fork(), fork()
+    rref_keeper.hold_sent(rref, mine)
+    rref_keeper.hold_sent(rref, fork())  # sent twice: each fork is held on its own
+    rref_keeper.hold_sent(other, theirs)
+    ref = weakref.ref(rref)
+    del rref
+    assert _gone_within(ref, 0.5) is None, "let go before its receivers accepted it"
+    rref_keeper.rpc_children_accepted([mine, (ME, 10**9)])  # an unknown fork is ignored
+    assert _gone_within(ref, 1.0) is None, "let go while its other send was not accepted"
+    start = time.monotonic()
+    rref_keeper.rpc_children_accepted([list(f) for f in rref_keeper._sent if f != theirs])
+    assert _gone_within(ref, 5.0) is not None, "still held 5 s after its receivers accepted it"
+    assert time.monotonic() - start >= 0.3 - 0.05, "let go before ACCEPTED_SETTLE_S"
+    assert rref_keeper.holds(other)  # not accepted yet: held still
+
+
+@pytest.mark.parametrize("at_owner", [True, False])
+def test_the_receiver_of_a_carried_rref_tells_its_sender_once_torch_accepted_it(
+    monkeypatch, at_owner
+):
+    told: list[tuple[int, list]] = []
+    monkeypatch.setattr(rref_keeper, "_tell", lambda sender, forks: told.append((sender, forks)))
+    made: list[FakeRRef] = []
+
+    def deserialize(data: tuple) -> FakeRRef:
+        made.append(FakeRRef(owner=at_owner, where=data[6]))
+        return made[-1]
+
+    monkeypatch.setattr(rref_keeper, "_deserialize", deserialize)
+    data = FakeRRef()._serialize()
+    arriving = rref_keeper._arriving(data)  # what unpickling a Carried runs
+    assert arriving.rref() is made[0]
+    if not at_owner:  # told once its owner confirmed it (torch then sent the accept)
+        time.sleep(0.5)
+        assert told == []
+        made[0].confirmed = True
+    deadline = time.monotonic() + 5
+    while not told and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert told == [(ME, [(data[3], data[4])])]
+
+
 def test_an_rref_received_and_sent_on_goes_when_neither_holds_it():
     rref = FakeRRef(confirmed=False)
     rref_keeper.hold_received(rref)
-    rref_keeper.hold_sent(rref)
+    rref_keeper.hold_sent(rref, fork())
     ref = weakref.ref(rref)
     del rref
     assert _gone_within(ref, 1.5) is None, "let go before its owner confirmed it"
@@ -107,7 +163,7 @@ def test_an_rref_received_and_sent_on_goes_when_neither_holds_it():
 def test_owner_rrefs_are_never_held():
     rref = FakeRRef(owner=True)
     rref_keeper.hold_received(rref)
-    rref_keeper.hold_sent(rref)
+    rref_keeper.hold_sent(rref, fork())
     assert rref_keeper.held() == 0
     ref = weakref.ref(rref)
     del rref
@@ -138,7 +194,7 @@ def test_an_rref_whose_owner_is_gone_arrives_as_none(monkeypatch):
     arriving = pickle.loads(pickle.dumps(rref_keeper.Carried(FakeRRef())))
     assert arriving.rref() is None  # a dead actor's handle, without its lease
     assert rref_keeper.arrivals() == before + 1
-    assert rref_keeper.held() == 0
+    assert rref_keeper.held() == 1  # the sender's hold of what it sent (this process's too)
 
 
 def test_the_rrefs_a_dead_owner_never_confirmed_are_let_go(monkeypatch):
@@ -146,8 +202,8 @@ def test_the_rrefs_a_dead_owner_never_confirmed_are_let_go(monkeypatch):
     sent, sent_mine = FakeRRef(where="w1"), FakeRRef(where="w2")
     for rref in (theirs, mine):
         rref_keeper.hold_received(rref)
-    rref_keeper.hold_sent(sent)
-    rref_keeper.hold_sent(sent_mine)
+    rref_keeper.hold_sent(sent, fork())
+    rref_keeper.hold_sent(sent_mine, fork())
     found = FakeRRef(where="w1")  # held by an object a finder knows (an actor handle)
     monkeypatch.setattr(rref_keeper, "_finders", [])
     rref_keeper.find_owned_by(lambda worker: [found] if worker == "w1" else [])
@@ -165,7 +221,7 @@ def test_the_rrefs_a_dead_owner_never_confirmed_are_let_go(monkeypatch):
 def test_release_all_lets_go_of_everything():
     rrefs = [FakeRRef(), FakeRRef(confirmed=True)]
     rref_keeper.hold_received(rrefs[0])
-    rref_keeper.hold_sent(rrefs[1])
+    rref_keeper.hold_sent(rrefs[1], fork())
     refs = [weakref.ref(r) for r in rrefs]
     del rrefs
     assert rref_keeper.held() == 2
