@@ -77,7 +77,7 @@ SENT_HOLD_S = 10.0
 #: How long an RRef is held after its owner's confirmation was seen (seconds).
 SETTLE_S = 1.0
 #: How long a sent RRef is held after its receiver said torch accepted it (seconds).
-ACCEPTED_SETTLE_S = 0.5
+ACCEPTED_SETTLE_S = 1.0
 #: How long a reader waits for the arrivals thread to make a carried RRef (seconds).
 ARRIVAL_TIMEOUT_S = 60.0
 #: How often the keeper looks for RRefs it may let go of (seconds).

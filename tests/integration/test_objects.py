@@ -640,8 +640,9 @@ def test_an_object_whose_ref_left_its_maker_in_a_value_goes_soon_after_its_last_
     argument of another actor's call): that process sent the RRef of the object's lease
     (rank 0's) and held it ``rref_keeper.SENT_HOLD_S`` after each send, as torch shows
     no sign of the receiver's accept; puts returned in a loop grew the owner's memory by
-    gigabytes. The receiver now says when torch accepted it: the object goes a second or
-    so later (the holds that wait for rank 0's confirmation, ``rref_keeper.SETTLE_S``)."""
+    gigabytes. The receiver now says when torch accepted it: the object goes about two
+    seconds later (``rref_keeper.ACCEPTED_SETTLE_S``, and the holds that wait for rank 0's
+    confirmation, ``rref_keeper.SETTLE_S``)."""
     body = """
     rt, pids, p, c = start_apart()
 
@@ -670,4 +671,4 @@ def test_an_object_whose_ref_left_its_maker_in_a_value_goes_soon_after_its_last_
     final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
     assert all(kept for kept, _ in final["took"]), final  # held while its ref lived
     # A bound the old hold (SENT_HOLD_S, 10 s from the send) always exceeds.
-    assert max(seconds for _, seconds in final["took"]) < 6, final
+    assert max(seconds for _, seconds in final["took"]) < 8, final
