@@ -457,8 +457,8 @@ def method(
 
     Args:
         fn: The method (a plain or ``async`` function taking ``self`` first).
-        num_returns: How many values the method returns (an int >= 1), or
-            ``"streaming"``.
+        num_returns: How many values the method returns (an int >= 1; 0: none to get,
+            ``.remote()`` gives None, as Ray's), or ``"streaming"``.
         concurrency_group: The group of the actor's threads it runs on (None: the
             actor's own threads, ``max_concurrency`` of them).
         max_task_retries: How many times its calls are sent again to the recreated actor
@@ -477,7 +477,7 @@ def method(
             ``"streaming"``, or
             ``concurrency_group`` is not a string; or backpressure on a method that
             does not stream, or ``retry_exceptions`` on one that does.
-        ValueError: ``num_returns`` is less than 1, the backpressure less than 1 (other
+        ValueError: ``num_returns`` is less than 0, the backpressure less than 1 (other
             than -1), ``max_task_retries`` less than -1, or ``retry_exceptions`` neither
             a bool nor a list of exception classes.
     """
@@ -982,7 +982,7 @@ class ActorMethod:
         self,
         handle: ActorHandle,
         name: str,
-        num_returns: int | str = 0,
+        num_returns: int | str | None = None,
         backpressure: int | None = None,
         group: str | None = None,
         retries: int | None = None,
@@ -992,7 +992,7 @@ class ActorMethod:
         self._handle = handle
         self._name = name
         self._task = task  # None: the call is named by its method (Ray's task name)
-        self._returns = num_returns  # 0: the method's own (1 unless it set one)
+        self._returns = num_returns  # None: the method's own (1 unless it set one)
         self._backpressure = backpressure  # None: the method's own (none unless it set one)
         self._group = group  # None: the method's own concurrency group
         self._retries = retries  # None: the method's own max_task_retries (or the actor's)
@@ -1020,13 +1020,18 @@ class ActorMethod:
             rt = current(f"{handle._class_name}.{self._name}.remote()")
         if handle._session != rt.session:
             handle._check_cluster(rt)
-        returns = self._returns or (table.returns.get(self._name, 1) if table.returns else 1)
+        returns = self._returns
+        if returns is None:
+            returns = table.returns.get(self._name, 1) if table.returns else 1
         retries = self._retries
         if retries is None and table.retries:
             retries = table.retries.get(self._name)
         on = self._retry_on
         if on is None:
             on = table.retry_on.get(self._name, False) if table.retry_on else False
+        if returns == 0:  # as Ray's num_returns=0: made for its effect, nothing to get
+            self._send_for_effect(rt, retries, on, args, kwargs)
+            return cast("ObjectRef[Any]", None)
         pending = handle._pending
         if pending is not None:  # max_pending_calls: counted here, per handle
             return cast(
@@ -1043,6 +1048,28 @@ class ActorMethod:
             return ref
         # refs of several values, typed as the class's own calls are (see the docstring)
         return cast("ObjectRef[Any]", self._send(rt, returns, retries, on, args, kwargs))
+
+    def _send_for_effect(
+        self,
+        rt: Runtime,
+        retries: int | None,
+        on: RetryOn,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """A call with ``num_returns=0``: sent as one with a value, whose ref goes at once.
+
+        An error it raises is then logged as unhandled (Ray's drops it unseen).
+        """
+        pending = self._handle._pending
+
+        def send() -> Any:
+            return self._send(rt, 1, retries, on, args, kwargs)
+
+        if pending is not None:  # max_pending_calls counts it until it is answered
+            pending.send(f"{self._handle._class_name}.{self._name}", send)
+        else:
+            send()
 
     def _send(
         self,
@@ -1090,7 +1117,17 @@ class ActorMethod:
         retry_exceptions: bool | list[type[BaseException]] | None = None,
         name: str | None = None,
     ) -> StreamingReturns: ...
-    # 1 is also an int: the next overload's list would be wrong for it, so this one wins.
+    # 0 and 1 are also ints: the int overload's list would be wrong for them, so these win.
+    @overload
+    def options(  # type: ignore[overload-overlap]
+        self,
+        *,
+        num_returns: Literal[0],
+        concurrency_group: str | None = None,
+        max_task_retries: int | None = None,
+        retry_exceptions: bool | list[type[BaseException]] | None = None,
+        name: str | None = None,
+    ) -> NoReturns: ...
     @overload
     def options(  # type: ignore[overload-overlap]
         self,
@@ -1144,13 +1181,13 @@ class ActorMethod:
         retry_exceptions: bool | list[type[BaseException]] | None = None,
         _generator_backpressure_num_objects: int | None = None,
         name: str | None = None,
-    ) -> ManyReturns | StreamingReturns | ActorMethod:
+    ) -> ManyReturns | StreamingReturns | NoReturns | ActorMethod:
         """The same method with options for its calls, as Ray's ``.options()``.
 
         Args:
             num_returns: How many values the method returns: ``.remote()`` then gives
-                a list of that many refs (see :func:`method`), or one ref for 1, as
-                Ray's; ``"streaming"``: it gives an
+                a list of that many refs (see :func:`method`), one ref for 1, or None for
+                0 (the call made for its effect), as Ray's; ``"streaming"``: it gives an
                 :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values a
                 generator method yields. None: the method's own.
             concurrency_group: The actor's concurrency group the call runs in (its
@@ -1178,7 +1215,7 @@ class ActorMethod:
             TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
                 given, backpressure is asked of a call that does not stream,
                 ``retry_exceptions`` of one that does, or ``name`` is not a string.
-            ValueError: ``num_returns`` is less than 1, the backpressure less than 1
+            ValueError: ``num_returns`` is less than 0, the backpressure less than 1
                 (other than -1), the actor has no such concurrency group, or
                 ``max_task_retries`` is less than -1, or other than 0 for an actor
                 without retries, or ``retry_exceptions`` is not a bool or a list of
@@ -1249,6 +1286,8 @@ class ActorMethod:
             return method  # one ref (or the method's own number of values)
         if n == STREAMING:
             return StreamingReturns(method)
+        if n == 0:
+            return NoReturns(method)
         return ManyReturns(method)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -1261,6 +1300,23 @@ class ActorMethod:
             f"actor methods are called with .remote(): use "
             f"handle.{self._name}.remote(...) and actorrt.get() the result."
         )
+
+
+class NoReturns:
+    """``handle.method.options(num_returns=0)``: its ``remote`` gives None, as Ray's."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method: ActorMethod) -> None:
+        self._method = method
+
+    def remote(self, *args: Any, **kwargs: Any) -> None:
+        """Sends the call, for its effect: nothing to get (its error, if any, is logged).
+
+        Raises:
+            TypeError: The arguments do not bind to the method's signature.
+        """
+        self._method.remote(*args, **kwargs)
 
 
 class ManyReturns:

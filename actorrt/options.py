@@ -33,7 +33,10 @@ BACKPRESSURE = "_generator_backpressure_num_objects"
 
 
 def check_num_returns(num_returns: object) -> int | str:
-    """``num_returns`` as an int >= 1 or ``"streaming"``; ``TypeError`` / ``ValueError`` else."""
+    """``num_returns`` as an int >= 0 or ``"streaming"``; ``TypeError`` / ``ValueError`` else.
+
+    0, as Ray's: the call is made for its effect, ``.remote()`` gives None.
+    """
     if isinstance(num_returns, str) and num_returns == STREAMING:
         return STREAMING
     if isinstance(num_returns, bool) or not isinstance(num_returns, int):
@@ -41,10 +44,11 @@ def check_num_returns(num_returns: object) -> int | str:
             f"num_returns={num_returns!r} must be an int (e.g. num_returns=2) or "
             "'streaming' (each value the method yields, as it comes)."
         )
-    if num_returns < 1:
+    if num_returns < 0:
         raise ValueError(
-            f"num_returns={num_returns} must be >= 1: the number of values the method "
-            "(or function) returns as a tuple; or 'streaming' for a generator."
+            f"num_returns={num_returns} must be >= 0: the number of values the method "
+            "(or function) returns as a tuple (0: none to get, as Ray's); or 'streaming' "
+            "for a generator."
         )
     return num_returns
 
@@ -351,7 +355,8 @@ class FunctionOptions:
         num_gpus: GPUs each running call takes: a fraction below 1 (that many calls share
             a GPU) or whole GPUs. The call's thread has its GPU as the current device.
         num_returns: How many values the function returns as a tuple: ``.remote()`` then
-            gives that many refs; ``"streaming"``: ``.remote()`` gives an
+            gives that many refs (0: None, the call made for its effect, as Ray's);
+            ``"streaming"``: ``.remote()`` gives an
             ``ObjectRefGenerator`` of the values it yields, as they come. None (the
             default): ``"streaming"`` for a generator function, else 1, as in Ray.
         _generator_backpressure_num_objects: For a streaming call, as Ray's: the

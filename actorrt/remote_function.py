@@ -113,7 +113,9 @@ class RemoteFunction(Generic[P, R]):
         """Runs the function on a worker process; returns an :class:`ObjectRef` at once.
 
         With ``num_returns=N`` (N other than 1), a list of N refs instead, one per value
-        it returns. A generator function (or ``num_returns="streaming"``) gives an
+        it returns; with ``num_returns=0`` (as Ray's) None: it runs for its effect, and an
+        error it raises is logged as unhandled. A generator function (or
+        ``num_returns="streaming"``) gives an
         :class:`~actorrt.ref_generator.ObjectRefGenerator` of the values it yields, each
         as soon as it is made.
 
@@ -138,9 +140,9 @@ class RemoteFunction(Generic[P, R]):
                 rt, self._what, None, self._name, self._backpressure, task=task
             )
         else:
-            out, slot, method = new_refs(
-                self._what, None, self._name, cast("int", returns), task=task
-            )
+            # num_returns=0 (as Ray's): made for its effect, its one ref dropped below
+            count = cast("int", returns) or 1
+            out, slot, method = new_refs(self._what, None, self._name, count, task=task)
         call = FunctionCall(
             rt.functions,
             rt,
@@ -153,7 +155,7 @@ class RemoteFunction(Generic[P, R]):
         slot.attach(call.reply, "", None, call.cancel)
         lineage.made(slot if type(slot) is ObjectRef else out[0])  # see refs.send_call
         when_ready((key, blob, *args), kwargs, call.send, call.give_up)
-        return cast("ObjectRef[R]", out)
+        return cast("ObjectRef[R]", None if returns == 0 else out)
 
     def shipment(self) -> tuple[str, bytes]:
         """The function as cloudpickle bytes (by value when defined in ``__main__``) and its key."""

@@ -1,6 +1,8 @@
 """``num_returns``: a method returning a tuple gives one ref per value (as Ray's)."""
 
 import asyncio
+import logging
+import time
 
 import pytest
 import torch
@@ -50,6 +52,57 @@ class Reader:
         return int(t.sum())
 
 
+@actorrt.actor
+class Tally:
+    def __init__(self):
+        self.n = 0
+
+    def add(self, k):
+        self.n += k
+        return self.n
+
+    @actorrt.method(num_returns=0)
+    def add_quietly(self, k):
+        self.n += k
+        return "dropped"
+
+    def fail(self):
+        raise ValueError("failed with nothing to get")
+
+    def value(self):
+        return self.n
+
+
+@actorrt.remote(num_returns=0)
+def tell(tally, k):
+    tally.add.remote(k)
+    return "dropped"
+
+
+@actorrt.remote
+def double(x):
+    return 2 * x
+
+
+def test_num_returns_zero_gives_none_and_the_call_still_runs_as_rays(cluster, caplog):
+    caplog.set_level(logging.ERROR, logger="actorrt")
+    t = Tally.remote()
+    assert t.add.options(num_returns=0).remote(1) is None
+    assert t.add_quietly.remote(10) is None  # marked on the method
+    assert tell.remote(t, 100) is None  # a function marked so
+    assert double.options(num_returns=0).remote(3) is None
+    assert t.fail.options(num_returns=0).remote() is None
+    deadline = time.monotonic() + 30  # the function's call reaches the actor in its time
+    while actorrt.get(t.value.remote(), timeout=30) != 111 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert actorrt.get(t.value.remote(), timeout=30) == 111
+    # Its error has no ref to be read by: logged as unhandled (Ray's drops it unseen).
+    while "failed with nothing to get" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "unhandled error: Tally actor" in caplog.text, caplog.text
+    actorrt.kill(t)
+
+
 def test_a_method_marked_with_num_returns_gives_a_ref_per_value(cluster):
     s = Splitter.remote()
     first, second = s.pair.remote(10)
@@ -93,7 +146,7 @@ def test_each_value_is_its_own_object_and_travels_alone(cluster):
 
 
 def test_bad_num_returns_fail_at_the_call_site():
-    with pytest.raises(ValueError, match="num_returns=0 must be >= 1"):
-        actorrt.method(num_returns=0)
+    with pytest.raises(ValueError, match="num_returns=-1 must be >= 0"):
+        actorrt.method(num_returns=-1)
     with pytest.raises(TypeError, match="must be an int"):
         actorrt.method(num_returns="2")

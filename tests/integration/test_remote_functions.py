@@ -295,8 +295,8 @@ def test_bad_input_fails_at_the_call_site(cluster):
         actorrt.remote(lambda: 1, num_cpus=1)
     with pytest.raises(ValueError, match="max_retries=-2 must be an int >= 0"):
         square.options(max_retries=-2)
-    with pytest.raises(ValueError, match="num_returns=0 must be >= 1"):
-        square.options(num_returns=0)
+    with pytest.raises(ValueError, match="num_returns=-1 must be >= 0"):
+        square.options(num_returns=-1)
     with pytest.raises(TypeError, match="decorates functions and classes"):
         actorrt.remote(3)
     with pytest.raises(PlacementError, match=r"remote function square: .*num_gpus=1.*GPUs"):

@@ -127,6 +127,7 @@ def run() -> dict[str, Any]:
     one = p.value.options(num_returns=1).remote()  # one ref, as Ray's; N > 1: a list
     assert_type(one, ObjectRef[Any])
     assert actorrt.get(one) == plain
+    assert_type(p.value.options(num_returns=0).remote(), None)  # nothing to get, as Ray's
 
     twice = actorrt.get(c.twice.remote())
     gen = c.upto.remote(2)

@@ -281,8 +281,9 @@ def test_num_returns_options_are_checked():
     from actorrt.actor_class import ActorMethod
 
     method = ActorMethod(None, "m")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=">= 1"):
-        method.options(num_returns=0)
+    with pytest.raises(ValueError, match=">= 0"):
+        method.options(num_returns=-1)
+    assert type(method.options(num_returns=0)).__name__ == "NoReturns"  # None, as Ray's
     with pytest.raises(TypeError, match="must be an int"):
         method.options(num_returns=True)
     with pytest.raises(TypeError, match="or 'streaming'"):
@@ -304,7 +305,7 @@ def test_function_options_are_rays_and_fail_at_once():
         ({"num_gpus": 1.5}, "fractions are only allowed below 1"),
         ({"label": "no spaces"}, "is not a valid label"),
         ({"max_retries": -2}, "max_retries=-2 must be an int >= 0"),
-        ({"num_returns": 0}, "num_returns=0 must be >= 1"),
+        ({"num_returns": -1}, "num_returns=-1 must be >= 0"),
         ({"retry_exceptions": []}, "must be True, False or a list of exception classes"),
         ({"retry_exceptions": "KeyError"}, "must be True, False or a list"),
     ]:
