@@ -234,22 +234,31 @@ def driver_argv(config: dict, prefix: list[str] | None = None) -> list[str]:
 
 
 def free_port(host: str = "127.0.0.1", pair: bool = False) -> int:
-    """A free TCP port on ``host`` (with ``pair``, the next one is free too)."""
+    """A free TCP port on ``host`` (with ``pair``, the next one is free too).
+
+    Taken below the kernel's ephemeral range: a port the kernel handed out (``bind`` to
+    0) was taken again, between this check and the listener's bind, by another test's
+    process binding or connecting at that moment (torchrun's store failed with
+    EADDRINUSE in CI). No ephemeral port is ever given below that range.
+    """
+    import random
     import socket
 
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if not pair:
-            return port
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low - 1)
         try:
-            with socket.socket() as s:
-                s.bind((host, port + 1))
+            for p in (port, port + 1) if pair else (port,):
+                with socket.socket() as s:
+                    s.bind((host, p))
             return port
         except OSError:
             continue
-    raise RuntimeError("no free port pair found")
+    raise RuntimeError("no free port (pair) found below the ephemeral range")
 
 
 def pids_gone(pids: list[int], within: float) -> list[int]:
