@@ -519,6 +519,10 @@ def test_an_old_handle_after_the_replacement_says_why_its_actor_is_gone(tmp_path
         seen = []
         for _ in range(2):  # its one restart, then none left
             pid = actorrt.get(a.pid.remote(), timeout=60)
+            # The new instance answers before rank 0's restart has finished (it pings the
+            # process last): a kill then is a failed try of that restart, which uses no
+            # restart and goes on to the next replacement.
+            wait_for(lambda: a.actor_id not in rt.restarts._restarting, 30)
             seen.append(pid)
             os.kill(pid, signal.SIGKILL)
             wait_for(lambda: a.worker in rt.dead_workers, 30)  # the driver knows
