@@ -19,6 +19,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from actorrt.runtime.lives import Lives
+
 if TYPE_CHECKING:
     import torch
 
@@ -70,14 +72,18 @@ class InFlight:
     atomic, pruning replaces only the entries it read, and a message tracked while its
     worker is being marked dead is failed by whichever of the two comes second (the
     worker is marked before its list is taken, and :meth:`track` looks after appending).
+
+    Args:
+        lives: How many new processes took each name (the runtime's; bumped before
+            :meth:`revive`). A fresh count when not given.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lives: Lives | None = None) -> None:
         self._sent: dict[str, list[weakref.ref[torch.futures.Future[Any]]]] = {}
         self._prune_at: dict[str, int] = {}
         self._pruning = threading.Lock()
         self._dead: dict[str, str] = {}  # worker -> why
-        self._lives: dict[str, int] = {}  # worker -> how many times a new process took it
+        self._lives = lives if lives is not None else Lives()
 
     def track(self, worker: str, future: torch.futures.Future[Any]) -> None:
         """Remembers a message sent to ``worker`` until it is answered or forgotten.
@@ -115,12 +121,12 @@ class InFlight:
         If a new process takes the worker's name meanwhile (:meth:`revive`), only the
         messages sent before this call fail: those went to the process marked dead.
         """
-        life = self._lives.get(worker, 0)
+        life = self._lives.of(worker)
         sent = self._sent.pop(worker, [])  # appends racing this land in it: failed too
         self._prune_at.pop(worker, None)
 
         def fail() -> None:
-            if self._lives.get(worker, 0) == life:
+            if self._lives.of(worker) == life:
                 self.fail_worker(worker, why)
             _fail_all(sent, why)
 
@@ -130,8 +136,10 @@ class InFlight:
         timer.start()
 
     def revive(self, worker: str) -> None:
-        """A new process took ``worker``'s name: what is sent from now on goes to it."""
-        self._lives[worker] = self._lives.get(worker, 0) + 1
+        """A new process took ``worker``'s name: what is sent from now on goes to it.
+
+        The caller counted it in ``lives`` first.
+        """
         self._dead.pop(worker, None)
 
     def fail_worker(self, worker: str, why: str) -> int:

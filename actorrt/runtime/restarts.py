@@ -27,6 +27,7 @@ from actorrt.options import ActorOptions
 from actorrt.runtime import context
 from actorrt.runtime.directory import ClusterDirectory, Placement
 from actorrt.runtime.host import create_remote, rpc_ping, rpc_restart
+from actorrt.runtime.lives import Lives
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import ActorRecord, rpc_failure
 
@@ -56,7 +57,7 @@ class Recipe:
     options: ActorOptions
     meta: dict[str, Any]
     left: int  # restarts left; -1: no limit
-    life: int = 0  # which process of record.worker's name it lives on (Restarts._lives)
+    life: int = 0  # which process of record.worker's name it lives on (Lives.of)
     why_dead: str | None = None  # set once it will not come back (see end)
     leases: list[Any] = field(default_factory=list)  # RRefs of every recreated instance
 
@@ -77,11 +78,17 @@ class Restarts:
     Args:
         directory: The cluster directory (placement, the actor table).
         pack: The payload pipeline: packs a value for a peer.
+        lives: How many new processes took each name (the runtime's): a restart onto the
+            one that took a dead process's name is a new instance although its process
+            has the same name. Bumped before :meth:`worker_back`.
     """
 
-    def __init__(self, directory: ClusterDirectory, pack: Callable[[str, Any], Wire]) -> None:
+    def __init__(
+        self, directory: ClusterDirectory, pack: Callable[[str, Any], Wire], lives: Lives
+    ) -> None:
         self._directory = directory
         self._pack = pack
+        self.lives = lives
         self._cond = threading.Condition()
         self._recipes: dict[str, Recipe] = {}
         self._restarting: set[str] = set()
@@ -90,9 +97,6 @@ class Restarts:
         # Suspect processes (a call could not reach them) that answered rank 0's probe:
         # a caller waiting for an actor to leave one goes back to it.
         self._cleared: set[str] = set()
-        # How many new processes took each dead process's name: a restart onto the one
-        # that took it is a new instance although its process has the same name.
-        self._lives: dict[str, int] = {}
         directory.on_release = self.forget
         # Set by the runtime: a caller found this process unreachable (judge it now).
         self.on_unreachable: Callable[[str], None] | None = None
@@ -106,7 +110,7 @@ class Restarts:
     def keep(self, recipe: Recipe) -> None:
         """Keeps the recipe of an actor just created."""
         with self._cond:
-            recipe.life = self._lives.get(recipe.record.worker, 0)
+            recipe.life = self.lives.of(recipe.record.worker)
             self._recipes[recipe.record.actor_id] = recipe
 
     def forget(self, actor_id: str, why: str = "") -> None:
@@ -140,7 +144,7 @@ class Restarts:
         with self._cond:
             self._dead.discard(worker)
             self._cleared.discard(worker)  # said of the dead process
-            self._lives[worker] = self._lives.get(worker, 0) + 1
+            self._cond.notify_all()
 
     def worker_died(self, worker: str) -> None:
         """Recreates, each on a thread of its own, the actors that lived on ``worker``."""
@@ -186,8 +190,10 @@ class Restarts:
         created: list[Any] = []  # every lease made, also on processes found unreachable
         life = 0  # which process of the placed name it went to
         counted = False  # this restart is in the actor's count (one per restart)
+        died = 0  # tries whose new instance died with its process (each used a restart)
         for _ in range(CREATE_TRIES):
             placement: Placement | None = None
+            reached = False  # the chosen process answered before it was sent the actor
             try:
                 # A try that could not place the actor (no live process yet) left its
                 # count alone, so the first placement made counts the restart, not the
@@ -197,7 +203,13 @@ class Restarts:
                 )
                 counted = True
                 with self._cond:
-                    life = self._lives.get(placement.worker, 0)
+                    life = self.lives.of(placement.worker)
+                # A process that died before it got the actor (not yet marked) is not the
+                # new instance's doing, and uses no restart; one that answers this and dies
+                # before the ping below took the new instance with it (its constructor,
+                # or a kill), and that uses the restart, as a death of it does in Ray.
+                rpc.rpc_sync(placement.worker, rpc_ping, timeout=CREATE_TIMEOUT_S)
+                reached = True
                 wire = self._pack(placement.worker, (recipe.args, recipe.kwargs))
                 meta = {**recipe.meta, "gpu_ids": placement.gpu_ids, "reconstructed": True}
                 lease = create_remote(
@@ -228,16 +240,24 @@ class Restarts:
                     break
                 # The process chosen is unreachable (dead, not yet marked): it is judged
                 # now (suspect: no placement goes there meanwhile) and the actor goes on
-                # to another live process. A failed try uses no restart.
+                # to another live process.
                 log.info("recreating %s on %s failed (%s); trying another process",
                          actor_id, placement.worker, exc)  # fmt: skip
                 self.on_unreachable(placement.worker)
+                if reached:
+                    died += 1
+                    why = self._instance_died(recipe, placement.worker, exc)
+                    if why is not None:
+                        break
+                    counted = False  # the next placement is a restart of its own
         else:  # every try failed: each process it went to died (or none could host it)
-            why = (
-                f"{CREATE_TRIES} tries to recreate it failed, each process it was sent to "
-                "dying before it answered (a constructor that ends or crashes its process "
-                f"does this); the last: {why}"
+            how = (
+                "each new instance's process dying as it was made (a constructor that ends "
+                "or crashes its process does this)"
+                if died
+                else "no process it was sent to could be reached"
             )
+            why = f"{CREATE_TRIES} tries to recreate it failed, {how}; the last: {why}"
         again = relived = False
         with self._cond:
             self._restarting.discard(actor_id)
@@ -255,7 +275,7 @@ class Restarts:
                 # (its death skipped the actor, which was restarting): once more.
                 again = placed.worker in self._dead
                 # Or died, and a new process took its name, before it was marked dead.
-                relived = not again and self._lives.get(placed.worker, 0) != life
+                relived = not again and self.lives.of(placed.worker) != life
                 if relived:
                     self._lost([recipe], placed.worker)
             else:
@@ -276,6 +296,23 @@ class Restarts:
             self._directory.set_state(actor_id, "DEAD", recipe.why_dead or "")
             name = recipe.record.class_name
             log.warning("%s actor %s is not restarted: %s", name, actor_id, why)
+
+    def _instance_died(self, recipe: Recipe, worker: str, exc: Exception) -> str | None:
+        """A new instance died with its process ``worker`` as it was made: a restart used.
+
+        Returns:
+            Why the actor ends, when it has no restart left; else None (it goes on).
+        """
+        with self._cond:
+            if recipe.left > 0:
+                recipe.left -= 1
+            if recipe.left != 0:
+                return None
+        return (
+            f"its new instance's process {worker!r} died as it was made "
+            f"({type(exc).__name__}: {exc}), and it has no restarts left "
+            f"(max_restarts={recipe.options.max_restarts})"
+        )
 
     def restart_in_place(self, actor_id: str, reason: str) -> str | None:
         """Restarts a live actor where it is (``actorrt.kill(handle, no_restart=False)``).
@@ -360,7 +397,7 @@ class Restarts:
         with self._cond:
             # The process of that name the caller could not reach: the one rank 0 knows now,
             # or one before it (whose actors were restarted when it died).
-            life = self._lives.get(away_from, 0) if away_from is not None else 0
+            life = self.lives.of(away_from) if away_from is not None else 0
         if away_from is not None and self.on_unreachable is not None:
             self.on_unreachable(away_from)  # a local cluster's driver can tell at once
         with self._cond:

@@ -54,6 +54,7 @@ from actorrt.runtime.functions import FunctionRoutes, Shape
 from actorrt.runtime.generators import Inboxes
 from actorrt.runtime.host import ActorHost
 from actorrt.runtime.inflight import GRACE_S, InFlight, WorkerMarkedDead
+from actorrt.runtime.lives import Lives
 from actorrt.runtime.objects import (
     INLINE_BYTES,
     PULL_BYTES,
@@ -179,12 +180,17 @@ class Runtime:
         self.payload_bytes_in = 0
         # What this process sent and has no answer to, per worker: failed when the
         # driver marks the worker dead (a hung one holds its connections open).
-        self.inflight = InFlight()
+        # How many new processes took each name: calls are numbered, sent and failed, and
+        # actors restarted, per process of a name (see runtime/lives.py).
+        self.lives = Lives()
+        self.inflight = InFlight(self.lives)
         # Bursts of calls, and of replies, travel in batches (see runtime/batches.py).
         self.calls = CallBatches(name, self.inflight.track)
         self.replies = ReplyBatches(name, self.host.deliver)
         # Rank 0 keeps the recipes of actors with max_restarts and recreates them.
-        self.restarts = Restarts(directory, self.pack) if directory is not None else None
+        self.restarts = (
+            Restarts(directory, self.pack, self.lives) if directory is not None else None
+        )
         if self.restarts is not None:
             self.restarts.on_unreachable = self.worker_unreachable
         # Calls to actors with max_task_retries, kept until answered (runtime/retries.py).
@@ -196,7 +202,6 @@ class Runtime:
         self._coalesce = coalescing_enabled()
         # (actor, numbering(process)) -> the numbers of this process's calls to it there
         self._seqs: dict[tuple[str, str], itertools.count[int]] = {}
-        self._incarnations: dict[str, int] = {}  # process -> new processes that took its name
         self._dead_workers: set[str] = set()
         self._death_reasons: dict[str, str] = {}  # dead worker -> how rank 0 knew
         # Rank 0: worker -> (its process's incarnation, when confirm_dead found it alive)
@@ -399,8 +404,8 @@ class Runtime:
         calls in an order of its own, so a number taken for one is not sent to another
         (``send``'s ``seq_worker``), where it would wait for ever, or run twice.
         """
-        taken = self._incarnations.get(worker)
-        return worker if taken is None else f"{worker}#{taken}"
+        taken = self.lives.of(worker)
+        return f"{worker}#{taken}" if taken else worker
 
     def send(
         self,
@@ -1027,7 +1032,7 @@ class Runtime:
         if isinstance(failure, WorkerMarkedDead):
             return
         if confirm is not None:
-            now, life = time.monotonic(), self._incarnations.get(worker, 0)
+            now, life = time.monotonic(), self.lives.of(worker)
             seen = self._found_alive.get(worker)
             if seen is None or seen[0] != life or now - seen[1] >= FOUND_ALIVE_S:
                 if confirm(worker):
@@ -1092,7 +1097,7 @@ class Runtime:
             dead = self.numbering(worker)
             for key in [k for k in self._seqs if k[1] == dead]:
                 del self._seqs[key]
-            self._incarnations[worker] = self._incarnations.get(worker, 0) + 1
+            self.lives.bump(worker)  # before inflight.revive: see InFlight.fail_worker_soon
             self._dead_workers.discard(worker)
             self._death_reasons.pop(worker, None)
             self._suspects.discard(worker)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from actorrt.runtime.inflight import InFlight, WorkerMarkedDead, fail_future
+from actorrt.runtime.lives import Lives
 
 
 def test_marking_a_worker_dead_fails_only_its_unanswered_messages():
@@ -75,11 +76,14 @@ def test_failing_soon_leaves_a_moment_for_the_connection_to_fail_them_first():
 
 
 def test_a_new_process_under_the_name_keeps_its_messages_when_the_old_one_is_failed():
-    inflight = InFlight()
+    lives = Lives()
+    inflight = InFlight(lives)
     old = torch.futures.Future()
     inflight.track("w", old)
     inflight.fail_worker_soon("w", "gone", grace=0.2)
-    inflight.revive("w")  # a replacement joined under the name before the grace ran out
+    # A replacement joined under the name before the grace ran out (the runtime counts it).
+    lives.bump("w")
+    inflight.revive("w")
     new = torch.futures.Future()
     inflight.track("w", new)
     deadline = time.monotonic() + 5

@@ -17,6 +17,7 @@ from actorrt.options import ActorOptions  # noqa: E402
 from actorrt.placement import Layout, ProcessInfo, make_plan  # noqa: E402
 from actorrt.runtime import restarts as restarts_mod  # noqa: E402
 from actorrt.runtime.directory import ClusterDirectory  # noqa: E402
+from actorrt.runtime.lives import Lives  # noqa: E402
 from actorrt.runtime.protocol import ActorRecord  # noqa: E402
 from actorrt.runtime.restarts import Recipe, Restarts  # noqa: E402
 
@@ -38,7 +39,7 @@ def _cluster(workers: int, max_restarts: int) -> tuple[ClusterDirectory, Restart
     directory = ClusterDirectory(make_plan(ps, Layout()), ps)
     options = ActorOptions(max_restarts=max_restarts)
     assert directory.place("a1", options, "A").worker == "w1"
-    restarts = Restarts(directory, pack=lambda peer, value: value)
+    restarts = Restarts(directory, pack=lambda peer, value: value, lives=Lives())
     record = ActorRecord("a1", "w1", "A", "", 0)
     restarts.keep(Recipe(record, "k", b"", (), {}, options, {}, left=max_restarts))
     return directory, restarts
@@ -85,29 +86,93 @@ def test_a_restart_on_a_process_that_cannot_be_reached_goes_on_to_another(monkey
     directory.mark_dead("w1")
     restarts.worker_died("w1")
     record, why = restarts.locate("a1", timeout=10)
-    assert judged == sent_to[:1] and len(sent_to) == 2, (judged, sent_to)
+    # The dead one got no further than the ping before the actor; the other, both pings.
+    assert judged == sent_to[:1] and sent_to[1:] == [sent_to[1]] * 2, (judged, sent_to)
     assert record is not None and record.worker == sent_to[1] not in ("w1", sent_to[0]), why
     (info,) = directory.actors()
     assert info.state == "ALIVE" and info.restarts == 1, info  # the failed try is no restart
 
 
-def test_a_restart_whose_every_try_dies_says_so(monkeypatch):
-    """Each process it is sent to dies before it answers (a constructor that ends its
-    process): after CREATE_TRIES it ends, saying that (was: the last try's error only)."""
+def test_a_restart_whose_every_process_is_dead_already_says_so(monkeypatch):
+    """Each process chosen is dead before it gets the actor (not marked yet): after
+    CREATE_TRIES it ends, saying that (was: the last try's error only)."""
     directory, restarts = _cluster(3, max_restarts=-1)
     restarts.on_unreachable = lambda worker: None  # judged alive: it may be chosen again
+    sent = []
 
     def ping(worker, fn, timeout):
         raise RuntimeError("EPIPE: broken pipe")
 
-    monkeypatch.setattr(restarts_mod.rpc, "remote", lambda worker, fn, args: _OwnRRef())
+    monkeypatch.setattr(restarts_mod.rpc, "remote", lambda *a, **k: sent.append(1))
     monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", ping)
     directory.mark_dead("w1")
     restarts.worker_died("w1")
     record, why = restarts.locate("a1", timeout=10)
     assert record is None, record
     assert f"{restarts_mod.CREATE_TRIES} tries to recreate it failed" in why, why
-    assert "a constructor that ends or crashes its process" in why and "EPIPE" in why, why
+    assert "no process it was sent to could be reached" in why and "EPIPE" in why, why
+    assert not sent  # none was sent the actor
+
+
+def _new_instances_die(monkeypatch, directory, restarts, survivors_from: int):
+    """Every process answers the ping before the actor; the new instance's process dies
+    before the ping after it (a constructor that ends its process, a kill), except from
+    the ``survivors_from``-th creation on. Returns the processes sent the actor."""
+    created_on: list[str] = []
+    restarts.on_unreachable = lambda worker: directory.suspect(worker)
+
+    def create(worker, actor_id, class_key, class_blob, wire, meta):
+        created_on.append(worker)
+        return object()
+
+    def ping(worker, fn, timeout):
+        if created_on and len(created_on) < survivors_from and worker == created_on[-1]:
+            raise RuntimeError("EPIPE: broken pipe")
+
+    monkeypatch.setattr(restarts_mod, "create_remote", create)
+    monkeypatch.setattr(restarts_mod.rpc, "rpc_sync", ping)
+    directory.mark_dead("w1")
+    restarts.worker_died("w1")
+    return created_on
+
+
+def test_a_new_instance_whose_process_dies_as_it_is_made_uses_its_restart(monkeypatch):
+    """max_restarts=1: the restarted instance's process dies before the restart's last
+    ping. That instance died, so the actor has no restarts left and ends, as in Ray (was:
+    taken for a process dead before it got the actor, a try that uses no restart, so the
+    actor came back once more, after taking up to 8 processes)."""
+    directory, restarts = _cluster(4, max_restarts=1)
+    created_on = _new_instances_die(monkeypatch, directory, restarts, survivors_from=99)
+    record, why = restarts.locate("a1", timeout=10)
+    assert record is None and len(created_on) == 1, (record, created_on)
+    assert f"its new instance's process {created_on[0]!r} died as it was made" in why, why
+    assert "no restarts left (max_restarts=1)" in why and "EPIPE" in why, why
+    (info,) = directory.actors()
+    assert info.state == "DEAD" and info.restarts == 1, info
+
+
+def test_a_restart_after_a_new_instance_died_as_it_was_made_counts_again(monkeypatch):
+    """max_restarts=2: the first new instance dies as it is made, the second lives: two
+    restarts used, none left."""
+    directory, restarts = _cluster(4, max_restarts=2)
+    created_on = _new_instances_die(monkeypatch, directory, restarts, survivors_from=2)
+    record, why = restarts.locate("a1", timeout=10)
+    assert record is not None and len(created_on) == 2, (why, created_on)
+    assert record.worker == created_on[1] != created_on[0], (record, created_on)
+    (info,) = directory.actors()
+    assert info.state == "ALIVE" and info.restarts == 2, info
+    assert restarts._recipes["a1"].left == 0
+
+
+def test_a_restart_whose_every_new_instance_dies_as_it_is_made_says_so(monkeypatch):
+    """Unlimited restarts, a constructor that ends every process it runs on: the restart
+    stops after CREATE_TRIES processes, saying why."""
+    directory, restarts = _cluster(9, max_restarts=-1)
+    created_on = _new_instances_die(monkeypatch, directory, restarts, survivors_from=99)
+    record, why = restarts.locate("a1", timeout=10)
+    assert record is None and len(created_on) == restarts_mod.CREATE_TRIES, created_on
+    assert "each new instance's process dying as it was made" in why, why
+    assert "a constructor that ends or crashes its process" in why, why
 
 
 def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch):
@@ -120,6 +185,7 @@ def test_a_restart_that_waits_for_a_replacement_process_counts_once(monkeypatch)
     def replacement_joins():
         waits.append(1)
         directory.revive("w2")
+        restarts.lives.bump("w2")  # as the runtime does first
         restarts.worker_back("w2")
         return True
 
@@ -148,6 +214,7 @@ def _one_worker_replaced_under_its_name(monkeypatch, replaced_again: bool):
     def replacement_joins():
         asked.wait(10)
         directory.revive("w1")
+        restarts.lives.bump("w1")  # as the runtime does first
         restarts.worker_back("w1")
         return True
 
