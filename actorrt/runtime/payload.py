@@ -175,6 +175,9 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
                 return _sendable_form(obj)  # its parts are pickled (and set aside) in turn
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
+        if type(obj) is rref_keeper.Carried:  # an object lease's RRef (ObjectLocation)
+            self.side.append(obj)
+            return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):
             if obj.is_owner():  # the receiver's torch has nothing to confirm
                 self.side.append(obj)

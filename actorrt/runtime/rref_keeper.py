@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -61,6 +62,8 @@ __all__ = [
     "hold_received",
     "hold_sent",
     "find_owned_by",
+    "ids_of",
+    "on_lease_arrival",
     "owned_by",
     "owner_died",
     "pin",
@@ -98,13 +101,15 @@ _to_tell: dict[int, list[ForkId]] = {}
 _thread: threading.Thread | None = None
 _work = threading.Event()  # set by every hold: the keeper sleeps on it while it holds none
 _arrivals = 0  # RRefs held on their arrival so far
-_arriving_queue: queue.SimpleQueue[tuple[Any, Arriving]] = queue.SimpleQueue()
+_arriving_queue: queue.SimpleQueue[tuple[Any, Arriving, str | None]] = queue.SimpleQueue()
 # User RRefs whose owner died, kept until the process ends (see pin).
 _pinned: list[Any] = []
 # Functions that find the RRefs this process's objects hold that a given process owns
 # (the layers above register theirs: actor handles), called when that process dies.
 _finders: list[Callable[[str], list[Any]]] = []
 _arrivals_thread: threading.Thread | None = None
+# Told of each object lease's fork that arrives here (see on_lease_arrival).
+_lease_arrived: Callable[[str, ForkId, ForkId], None] | None = None
 
 
 class Carried:
@@ -118,19 +123,28 @@ class Carried:
     actor's mailbox. Made apart, the RRef is held from its arrival (:func:`hold_received`),
     whether actorrt's code reads the message or drops it unread. Only a process that is
     not the RRef's owner sends it wrapped (see the module's docstring).
+
+    Args:
+        rref: The RRef.
+        lease: The key of the object lease the RRef holds (its value, rank 0's
+            ``ObjectLease``), or None. The receiver tells rank 0 that it holds this fork,
+            so that rank 0 can drop it if the receiver dies (:func:`on_lease_arrival`).
+            Such an RRef is sent wrapped by its owner too.
     """
 
-    __slots__ = ("rref",)
+    __slots__ = ("lease", "rref")
 
-    def __init__(self, rref: Any) -> None:
+    def __init__(self, rref: Any, lease: str | None = None) -> None:
         self.rref = rref
+        self.lease = lease
 
-    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, str | None]]:
         # What torch's own pickler would send for the RRef: torch makes the fork here, its
-        # pending child until the receiver accepts it, and it is held here until then.
+        # pending child until the receiver accepts it (registered at once by an owner),
+        # and it is held here until then.
         fork_data = self.rref._serialize()
         hold_sent(self.rref, _fork_of(fork_data))
-        return _arriving, (fork_data,)
+        return _arriving, (fork_data, self.lease)
 
 
 class Arriving:
@@ -160,7 +174,7 @@ class Arriving:
         return self._rref
 
 
-def _arriving(fork_data: Any) -> Arriving:
+def _arriving(fork_data: Any, lease: str | None = None) -> Arriving:
     """Unpickles a :class:`Carried` (on torch's RPC thread): queues the RRef's making."""
     global _arrivals_thread
     item = Arriving()
@@ -170,8 +184,34 @@ def _arriving(fork_data: Any) -> Arriving:
                 target=_make_arrivals, name="actorrt-rref-arrivals", daemon=True
             )
             _arrivals_thread.start()
-    _arriving_queue.put((fork_data, item))
+    _arriving_queue.put((fork_data, item, lease))
     return item
+
+
+def on_lease_arrival(tell: Callable[[str, ForkId, ForkId], None] | None) -> None:
+    """Sets who hears of each fork of an object lease that arrives here (None: nobody).
+
+    ``tell(key, rref_id, fork_id)`` runs on the arrivals thread, once the RRef is made.
+    """
+    global _lease_arrived
+    _lease_arrived = tell
+
+
+def ids_of(rref: Any) -> tuple[ForkId, ForkId] | None:
+    """The RRef id and fork id of a user RRef, read from its ``repr`` (torch has no getter).
+
+    Without this a process could not say which fork ``rpc.remote`` made it; None where
+    the text is not torch's ``UserRRef(RRefId = GloballyUniqueId(created_on=.., local_id=..),
+    ForkId = ...)``.
+    """
+    found = _GUID.findall(repr(rref))
+    if len(found) != 2 or not repr(rref).startswith("UserRRef("):
+        return None
+    (rc, rl), (fc, fl) = found
+    return (int(rc), int(rl)), (int(fc), int(fl))
+
+
+_GUID = re.compile(r"GloballyUniqueId\(created_on=(\d+), local_id=(\d+)\)")
 
 
 def _fork_of(fork_data: Any) -> ForkId:
@@ -196,10 +236,16 @@ def _make_arrivals() -> None:
     # thread) and holds the request until they are confirmed; made here, none is recorded.
     global _arrivals
     while True:
-        fork_data, item = _arriving_queue.get()
+        fork_data, item, lease = _arriving_queue.get()
         try:
             item._rref = _deserialize(fork_data)
-            hold_received(item._rref, _sender_of(fork_data))
+            # One its owner sent was registered there as it was sent, and torch never
+            # flags it confirmed: there is nothing to wait for (nor anyone to tell).
+            if _sender_of(fork_data)[0] != int(fork_data[0]):
+                hold_received(item._rref, _sender_of(fork_data))
+            tell = _lease_arrived
+            if lease is not None and tell is not None and not item._rref.is_owner():
+                tell(lease, (int(fork_data[1]), int(fork_data[2])), _fork_of(fork_data))
         except Exception as exc:
             # Its owner is gone (a process that died has left torch's group: "could not
             # find destination id"), or RPC is ending. The value arrives without it: a
@@ -211,7 +257,7 @@ def _make_arrivals() -> None:
         item._done.set()
         # No reference left here while waiting for the next: the message and the keeper
         # decide when the RRef goes (its actor is freed with the last one).
-        del fork_data, item
+        del fork_data, item, lease
 
 
 def hold_received(rref: Any, sent_by: tuple[int, ForkId] | None = None) -> None:

@@ -672,3 +672,99 @@ def test_an_object_whose_ref_left_its_maker_in_a_value_goes_soon_after_its_last_
     assert all(kept for kept, _ in final["took"]), final  # held while its ref lived
     # A bound the old hold (SENT_HOLD_S, 10 s from the send) always exceeds.
     assert max(seconds for _, seconds in final["took"]) < 8, final
+
+
+DEAD_HOLDERS = """
+@actorrt.actor
+class Forwarder:
+    def pid(self):
+        return os.getpid()
+    def keep(self, box):  # every box given, kept
+        self.boxes = [*getattr(self, "boxes", []), box]
+        return True
+    def total_kept(self, i):
+        return int(actorrt.get(self.boxes[i][0], timeout=30).sum())
+    def pass_on(self, p, other, n):
+        # a result kept at p, held directly here; sent on in a value, it gets a lease
+        # made here (rpc.remote), whose fork this process holds
+        self.ref = p.make.remote(n)
+        actorrt.get(self.ref, timeout=30)  # answered: it travels as its location, not lent
+        assert actorrt.get(other.keep.remote([self.ref]), timeout=30)
+        return self.ref._loc.object_id
+
+def apart(n):  # n consumers, each on a worker of its own, none with the producer
+    rt = actorrt.start(num_workers=n + 1, heartbeat_timeout=5)
+    report(pids=list(rt.local_worker_pids))
+    p = Producer.remote()
+    taken = {actorrt.get(p.pid.remote(), timeout=30)}
+    out = []
+    while len(out) < n:
+        c = Forwarder.remote()
+        pid = actorrt.get(c.pid.remote(), timeout=30)
+        if pid not in taken:
+            taken.add(pid)
+            out.append((c, pid))
+    return p, out
+
+def kept_until(p, object_id, seconds):  # whether p still keeps it after `seconds` at most
+    deadline = time.monotonic() + seconds
+    while actorrt.get(p.keeps.remote(object_id), timeout=30):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
+    return False
+"""
+
+
+def test_an_object_whose_last_ref_died_with_its_holder_goes(tmp_path):
+    """Was: kept at its owner until the cluster ended (a documented limit): a process
+    that died holding a copy of a ref that had travelled inside a value kept its fork of
+    the object's lease at rank 0, which torch never forgets. Each receiver now tells
+    rank 0 which fork it holds, and rank 0 drops a dead holder's forks: for a ref sent by
+    rank 0 (the lease's owner), by a worker, and one whose lease the dead holder made.
+    A ref another process still holds keeps its object."""
+    body = """
+    p, ((c1, pid1), (c2, pid2), (c3, pid3)) = apart(3)
+    n = 2 << 20  # kept at the producer (over ACTORRT_INLINE_BYTES)
+    took = {}
+
+    # 1. Sent by rank 0: the driver got [ref] from the producer, passes it to c1, drops it.
+    box = actorrt.get(p.put.remote(n), timeout=30)
+    from_driver = box[0]._loc.object_id
+    assert actorrt.get(c1.keep.remote(box), timeout=30)
+    # 2. Sent by a worker: the producer puts and hands [ref] to c2 itself.
+    from_worker = actorrt.get(p.give.remote(c2, n), timeout=30)
+    # 3. A lease c3 made: a result kept at the producer, held by c3, sent on to c1.
+    made_there = actorrt.get(c3.pass_on.remote(p, c1, n), timeout=30)
+    # 4. Held twice, by c2 and c3: one of them dies, the other reads it after.
+    both = actorrt.get(p.put.remote(n), timeout=30)
+    both_id = both[0]._loc.object_id
+    assert actorrt.get([c2.keep.remote(both), c3.keep.remote(both)], timeout=30) == [True] * 2
+    del box, both
+    ids = [from_driver, from_worker, made_there, both_id]
+    before = [kept_until(p, i, 3) for i in ids]  # the holders keep them
+
+    os.kill(pid1, signal.SIGKILL)  # held 1 and a copy of 3
+    start = time.monotonic()
+    gone_1 = not kept_until(p, from_driver, 20)
+    took["1"] = time.monotonic() - start
+    still_3 = kept_until(p, made_there, 3)  # c3 holds it still
+    os.kill(pid3, signal.SIGKILL)  # made 3's lease and held it; held a copy of 4
+    start = time.monotonic()
+    gone_3 = not kept_until(p, made_there, 20)
+    took["3"] = time.monotonic() - start
+    still_4 = kept_until(p, both_id, 3)  # c2 holds it still, and reads it
+    read_4 = actorrt.get(c2.total_kept.remote(1), timeout=30)
+    os.kill(pid2, signal.SIGKILL)
+    start = time.monotonic()
+    gone_2 = not kept_until(p, from_worker, 20) and not kept_until(p, both_id, 20)
+    took["2"] = time.monotonic() - start
+    report(before=before, gone=[gone_1, gone_2, gone_3], still=[still_3, still_4],
+           read_4=read_4, took=took)
+    actorrt.shutdown()
+    """
+    header = OWN_CLUSTER + DEAD_HOLDERS
+    final = run_script(tmp_path, header, body, timeout=240)[-1]
+    assert final["before"] == [True] * 4, final
+    assert final["gone"] == [True, True, True], final
+    assert final["still"] == [True, True] and final["read_4"] == 2 << 20, final

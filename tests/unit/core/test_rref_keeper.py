@@ -253,3 +253,57 @@ def test_the_keeper_sleeps_while_it_holds_nothing_and_wakes_for_a_new_hold(monke
     ref = weakref.ref(again)
     del again
     assert _gone_within(ref, 5.0) is not None, "a hold made while it slept was never let go"
+
+
+def test_a_fork_its_owner_sent_is_not_held_for_a_confirmation_that_never_comes(monkeypatch):
+    """An owner registers the fork it sends, and torch never flags the receiver's copy
+    confirmed: held until then, an object lease sent by rank 0 would never go."""
+    made: list[FakeRRef] = []
+
+    def deserialize(data: tuple) -> FakeRRef:
+        made.append(FakeRRef(where="w0"))
+        return made[-1]
+
+    monkeypatch.setattr(rref_keeper, "_deserialize", deserialize)
+    data = (0, 0, 5, 0, 6, 0, "PyObject")  # owner 0, sent by 0 (its parent)
+    arriving = rref_keeper._arriving(data, "lease-key")
+    arrived = arriving.rref()
+    assert arrived is made[0] and not rref_keeper.holds(arrived)
+    ref = weakref.ref(arrived)
+    del arrived, arriving, made[:]
+    assert ref() is None
+
+
+def test_the_receiver_of_a_carried_lease_says_which_fork_it_holds(monkeypatch, made_on):
+    told: list[tuple] = []
+    rref_keeper.on_lease_arrival(lambda key, rref_id, fork_id: told.append((key, rref_id, fork_id)))
+    try:
+        carried = rref_keeper.Carried(FakeRRef(), lease="obj-1")
+        arriving = pickle.loads(pickle.dumps(carried))
+        assert arriving.rref() is not None
+        plain = pickle.loads(pickle.dumps(rref_keeper.Carried(FakeRRef())))  # a handle's
+        assert plain.rref() is not None
+    finally:
+        rref_keeper.on_lease_arrival(None)
+    (key, rref_id, (made_by, _)), *others = told
+    assert key == "obj-1" and rref_id == (1, 7) and made_by == ME and others == [], told
+
+
+class _Repr:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def test_a_user_rrefs_ids_are_read_from_torchs_repr():
+    text = (
+        "UserRRef(RRefId = GloballyUniqueId(created_on=1, local_id=0), "
+        "ForkId = GloballyUniqueId(created_on=1, local_id=12))"
+    )
+    assert rref_keeper.ids_of(_Repr(text)) == ((1, 0), (1, 12))
+    assert (
+        rref_keeper.ids_of(_Repr("OwnerRRef(GloballyUniqueId(created_on=0, local_id=3))")) is None
+    )
+    assert rref_keeper.ids_of(_Repr("something else")) is None
