@@ -63,6 +63,7 @@ class RemoteFunction(Generic[P, R]):
         self._fn = fn
         self._options = options
         self._shape = Shape(options.label, options.resources)  # once: options are frozen
+        self._takes = options.resources.as_dict()  # the executor's get_assigned_resources()
         self._shipped: tuple[str, bytes] | None = None
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
         self._name = name
@@ -154,7 +155,7 @@ class RemoteFunction(Generic[P, R]):
         )
         slot.attach(call.reply, "", None, call.cancel)
         lineage.made(slot if type(slot) is ObjectRef else out[0])  # see refs.send_call
-        when_ready((key, blob, *args), kwargs, call.send, call.give_up)
+        when_ready((key, blob, self._takes, *args), kwargs, call.send, call.give_up)
         return cast("ObjectRef[R]", None if returns == 0 else out)
 
     def shipment(self) -> tuple[str, bytes]:

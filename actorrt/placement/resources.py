@@ -63,6 +63,11 @@ class Resources:
             return 0
         return int(self.num_gpus) if self.num_gpus >= 1 else 1
 
+    def as_dict(self) -> dict[str, float]:
+        """``{"CPU": num_cpus, "GPU": num_gpus}`` as floats, a zero left out (Ray's form)."""
+        both = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus)}
+        return {key: value for key, value in both.items() if value}
+
     def fits_in(self, other: Resources) -> bool:
         """Whether this request fits inside ``other`` (an actor inside a slot)."""
         return self.cpu_units <= other.cpu_units and self.gpu_units <= other.gpu_units
