@@ -101,8 +101,8 @@ class RemoteFunction(Generic[P, R]):
                 :class:`~actorrt.options.FunctionOptions`).
 
         Raises:
-            TypeError: An unknown option.
-            ValueError: A bad value.
+            TypeError: An unknown option, or a value of the wrong type (as Ray's).
+            ValueError: A value out of range.
         """
         other: RemoteFunction[P, R] = RemoteFunction(
             self._fn, FunctionOptions.from_kwargs(options, self._options)

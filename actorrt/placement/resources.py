@@ -29,7 +29,8 @@ class Resources:
             whole number of whole GPUs.
 
     Raises:
-        ValueError: A value is not a number >= 0, or ``num_gpus`` is a fraction above 1.
+        TypeError: A value is not a number (as Ray's ``num_cpus="2"``).
+        ValueError: A value is below 0, or ``num_gpus`` is a fraction above 1.
     """
 
     num_cpus: float = 0.0
@@ -38,8 +39,11 @@ class Resources:
     def __post_init__(self) -> None:
         for field in ("num_cpus", "num_gpus"):
             value = getattr(self, field)
-            if not _is_number(value) or value < 0:
-                raise ValueError(f"{field}={value!r} must be a number >= 0, e.g. {field}=1.")
+            rule = f"{field}={value!r} must be a number >= 0, e.g. {field}=1."
+            if not _is_number(value):
+                raise TypeError(rule)
+            if value < 0:
+                raise ValueError(rule)
         if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
             raise ValueError(
                 f"num_gpus={self.num_gpus!r}: fractions are only allowed below 1 (a share of "
