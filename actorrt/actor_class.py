@@ -473,13 +473,14 @@ def method(
         given).
 
     Raises:
-        TypeError: ``fn`` is not callable, ``num_returns`` is not an int or
-            ``"streaming"``, or
-            ``concurrency_group`` is not a string; or backpressure on a method that
-            does not stream, or ``retry_exceptions`` on one that does.
+        TypeError: ``fn`` is not callable; an option of the wrong type, as in Ray
+            (``num_returns`` not an int or ``"streaming"``, ``max_task_retries`` or the
+            backpressure not an int, ``retry_exceptions`` neither a bool nor a list,
+            ``concurrency_group`` not a string); or backpressure on a method that does
+            not stream, or ``retry_exceptions`` on one that does.
         ValueError: ``num_returns`` is less than 0, the backpressure less than 1 (other
-            than -1), ``max_task_retries`` less than -1, or ``retry_exceptions`` neither
-            a bool nor a list of exception classes.
+            than -1), ``max_task_retries`` less than -1, or ``retry_exceptions`` an empty
+            list or one holding what is not an exception class.
     """
     if fn is None:
         n = check_num_returns(num_returns)
@@ -1212,14 +1213,16 @@ class ActorMethod:
             generator; otherwise the method itself with the options given.
 
         Raises:
-            TypeError: ``num_returns`` is not an int or ``"streaming"``, no option is
-                given, backpressure is asked of a call that does not stream,
-                ``retry_exceptions`` of one that does, or ``name`` is not a string.
+            TypeError: An option of the wrong type, as in Ray (``num_returns`` not an
+                int or ``"streaming"``, ``max_task_retries`` or the backpressure not an
+                int, ``retry_exceptions`` neither a bool nor a list, ``name`` not a
+                string); no option is given, backpressure is asked of a call that does
+                not stream, or ``retry_exceptions`` of one that does.
             ValueError: ``num_returns`` is less than 0, the backpressure less than 1
                 (other than -1), the actor has no such concurrency group, or
                 ``max_task_retries`` is less than -1, or other than 0 for an actor
-                without retries, or ``retry_exceptions`` is not a bool or a list of
-                exception classes, or asks for retries of an actor without.
+                without retries, or ``retry_exceptions`` is an empty list or holds what
+                is not an exception class, or asks for retries of an actor without.
         """
         given = (
             num_returns,

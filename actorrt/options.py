@@ -1,6 +1,9 @@
 """Actor and remote function options: parsed and validated once, when the class is decorated.
 
-Bad options fail here, at decoration or ``.options()`` time, never later on a worker.
+Bad options fail here, at decoration or ``.options()`` time, never later on a worker. As
+in Ray, a value of the wrong type (``num_cpus="2"``, ``max_restarts=1.5``) is a
+``TypeError`` and a value of the right type out of range (``max_restarts=-2``) a
+``ValueError``.
 """
 
 from __future__ import annotations
@@ -73,14 +76,29 @@ def check_backpressure(value: object) -> int:
     """``_generator_backpressure_num_objects`` as actorrt keeps it: N >= 1, or 0 for none.
 
     Raises:
-        ValueError: Not an int, or an int below 1 other than -1 (Ray's "none").
+        TypeError: Not an int.
+        ValueError: An int below 1 other than -1 (Ray's "none").
     """
-    if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and value != -1):
-        raise ValueError(
-            f"{BACKPRESSURE}={value!r} must be an int >= 1 (how many values not yet taken "
-            "the generator may run ahead by), or -1 for no limit."
-        )
-    return max(value, 0)
+    rule = (
+        f"{BACKPRESSURE}={value!r} must be an int >= 1 (how many values not yet taken "
+        "the generator may run ahead by), or -1 for no limit."
+    )
+    count = _int_or_type_error(value, rule)
+    if count < 1 and count != -1:
+        raise ValueError(rule)
+    return max(count, 0)
+
+
+def _int_or_type_error(value: object, message: str) -> int:
+    """``value`` if it is an int (a bool is not one here); else ``TypeError(message)``.
+
+    As Ray's option checks: the wrong type is a ``TypeError``, a bad int a ``ValueError``
+    (the caller's). A bool is refused, where Ray takes it as 0 or 1: ``True`` is not a
+    count anyone means.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(message)
+    return value
 
 
 def check_actor_name(name: object, where: str = "name") -> None:
@@ -174,19 +192,21 @@ class ActorOptions:
         _check_label(self.label)
         Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
         mpc = self.max_pending_calls
-        if isinstance(mpc, bool) or not isinstance(mpc, int) or mpc == 0 or mpc < -1:
-            raise ValueError(
-                f"max_pending_calls={mpc!r} must be an int >= 1, or -1 for no limit, "
-                "e.g. max_pending_calls=16."
-            )
+        rule = (
+            f"max_pending_calls={mpc!r} must be an int >= 1, or -1 for no limit, "
+            "e.g. max_pending_calls=16."
+        )
+        if _int_or_type_error(mpc, rule) == 0 or mpc < -1:
+            raise ValueError(rule)
         if self.name is not None:
             check_actor_name(self.name)
         mc = self.max_concurrency
-        if mc is not None and (isinstance(mc, bool) or not isinstance(mc, int) or mc < 1):
-            raise ValueError(
-                f"max_concurrency={mc!r} must be an int >= 1 (or None for the default), "
-                "e.g. max_concurrency=4."
-            )
+        rule = (
+            f"max_concurrency={mc!r} must be an int >= 1 (or None for the default), "
+            "e.g. max_concurrency=4."
+        )
+        if mc is not None and _int_or_type_error(mc, rule) < 1:
+            raise ValueError(rule)
         mr = self.max_restarts
         _check_retries("max_restarts", mr, "3")
         mtr = self.max_task_retries
@@ -199,7 +219,7 @@ class ActorOptions:
                 f"max_restarts=N (or -1), e.g. max_restarts=1, max_task_retries={mtr}."
             )
         if not isinstance(self.get_if_exists, bool):
-            raise ValueError(f"get_if_exists={self.get_if_exists!r} must be True or False.")
+            raise TypeError(f"get_if_exists={self.get_if_exists!r} must be True or False.")
         if self.get_if_exists and self.name is None:
             raise ValueError(
                 "get_if_exists=True needs a name: the actor is looked up by it, e.g. "
@@ -256,7 +276,12 @@ def _replaced(base: _O, kwargs: Mapping[str, Any], what: str) -> _O:
 
 
 def _groups(groups: object) -> tuple[tuple[str, int], ...]:
-    """``concurrency_groups`` as sorted ``(name, threads)`` pairs; raises ``ValueError``."""
+    """``concurrency_groups`` as sorted ``(name, threads)`` pairs.
+
+    Raises:
+        TypeError: Not a dict of names to threads (a name not a string, threads not an int).
+        ValueError: A name that is not an identifier, or fewer than 1 thread.
+    """
     example = "e.g. concurrency_groups={'io': 2, 'compute': 4}"
     if groups is None:
         return ()
@@ -267,35 +292,44 @@ def _groups(groups: object) -> tuple[tuple[str, int], ...]:
     ):
         pairs = [(p[0], p[1]) for p in groups]
     else:
-        raise ValueError(
+        raise TypeError(
             f"concurrency_groups={groups!r} must be a dict of names to threads, {example}."
         )
     for name, threads in pairs:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(
-                f"concurrency group name {name!r} must be a Python identifier, {example}."
-            )
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError(
-                f"concurrency group {name!r} has {threads!r} threads; each group needs an "
-                f"int >= 1, {example}."
-            )
+        rule = f"concurrency group name {name!r} must be a Python identifier, {example}."
+        if not isinstance(name, str):
+            raise TypeError(rule)
+        if not name.isidentifier():
+            raise ValueError(rule)
+        rule = (
+            f"concurrency group {name!r} has {threads!r} threads; each group needs an "
+            f"int >= 1, {example}."
+        )
+        if _int_or_type_error(threads, rule) < 1:
+            raise ValueError(rule)
     return tuple(sorted(pairs))
 
 
 def _check_label(label: object) -> None:
-    if label is not None and (not isinstance(label, str) or not LABEL_PATTERN.match(label)):
-        raise ValueError(
-            f"label={label!r} is not a valid label: use letters, digits, '_', '.', '-' "
-            "(starting with a letter or '_'), e.g. label='learner'."
-        )
+    """A ``label=``: ``TypeError`` if not a string, ``ValueError`` if not a valid label."""
+    if label is None:
+        return
+    rule = (
+        f"label={label!r} is not a valid label: use letters, digits, '_', '.', '-' "
+        "(starting with a letter or '_'), e.g. label='learner'."
+    )
+    if not isinstance(label, str):
+        raise TypeError(rule)
+    if not LABEL_PATTERN.match(label):
+        raise ValueError(rule)
 
 
 def check_method_retries(value: object) -> int:
     """``max_task_retries`` of a method or of one call (``@actorrt.method``, ``.options``).
 
     Raises:
-        ValueError: Not an int >= -1.
+        TypeError: Not an int.
+        ValueError: An int below -1.
     """
     _check_retries("max_task_retries", value, "0")
     return cast("int", value)
@@ -308,16 +342,20 @@ def check_retry_exceptions(value: object) -> bool | tuple[type[BaseException], .
         ``value`` if a bool, else its exception classes as a tuple.
 
     Raises:
-        ValueError: Neither a bool nor a non-empty list or tuple of exception classes.
+        TypeError: Neither a bool nor a list or tuple.
+        ValueError: A list or tuple that is empty or holds what is not an exception class.
     """
     if isinstance(value, bool):
         return value
-    kinds = tuple(value) if isinstance(value, (list, tuple)) else ()
+    rule = (
+        f"retry_exceptions={value!r} must be True, False or a list of exception "
+        "classes, e.g. retry_exceptions=[ConnectionError]."
+    )
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(rule)
+    kinds = tuple(value)
     if not kinds or not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
-        raise ValueError(
-            f"retry_exceptions={value!r} must be True, False or a list of exception "
-            "classes, e.g. retry_exceptions=[ConnectionError]."
-        )
+        raise ValueError(rule)
     return cast("tuple[type[BaseException], ...]", kinds)
 
 
@@ -336,10 +374,10 @@ def no_stream_retry(what: str) -> str:
 
 
 def _check_retries(what: str, value: object, example: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise ValueError(
-            f"{what}={value!r} must be an int >= 0, or -1 for no limit, e.g. {what}={example}."
-        )
+    """A count of retries or restarts: ``TypeError`` if not an int, ``ValueError`` below -1."""
+    rule = f"{what}={value!r} must be an int >= 0, or -1 for no limit, e.g. {what}={example}."
+    if _int_or_type_error(value, rule) < -1:
+        raise ValueError(rule)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1085,7 +1085,8 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
 
     Args:
         refs: An ``ObjectRef`` or a list/tuple of them.
-        timeout: Seconds to wait in all; ``None`` waits as long as it takes.
+        timeout: Seconds to wait in all; ``None`` (or exactly ``-1``, as Ray's ``get``
+            takes it) waits as long as it takes.
 
     Returns:
         The value, or a list of values in the order of ``refs``. For a type checker,
@@ -1098,8 +1099,9 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
             not wait for slower calls before it in the list.
         ActorDiedError: The actor was killed, ended itself or its process died.
         TypeError: ``timeout`` is not a number.
-        ValueError: ``timeout`` is negative.
+        ValueError: ``timeout`` is negative, other than ``-1``.
     """
+    timeout = _minus_one_is_none(timeout)
     if in_actor.get() is not None and asyncio._get_running_loop() is not None:
         _blocking_an_event_loop()
     pool = lender()
@@ -1107,6 +1109,19 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
         with pool.lending():
             return _get(refs, _ready_in_slices(refs, timeout))
     return _get(refs, timeout)
+
+
+def _minus_one_is_none(timeout: Any) -> Any:
+    """``get``'s ``timeout``, with exactly ``-1`` read as None (no limit).
+
+    Ray's ``get`` passes -1 to its core as "wait for ever", and code written for Ray uses
+    it; any other negative stays refused (Ray's core aborts the process on one), as does
+    a negative ``wait`` timeout, which Ray refuses too. A bool is left for
+    :func:`check_timeout` to refuse.
+    """
+    if isinstance(timeout, numbers.Real) and not isinstance(timeout, bool) and timeout == -1:
+        return None
+    return timeout
 
 
 _SLICE_S = 0.1

@@ -63,6 +63,7 @@ class RemoteFunction(Generic[P, R]):
         self._fn = fn
         self._options = options
         self._shape = Shape(options.label, options.resources)  # once: options are frozen
+        self._takes = options.resources.as_dict()  # the executor's get_assigned_resources()
         self._shipped: tuple[str, bytes] | None = None
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
         self._name = name
@@ -100,8 +101,8 @@ class RemoteFunction(Generic[P, R]):
                 :class:`~actorrt.options.FunctionOptions`).
 
         Raises:
-            TypeError: An unknown option.
-            ValueError: A bad value.
+            TypeError: An unknown option, or a value of the wrong type (as Ray's).
+            ValueError: A value out of range.
         """
         other: RemoteFunction[P, R] = RemoteFunction(
             self._fn, FunctionOptions.from_kwargs(options, self._options)
@@ -154,7 +155,7 @@ class RemoteFunction(Generic[P, R]):
         )
         slot.attach(call.reply, "", None, call.cancel)
         lineage.made(slot if type(slot) is ObjectRef else out[0])  # see refs.send_call
-        when_ready((key, blob, *args), kwargs, call.send, call.give_up)
+        when_ready((key, blob, self._takes, *args), kwargs, call.send, call.give_up)
         return cast("ObjectRef[R]", None if returns == 0 else out)
 
     def shipment(self) -> tuple[str, bytes]:

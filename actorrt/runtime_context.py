@@ -17,6 +17,7 @@ from actorrt.runtime.protocol import task_name
 
 if TYPE_CHECKING:
     from actorrt.runtime.host import ActorHost
+    from actorrt.runtime.runtime import Runtime
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 
@@ -57,6 +58,66 @@ class RuntimeContext:
             return rt.plan.for_name(rt.name).node
         except Exception:  # a process the plan does not know (a worker that grew in)
             return None
+
+    def get_job_id(self) -> str | None:
+        """The running cluster's id, as Ray's job id: 8 hex digits, the same in every process.
+
+        actorrt's job is the cluster: ``actorrt.start()`` draws a random id for it, which
+        its driver's name carries (``driver_1a2b3c4d`` gives ``"1a2b3c4d"``); a later
+        ``start()`` gets a new one. None in a process that is not started.
+        """
+        from actorrt.runtime.runtime import current_or_none  # torch: only when asked
+
+        rt = current_or_none()
+        if rt is None:
+            return None
+        _, _, session = rt.driver_name.partition("_")
+        return session or None
+
+    @property
+    def namespace(self) -> str | None:
+        """Ray's namespace of the running job; actorrt has none, so it is the cluster's id.
+
+        Ray's default namespace is an anonymous one per job, in which the job's actor
+        names are unique; an actorrt cluster is the one scope of its names, so this is
+        :meth:`get_job_id`. ``actorrt.get_actor`` takes no namespace (leave it out).
+        """
+        return self.get_job_id()
+
+    def get_assigned_resources(self) -> dict[str, float]:
+        """What the running actor or remote function reserved, as Ray's: ``{"CPU": 1.0}``.
+
+        An actor's ``num_cpus`` and ``num_gpus`` (a fraction for a share of one GPU), a
+        remote function's per call (1 CPU unless given, as in Ray); a zero is left out,
+        so an actor that asked for nothing gives ``{}``, as Ray's does.
+
+        Returns:
+            ``{"CPU": n, "GPU": m}`` as floats; ``{}`` outside an actor or remote function
+            (the driver's own code, where Ray's raises; a thread the method started).
+        """
+        takes = _function_takes()
+        if takes is not None:
+            return dict(takes)
+        actor_id = in_actor.get()
+        return {} if actor_id is None else _host().resources_of(actor_id)
+
+    def get_node_labels(self) -> dict[str, str]:
+        """The labels of this process, as Ray's node labels: ``{"learner": ""}``.
+
+        actorrt's labels are names without values (Ray's are ``key: value``): each is a
+        key, with ``""`` as its value; test one with ``"learner" in labels``. They are
+        the labels ``actorrt.nodes()`` lists for this process: with a layout
+        (``actorrt.start(labels=...)``), those of the slots the plan gave it; without
+        one, those it offers (``actorrt worker --labels``, a cluster file's). The driver
+        and a local worker without labels have none: ``{}``, as has a process that is
+        not started.
+        """
+        from actorrt.runtime.runtime import current_or_none  # torch: only when asked
+
+        rt = current_or_none()
+        if rt is None:
+            return {}
+        return dict.fromkeys(_plan_labels(rt) or rt.offered_labels, "")
 
     def get_worker_id(self) -> str | None:
         """The process running here, by its RPC name, as ``actorrt.nodes()`` lists it.
@@ -171,10 +232,13 @@ class RuntimeContext:
     def get(self) -> dict[str, Any]:
         """What this context knows, as one dict (Ray's ``get()``): the set values only.
 
-        Keys: ``worker_id`` and ``node_id`` in a started process; ``actor_id``,
-        ``task_id`` and ``task_name`` where they apply (see their methods).
+        Keys: ``job_id``, ``namespace``, ``worker_id`` and ``node_id`` in a started
+        process; ``actor_id``, ``task_id`` and ``task_name`` where they apply (see their
+        methods).
         """
         values = {
+            "job_id": self.get_job_id(),
+            "namespace": self.namespace,
             "worker_id": self.get_worker_id(),
             "node_id": self.get_node_id(),
             "actor_id": self.get_actor_id(),
@@ -212,6 +276,23 @@ def _running_actor(what: str, hint: str = "") -> str:
             f"get_runtime_context().{what} works only inside an actor's method or constructor{hint}"
         )
     return actor_id
+
+
+def _plan_labels(rt: Runtime) -> tuple[str, ...]:
+    """The labels of the slots the plan gave this process (none without a layout)."""
+    if rt.plan is None:
+        return ()
+    try:
+        return rt.plan.for_name(rt.name).labels
+    except Exception:  # a process the plan does not know (a worker that grew in)
+        return ()
+
+
+def _function_takes() -> dict[str, float] | None:
+    """What the remote function running here takes per call; None outside one."""
+    from actorrt.runtime.executor import in_function  # torch: only when asked
+
+    return in_function.get()
 
 
 def _host() -> ActorHost:

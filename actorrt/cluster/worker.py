@@ -111,6 +111,7 @@ def run_worker(cfg: WorkerConfig) -> int:
 
     def before_rpc(rt: Runtime) -> None:
         nonlocal forwarder
+        rt.offered_labels = cfg.labels
         # A driver dying during start-up ends us too; one that stops pinging, later.
         _watch_driver(cfg, rt, float(plan.get("heartbeat_timeout", 0.0)))
         if not plan.get("driver_holds_rrefs", True):

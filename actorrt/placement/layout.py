@@ -75,7 +75,7 @@ class LabelSpec:
             )
         try:
             Resources(self.num_cpus, self.num_gpus)
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:  # a layout's errors are all PlacementError
             raise PlacementError(f"label {self.label!r}: {exc}") from None
 
     @property

@@ -29,7 +29,8 @@ class Resources:
             whole number of whole GPUs.
 
     Raises:
-        ValueError: A value is not a number >= 0, or ``num_gpus`` is a fraction above 1.
+        TypeError: A value is not a number (as Ray's ``num_cpus="2"``).
+        ValueError: A value is below 0, or ``num_gpus`` is a fraction above 1.
     """
 
     num_cpus: float = 0.0
@@ -38,8 +39,11 @@ class Resources:
     def __post_init__(self) -> None:
         for field in ("num_cpus", "num_gpus"):
             value = getattr(self, field)
-            if not _is_number(value) or value < 0:
-                raise ValueError(f"{field}={value!r} must be a number >= 0, e.g. {field}=1.")
+            rule = f"{field}={value!r} must be a number >= 0, e.g. {field}=1."
+            if not _is_number(value):
+                raise TypeError(rule)
+            if value < 0:
+                raise ValueError(rule)
         if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
             raise ValueError(
                 f"num_gpus={self.num_gpus!r}: fractions are only allowed below 1 (a share of "
@@ -62,6 +66,11 @@ class Resources:
         if not self.num_gpus:
             return 0
         return int(self.num_gpus) if self.num_gpus >= 1 else 1
+
+    def as_dict(self) -> dict[str, float]:
+        """``{"CPU": num_cpus, "GPU": num_gpus}`` as floats, a zero left out (Ray's form)."""
+        both = {"CPU": float(self.num_cpus), "GPU": float(self.num_gpus)}
+        return {key: value for key, value in both.items() if value}
 
     def fits_in(self, other: Resources) -> bool:
         """Whether this request fits inside ``other`` (an actor inside a slot)."""

@@ -4,7 +4,8 @@ An executor is a mailbox (per-caller order, its own threads, the payload road, r
 kept here when large) whose instance is a :class:`FunctionExecutor`: the call's method
 name is the function's name, and its first two arguments are the function itself, as a
 cache key and cloudpickle bytes, unpickled once per process (the bytes are None once the
-caller knows this process has it: see :mod:`actorrt.runtime.functions`). The host opens an
+caller knows this process has it: see :mod:`actorrt.runtime.functions`); the third is what
+each call of it takes (``{"CPU": 1.0}``), for :data:`in_function`. The host opens an
 executor on the first call that names it; its id says how many threads it has and which
 GPUs they use (:func:`actorrt.placement.functions.parse_executor_id`).
 """
@@ -12,6 +13,7 @@ GPUs they use (:func:`actorrt.placement.functions.parse_executor_id`).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import itertools
 import threading
@@ -30,7 +32,13 @@ from actorrt.runtime.protocol import FunctionNotLoaded
 from actorrt.runtime.raised import ExitRefused
 from actorrt.runtime.threads import may_lend
 
-__all__ = ["FunctionExecutor", "open_executor"]
+__all__ = ["FunctionExecutor", "in_function", "open_executor"]
+
+in_function: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
+    "actorrt_in_function", default=None
+)
+"""What the remote function running in this thread takes per call (its ``num_cpus`` and
+``num_gpus`` as ``{"CPU": 1.0}``, zeros left out); None outside one."""
 
 _functions: dict[str, Callable[..., Any]] = {}  # cache key -> the function, per process
 _functions_lock = threading.Lock()
@@ -74,7 +82,13 @@ class FunctionExecutor:
         return partial(self._actorrt_run, name)
 
     def _actorrt_run(
-        self, name: str, key: str, blob: bytes | None, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        key: str,
+        blob: bytes | None,
+        takes: dict[str, float],
+        *args: Any,
+        **kwargs: Any,
     ) -> Any:
         fn = _load(key, blob)
         if self._actorrt_groups and not getattr(self._actorrt_local, "gpu_set", False):
@@ -83,23 +97,27 @@ class FunctionExecutor:
             self._actorrt_local.gpu_set = True
         token = in_method.set(None)  # a function is no actor method: exit_actor() refuses
         actor_token = in_actor.set(None)  # nor an actor (the executor's mailbox is not one)
+        takes_token = in_function.set(takes)
         try:
             with may_lend():  # its get() of other calls lends this thread (nested functions)
                 # actorrt.cancel() may interrupt it while it runs (see runtime.interrupts)
-                return interrupts.run(partial(_call, fn, name, args, kwargs))
+                return interrupts.run(partial(_call, fn, name, takes, args, kwargs))
         except SystemExit as exc:  # would end the executor, which other calls share
             raise _no_exit(name, exc) from None
         finally:
             in_method.reset(token)
             in_actor.reset(actor_token)
+            in_function.reset(takes_token)
 
 
-def _call(fn: Callable[..., Any], name: str, args: Any, kwargs: Any) -> Any:
+def _call(
+    fn: Callable[..., Any], name: str, takes: dict[str, float], args: Any, kwargs: Any
+) -> Any:
     result = fn(*args, **kwargs)
     if inspect.iscoroutine(result):  # an async def function runs to its end here
         return interrupts.run_coroutine(result)
     if inspect.isgenerator(result) or inspect.isasyncgen(result):
-        return _function_values(result, name)  # streamed by the mailbox
+        return _function_values(result, name, takes)  # streamed by the mailbox
     return result
 
 
@@ -110,7 +128,7 @@ def _no_exit(name: str, exc: SystemExit) -> ExitRefused:
     )
 
 
-def _function_values(values: Any, name: str) -> Iterator[Any]:
+def _function_values(values: Any, name: str, takes: dict[str, float]) -> Iterator[Any]:
     """A generator function's values, each made as its call's own code runs.
 
     The mailbox iterates it after the function returned (see ``Mailbox._stream``), so
@@ -123,6 +141,7 @@ def _function_values(values: Any, name: str) -> Iterator[Any]:
         while True:
             token = in_method.set(None)
             actor_token = in_actor.set(None)
+            takes_token = in_function.set(takes)
             try:
                 with may_lend():
                     value = next(steps)
@@ -133,6 +152,7 @@ def _function_values(values: Any, name: str) -> Iterator[Any]:
             finally:
                 in_method.reset(token)
                 in_actor.reset(actor_token)
+                in_function.reset(takes_token)
             yield value
     finally:
         steps.close()  # cancelled between values (actorrt.cancel): its cleanup runs

@@ -69,9 +69,11 @@ class ActorHost:
         self._pinned: dict[str, ActorLease] = {}  # named actors live until killed
         # actor id -> (its record, its lease while some RRef holds it (None: pinned),
         # whether it was made again after its process died), for what an actor asks of
-        # itself (actorrt.get_runtime_context()); and its name, if it has one
+        # itself (actorrt.get_runtime_context()); its name, if it has one, and what it
+        # reserved (num_cpus, num_gpus)
         self._own: dict[str, tuple[ActorRecord, weakref.ref[ActorLease] | None, bool]] = {}
         self._names: dict[str, str] = {}
+        self._resources: dict[str, dict[str, float]] = {}
         self._on_actor_end = on_actor_end
         self._pack_reply = pack_reply
         # reentrant-safe put; None ends the thread (close)
@@ -129,6 +131,7 @@ class ActorHost:
         max_pending: int = -1,
         reconstructed: bool = False,
         name: str | None = None,
+        resources: dict[str, float] | None = None,
     ) -> ActorLease:
         """Creates an actor here (the ``rpc_create`` request); its RRef holds the lease.
 
@@ -152,6 +155,8 @@ class ActorHost:
                 self._own[actor_id] = (record, lease_ref, reconstructed)
                 if name is not None:
                     self._names[actor_id] = name
+                if resources:
+                    self._resources[actor_id] = dict(resources)
         except BaseException as exc:  # e.g. the class's module does not import here
             box.kill(
                 f"{class_name} actor {actor_id} could not be created on "
@@ -199,6 +204,10 @@ class ActorHost:
     def name_of(self, actor_id: str) -> str | None:
         """The name of actor ``actor_id`` (living here), or None."""
         return self._names.get(actor_id)
+
+    def resources_of(self, actor_id: str) -> dict[str, float]:
+        """What actor ``actor_id`` (living here) reserved: ``{"CPU": n, "GPU": m}``, no zeros."""
+        return dict(self._resources.get(actor_id, {}))
 
     def was_reconstructed(self, actor_id: str) -> bool:
         """Whether actor ``actor_id`` (living here) was made again after its process died."""
@@ -282,6 +291,7 @@ class ActorHost:
             self._pinned.pop(actor_id, None)  # a named actor that exited itself
             self._own.pop(actor_id, None)
             self._names.pop(actor_id, None)
+            self._resources.pop(actor_id, None)
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id, reason)
 

@@ -213,6 +213,9 @@ class Runtime:
         self.local_worker_pids: list[int] = []  # pids of a local cluster's workers (driver)
         self.pids: dict[int, int] = {}  # rank -> pid, as each process reported it (driver)
         self.plan: Plan | None = None  # the cluster's placement plan (every process)
+        # What `actorrt worker --labels` (or a cluster file) offered: without a layout the
+        # plan gives this process no labels, and get_runtime_context() reports these.
+        self.offered_labels: tuple[str, ...] = ()
         self._rrefless: frozenset[str] = frozenset()  # peers that cannot receive RRefs
         self.spec: ClusterSpec | None = None  # what the plan was made from (driver)
         # node descriptions (driver): by rank, then growers in the order they joined
@@ -333,6 +336,7 @@ class Runtime:
                 "retries": options.max_task_retries,
                 "max_pending": options.max_pending_calls,
                 "name": options.name,
+                "resources": options.resources.as_dict(),  # get_assigned_resources()
             }
             try:
                 wire = self.pack(placement.worker, (args, kwargs))

@@ -30,6 +30,10 @@ class Worker:
     def fail(self, msg):
         raise ValueError(msg)
 
+    @actorrt.method(num_returns=2)
+    def pair(self, x):
+        return x, x + 1
+
 
 def double(actor, x):
     return actor.double.remote(x)
@@ -162,3 +166,30 @@ def test_map_submits_every_task_at_the_call_as_ray_does(workers):
     assert [pool.get_next(timeout=30) for _ in range(2)] == [0, 2]
     pool.map_unordered(double, [3])
     assert pool.get_next_unordered(timeout=30) == 6 and not pool.has_next()
+
+
+def pair(actor, x):
+    return actor.pair.remote(x)  # a list of two refs
+
+
+def two_calls(actor, s):
+    return [actor.slow.remote(s), actor.slow.remote(0.0)]
+
+
+def test_a_task_function_may_return_a_list_of_refs_whose_values_come_as_a_list_as_rays(workers):
+    # Ray's pool takes a list (a method's num_returns=2 refs, or several calls): was a
+    # TypeError. Ray's own get_next(timeout=) and get_next_unordered fail on one.
+    pool = actorrt.ActorPool(workers)
+    assert list(pool.map(pair, [1, 2, 3])) == [[1, 2], [2, 3], [3, 4]]
+    assert list(pool.map_unordered(two_calls, [1.0, 0.0])) == [[0.0, 0.0], [1.0, 0.0]]
+    pool.submit(two_calls, 1.0)
+    with pytest.raises(TimeoutError):  # its first call is slow: the task is not done
+        pool.get_next(timeout=0.05)
+    assert pool.get_next(timeout=30) == [1.0, 0.0]
+    pool.submit(lambda a, x: [], 0)  # starts nothing: done at once, as Ray's gives []
+    pool.submit(pair, 5)
+    assert pool.get_next_unordered(timeout=30) == []
+    assert pool.get_next(timeout=30) == [5, 6]
+    with pytest.raises(TypeError, match="not an ObjectRef or a list"):
+        pool.submit(lambda a, x: (a.double.remote(x),), 1)  # a tuple: refused, as by Ray
+    assert not pool.has_next() and pool.has_free()

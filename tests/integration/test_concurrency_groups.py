@@ -54,7 +54,7 @@ def test_bad_groups_fail_at_decoration_or_options():
         actorrt.actor(concurrency_groups={"io": 0})
     with pytest.raises(ValueError, match="must be a Python identifier"):
         actorrt.actor(concurrency_groups={"bad name": 1})
-    with pytest.raises(ValueError, match="must be a dict of names to threads"):
+    with pytest.raises(TypeError, match="must be a dict of names to threads"):  # as Ray's
         actorrt.actor(concurrency_groups=["io"])
     with pytest.raises(TypeError, match="concurrency_group=3 must be the name"):
         actorrt.method(concurrency_group=3)

@@ -174,3 +174,27 @@ def test_cluster_and_available_resources_follow_the_layout_and_the_actors(tmp_pa
     assert rep["at_start"] == {"CPU": cpus - 0.5}  # the two collector slots, taken at start
     assert rep["with_free"] == {"CPU": cpus - 0.75}
     assert rep["after_kill"] == {"CPU": cpus - 0.5}
+
+
+def test_an_actor_in_a_layouts_slot_has_its_label_as_a_node_label(tmp_path):
+    (rep,) = run_driver(
+        tmp_path,
+        """
+        @actorrt.actor(label="collector")
+        class Labelled:
+            def parts(self):
+                ctx = actorrt.get_runtime_context()
+                return ctx.get_node_labels(), ctx.get_job_id()
+
+        with actorrt.start(labels={"collector": 2}, num_workers=1, timeout=90) as rt:
+            ctx = actorrt.get_runtime_context()
+            report(
+                pids=list(rt.local_worker_pids),
+                driver=[ctx.get_node_labels(), ctx.get_job_id()],
+                actor=actorrt.get(Labelled.remote().parts.remote(), timeout=60),
+            )
+        """,
+    )
+    labels, job = rep["actor"]
+    assert labels == {"collector": ""}  # actorrt's labels have no values
+    assert rep["driver"] == [{}, job]  # the driver holds no slot; one job in the cluster

@@ -506,3 +506,10 @@ def test_a_get_in_a_function_raises_a_failure_before_its_timeout_as_the_drivers(
         actorrt.get(refs, timeout=timeout)  # the driver's
     # the function's get, which waits in slices, raises the same (was: GetTimeoutError)
     assert actorrt.get(get_within.remote([refs], timeout), timeout=60) == "ActorError(ValueError)"
+
+
+def test_a_get_in_a_function_takes_a_timeout_of_minus_one_as_none_as_rays(cluster):
+    slow = Slow.remote()
+    ref = slow.sleep.remote(0.5)  # not ready when the function's get starts
+    assert actorrt.get(get_within.remote([ref], -1), timeout=60) == 0.5  # was: "ValueError"
+    assert actorrt.get(get_within.remote([ref], -2), timeout=60) == "ValueError"

@@ -185,7 +185,13 @@ def test_a_call_knows_its_task_name_and_id_and_its_process(cluster):
     ctx = actorrt.get_runtime_context()  # the driver: no call runs here
     assert (ctx.get_task_name(), ctx.get_task_id()) == (None, None)
     assert ctx.get_worker_id() == cluster.name
-    assert ctx.get() == {"worker_id": cluster.name, "node_id": ctx.get_node_id()}
+    job = ctx.get_job_id()
+    assert ctx.get() == {
+        "job_id": job,
+        "namespace": job,
+        "worker_id": cluster.name,
+        "node_id": ctx.get_node_id(),
+    }
 
 
 def test_a_call_named_with_options_gives_that_task_name_as_rays(cluster):
@@ -209,3 +215,63 @@ def test_a_call_named_with_options_gives_that_task_name_as_rays(cluster):
         t.task.options(name=3)
     with pytest.raises(ValueError, match="name='' names nothing"):
         task_in_a_function.options(name="")
+
+
+def _job_parts():
+    ctx = actorrt.get_runtime_context()
+    return ctx.get_job_id(), ctx.namespace, ctx.get_assigned_resources(), ctx.get_node_labels()
+
+
+@actorrt.actor
+class Job:
+    def __init__(self):
+        self.at_init = _job_parts()
+
+    def parts(self):
+        return self.at_init, _job_parts()
+
+    async def parts_async(self):
+        return _job_parts()
+
+    def streamed(self):
+        yield _job_parts()
+
+
+@actorrt.remote
+def job_in_a_function():
+    return _job_parts()
+
+
+@actorrt.remote
+def job_in_a_generator():
+    yield _job_parts()
+
+
+def test_the_job_namespace_resources_and_labels_of_a_call_as_rays(cluster):
+    job, namespace, resources, labels = _job_parts()  # the driver's
+    assert isinstance(job, str) and len(job) == 8 and int(job, 16) >= 0  # hex, as Ray's
+    assert cluster.driver_name == f"driver_{job}"  # the cluster's own id
+    assert namespace == job  # one scope of names per cluster: actorrt has no namespaces
+    assert resources == {}  # the driver reserves nothing (Ray's raises here)
+    assert labels == {}  # no layout, and local workers offer no labels
+    got = actorrt.get_runtime_context().get()
+    assert got["job_id"] == job and got["namespace"] == namespace
+    # An actor reserves nothing unless asked (as Ray's, num_cpus=0); the job is the same.
+    plain = Job.remote()
+    assert actorrt.get(plain.parts.remote(), timeout=30) == ((job, job, {}, {}),) * 2
+    sized = Job.options(num_cpus=0.5).remote()
+    assert actorrt.get(sized.parts.remote(), timeout=30) == ((job, job, {"CPU": 0.5}, {}),) * 2
+    assert actorrt.get(sized.parts_async.remote(), timeout=30) == (job, job, {"CPU": 0.5}, {})
+    assert [actorrt.get(r, timeout=30) for r in sized.streamed.remote()] == [
+        (job, job, {"CPU": 0.5}, {})
+    ]
+    # A remote function takes one CPU per call unless told otherwise, as in Ray.
+    assert actorrt.get(job_in_a_function.remote(), timeout=30) == (job, job, {"CPU": 1.0}, {})
+    half = job_in_a_function.options(num_cpus=0.5).remote()
+    assert actorrt.get(half, timeout=30) == (job, job, {"CPU": 0.5}, {})
+    free = job_in_a_function.options(num_cpus=0).remote()
+    assert actorrt.get(free, timeout=30) == (job, job, {}, {})
+    streamed = job_in_a_generator.options(num_cpus=0.25).remote()
+    assert [actorrt.get(r, timeout=30) for r in streamed] == [(job, job, {"CPU": 0.25}, {})]
+    actorrt.kill(plain)
+    actorrt.kill(sized)

@@ -241,7 +241,7 @@ def test_get_if_exists_needs_a_name_and_a_bool():
         actorrt.actor(get_if_exists=True)
     with pytest.raises(ValueError, match="get_if_exists=True needs a name"):
         P.options(get_if_exists=True)
-    with pytest.raises(ValueError, match="get_if_exists='yes' must be True or False"):
+    with pytest.raises(TypeError, match="get_if_exists='yes' must be True or False"):
         P.options(name="x", get_if_exists="yes")
     bound = P.options(name="x", get_if_exists=True)
     assert bound._options == ActorOptions(name="x", get_if_exists=True)

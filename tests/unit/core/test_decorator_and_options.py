@@ -35,30 +35,50 @@ def test_bare_and_parametrised_decorator():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, error, match",
     [
-        ({"num_gpus": -1}, "num_gpus=-1 must be a number >= 0"),
-        ({"num_cpus": "two"}, "num_cpus='two' must be a number"),
-        ({"max_concurrency": 0}, "max_concurrency=0 must be an int >= 1"),
-        ({"max_concurrency": 1.5}, "max_concurrency=1.5"),
-        ({"label": "bad label!"}, "not a valid label"),
-        ({"name": ""}, "non-empty string"),
-        ({"num_gpus": 1.5}, "fractions are only allowed below 1"),
-        ({"max_restarts": -2}, "max_restarts=-2 must be an int >= 0, or -1 for no limit"),
-        ({"max_restarts": 1.0}, "max_restarts=1.0 must be an int"),
-        ({"max_restarts": True}, "max_restarts=True must be an int"),
-        ({"max_restarts": 1, "max_task_retries": -2}, "max_task_retries=-2 must be an int >= 0"),
-        ({"max_restarts": 1, "max_task_retries": "3"}, "max_task_retries='3' must be an int"),
-        ({"max_task_retries": 3}, "max_task_retries=3 needs max_restarts.*max_restarts=1"),
-        ({"max_pending_calls": 0}, r"max_pending_calls=0 must be an int >= 1, or -1 for no"),
-        ({"max_pending_calls": -2}, "max_pending_calls=-2 must be an int >= 1"),
-        ({"max_pending_calls": 2.0}, "max_pending_calls=2.0 must be an int"),
-        ({"max_pending_calls": True}, "max_pending_calls=True must be an int"),
+        ({"num_gpus": -1}, ValueError, "num_gpus=-1 must be a number >= 0"),
+        ({"num_cpus": "two"}, TypeError, "num_cpus='two' must be a number"),
+        ({"max_concurrency": 0}, ValueError, "max_concurrency=0 must be an int >= 1"),
+        ({"max_concurrency": 1.5}, TypeError, "max_concurrency=1.5"),
+        ({"label": "bad label!"}, ValueError, "not a valid label"),
+        ({"label": 3}, TypeError, "not a valid label"),
+        ({"name": ""}, ValueError, "non-empty string"),
+        ({"num_gpus": 1.5}, ValueError, "fractions are only allowed below 1"),
+        ({"max_restarts": -2}, ValueError, "max_restarts=-2 must be an int >= 0, or -1 for no"),
+        ({"max_restarts": 1.0}, TypeError, "max_restarts=1.0 must be an int"),
+        ({"max_restarts": "x"}, TypeError, "max_restarts='x' must be an int"),
+        ({"max_restarts": True}, TypeError, "max_restarts=True must be an int"),
+        (
+            {"max_restarts": 1, "max_task_retries": -2},
+            ValueError,
+            "max_task_retries=-2 must be an int >= 0",
+        ),
+        (
+            {"max_restarts": 1, "max_task_retries": "3"},
+            TypeError,
+            "max_task_retries='3' must be an int",
+        ),
+        ({"max_task_retries": 3}, ValueError, "max_task_retries=3 needs max_restarts.*=1"),
+        ({"max_pending_calls": 0}, ValueError, r"max_pending_calls=0 must be an int >= 1, or -1"),
+        ({"max_pending_calls": -2}, ValueError, "max_pending_calls=-2 must be an int >= 1"),
+        ({"max_pending_calls": 2.0}, TypeError, "max_pending_calls=2.0 must be an int"),
+        ({"max_pending_calls": True}, TypeError, "max_pending_calls=True must be an int"),
+        ({"concurrency_groups": [1]}, TypeError, "must be a dict of names to threads"),
+        ({"concurrency_groups": {1: 2}}, TypeError, "name 1 must be a Python identifier"),
+        ({"concurrency_groups": {"a b": 2}}, ValueError, "must be a Python identifier"),
+        ({"concurrency_groups": {"io": "2"}}, TypeError, "has '2' threads"),
+        ({"concurrency_groups": {"io": 0}}, ValueError, "has 0 threads"),
     ],
 )
-def test_bad_options_fail_at_decoration(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_options_fail_at_decoration_and_options_with_rays_error_class(kwargs, error, match):
+    # As Ray's: a value of the wrong type is a TypeError, one out of range a ValueError
+    # (Ray 2.60: num_cpus="2", max_restarts=1.5 TypeError; max_restarts=-2 ValueError).
+    with pytest.raises(error, match=match) as raised:
         actorrt.actor(**kwargs)
+    assert type(raised.value) is error  # exactly Ray's class, not one of both
+    with pytest.raises(error, match=match):
+        actorrt.actor(Plain).options(**kwargs)
 
 
 @pytest.mark.parametrize("name", [1, object(), b"learner", ["a"]])
@@ -256,8 +276,8 @@ def test_a_methods_own_task_retries_travel_in_the_table_and_are_checked():
     with pytest.raises(TypeError):
         table.check("Steps", "apply", (), {})
 
-    for bad in (-2, True, "0", 1.0):
-        with pytest.raises(ValueError, match="max_task_retries=.* must be an int >= 0"):
+    for bad, error in ((-2, ValueError), (True, TypeError), ("0", TypeError), (1.0, TypeError)):
+        with pytest.raises(error, match="max_task_retries=.* must be an int >= 0"):
             actorrt.method(max_task_retries=bad)
     # A method asking for retries on an actor without: refused at decoration and options.
     with pytest.raises(ValueError, match="Steps.pair asks for max_task_retries=-1"):
@@ -275,6 +295,8 @@ def test_a_methods_own_task_retries_travel_in_the_table_and_are_checked():
     assert retried.pair.options(max_task_retries=0, num_returns=2)._method._retries == 0
     with pytest.raises(ValueError, match="must be an int >= 0"):
         retried.read.options(max_task_retries=-3)
+    with pytest.raises(TypeError, match="must be an int >= 0"):
+        retried.read.options(max_task_retries="x")
 
 
 def test_num_returns_options_are_checked():
@@ -291,6 +313,10 @@ def test_num_returns_options_are_checked():
     assert type(method.options(num_returns="streaming")).__name__ == "StreamingReturns"
 
 
+def _plain_function():
+    return 1
+
+
 def test_function_options_are_rays_and_fail_at_once():
     from actorrt.options import FunctionOptions
 
@@ -301,16 +327,31 @@ def test_function_options_are_rays_and_fail_at_once():
     assert (default.max_retries, default.retry_exceptions) == (3, False)
     listed = FunctionOptions.from_kwargs({"retry_exceptions": [KeyError, OSError]})
     assert listed.retry_exceptions == (KeyError, OSError)  # kept as a tuple: hashable
-    for bad, message in [
-        ({"num_gpus": 1.5}, "fractions are only allowed below 1"),
-        ({"label": "no spaces"}, "is not a valid label"),
-        ({"max_retries": -2}, "max_retries=-2 must be an int >= 0"),
-        ({"num_returns": -1}, "num_returns=-1 must be >= 0"),
-        ({"retry_exceptions": []}, "must be True, False or a list of exception classes"),
-        ({"retry_exceptions": "KeyError"}, "must be True, False or a list"),
+    for bad, error, message in [
+        ({"num_gpus": 1.5}, ValueError, "fractions are only allowed below 1"),
+        ({"num_cpus": "2"}, TypeError, "num_cpus='2' must be a number"),
+        ({"num_gpus": -1}, ValueError, "num_gpus=-1 must be a number >= 0"),
+        ({"label": "no spaces"}, ValueError, "is not a valid label"),
+        ({"max_retries": -2}, ValueError, "max_retries=-2 must be an int >= 0"),
+        ({"max_retries": "x"}, TypeError, "max_retries='x' must be an int"),
+        ({"max_retries": 1.5}, TypeError, "max_retries=1.5 must be an int"),
+        ({"num_returns": -1}, ValueError, "num_returns=-1 must be >= 0"),
+        ({"num_returns": 1.5}, TypeError, "num_returns=1.5 must be an int"),
+        ({"num_returns": "2"}, TypeError, "num_returns='2' must be an int"),
+        ({"retry_exceptions": []}, ValueError, "must be True, False or a list of exception"),
+        ({"retry_exceptions": [1]}, ValueError, "must be True, False or a list"),
+        ({"retry_exceptions": "KeyError"}, TypeError, "must be True, False or a list"),
+        ({"_generator_backpressure_num_objects": "x"}, TypeError, "must be an int >= 1"),
+        ({"_generator_backpressure_num_objects": 0}, ValueError, "must be an int >= 1"),
     ]:
-        with pytest.raises(ValueError, match=message):
+        # Ray 2.60's classes: TypeError for the wrong type, ValueError for a bad value.
+        with pytest.raises(error, match=message) as raised:
             FunctionOptions.from_kwargs(bad)
+        assert type(raised.value) is error
+        with pytest.raises(error, match=message):
+            actorrt.remote(**bad)(_plain_function)
+        with pytest.raises(error, match=message):
+            actorrt.remote(_plain_function).options(**bad)
     with pytest.raises(TypeError, match="unknown remote function option.*valid options are"):
         FunctionOptions.from_kwargs({"max_restarts": 1})
 
@@ -347,8 +388,14 @@ def test_a_methods_retry_exceptions_travel_in_the_table_by_name_and_are_checked(
     with pytest.raises(TypeError):
         table.check("Service", "picky", (), {})
 
-    for bad in ([], [ValueError, "x"], "ValueError", 1, [int]):
-        with pytest.raises(ValueError, match="retry_exceptions=.* must be True, False or a list"):
+    for bad, error in (
+        ([], ValueError),
+        ([ValueError, "x"], ValueError),
+        ("ValueError", TypeError),
+        (1, TypeError),
+        ([int], ValueError),
+    ):
+        with pytest.raises(error, match="retry_exceptions=.* must be True, False or a list"):
             actorrt.method(retry_exceptions=bad)
     # Its retries are the actor's max_task_retries: refused on an actor without.
     with pytest.raises(ValueError, match="Service.any_error asks for retry_exceptions"):
@@ -366,7 +413,7 @@ def test_a_methods_retry_exceptions_travel_in_the_table_by_name_and_are_checked(
         "builtins.ValueError",
     )
     assert retried.plain._retry_on is None  # the method's own: read from the table per call
-    with pytest.raises(ValueError, match="must be True, False or a list"):
+    with pytest.raises(TypeError, match="must be True, False or a list"):  # a class, no list
         retried.plain.options(retry_exceptions=ValueError)
 
 

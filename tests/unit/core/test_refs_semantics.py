@@ -73,7 +73,7 @@ def test_wait_on_no_refs_returns_two_empty_lists():
     assert actorrt.wait([], timeout=0) == ([], [])
 
 
-@pytest.mark.parametrize("timeout", [-1, -0.5, float("nan")])
+@pytest.mark.parametrize("timeout", [-2, -0.5, -1.5, float("nan")])
 def test_a_negative_timeout_is_a_value_error(timeout):
     ref, reply = _sent_ref()
     with pytest.raises(ValueError, match="timeout"):
@@ -83,6 +83,16 @@ def test_a_negative_timeout_is_a_value_error(timeout):
     with pytest.raises(ValueError, match="timeout"):
         actorrt.wait([ref], timeout=timeout)
     _arrive(reply, None)
+
+
+@pytest.mark.parametrize("timeout", [-1, -1.0])
+def test_get_takes_a_timeout_of_minus_one_as_none_and_wait_refuses_it_as_rays(timeout):
+    ref, reply = _sent_ref()
+    with pytest.raises(ValueError, match="timeout"):  # Ray's wait refuses every negative
+        actorrt.wait([ref], timeout=timeout)
+    threading.Timer(0.2, _arrive, (reply, 9)).start()  # arrives while get waits
+    assert actorrt.get(ref, timeout=timeout) == 9
+    assert actorrt.get([ref], timeout=timeout) == [9]
 
 
 @pytest.mark.parametrize("timeout", ["5", True, [1]])

@@ -55,6 +55,7 @@ def test_layout_from_a_dict_with_cpus_gpus_talks_and_defaults():
         ({"learner": {"gpus": 1}}, None, "unknown field"),
         ({"learner": {"num_gpus": 1.5}}, None, "fractions are only allowed below 1"),
         ({"learner": {"num_cpus": -1}}, None, "num_cpus=-1 must be a number >= 0"),
+        ({"learner": {"num_cpus": "2"}}, None, "num_cpus='2' must be a number"),  # a TypeError
         ({"learner": {"count": -2}}, None, "count must be an integer >= 0"),
         ({"bad label": 1}, None, "not a valid label"),
         ({"learner": 1}, [("learner", "critic")], "label 'critic' is not in the layout"),

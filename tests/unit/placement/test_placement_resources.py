@@ -39,3 +39,11 @@ def test_a_dead_process_no_longer_counts_and_no_gpus_means_no_gpu_key():
     assert placer.resources()[0] == {"CPU": 16.0}
     placer.alive[1] = False
     assert placer.resources() == ({"CPU": 8.0}, {"CPU": 8.0})
+
+
+def test_as_dict_is_rays_assigned_resources_form_without_zeros():
+    # What get_runtime_context().get_assigned_resources() gives an actor or function.
+    assert Resources(num_cpus=1, num_gpus=0.5).as_dict() == {"CPU": 1.0, "GPU": 0.5}
+    assert Resources(num_gpus=2).as_dict() == {"GPU": 2.0}
+    assert Resources().as_dict() == {}
+    assert all(type(v) is float for v in Resources(num_cpus=2, num_gpus=1).as_dict().values())
