@@ -37,6 +37,9 @@ class ActorLease:
     def __init__(self, host: ActorHost, actor_id: str) -> None:
         self._host = host
         self.actor_id = actor_id
+        watch = host.watch_lease
+        if watch is not None:  # the forks of dead holders are dropped here (holder_died)
+            watch(actor_id, True)
 
     def __reduce__(self) -> tuple[type[str], tuple[str]]:
         # On an agent with device maps torch finds the tensors in every RRef value by
@@ -49,6 +52,9 @@ class ActorLease:
         # __del__ may run inside any code that holds the host's lock (garbage collection
         # runs anywhere), so it only queues the release; a thread of the host does it.
         try:
+            watch = self._host.watch_lease
+            if watch is not None:
+                watch(self.actor_id, False)
             self._host._released.put(self.actor_id)
         except Exception:  # interpreter teardown: nothing left to release
             pass
@@ -75,6 +81,9 @@ class ActorHost:
         self._names: dict[str, str] = {}
         self._resources: dict[str, dict[str, float]] = {}
         self._on_actor_end = on_actor_end
+        # Told as each actor lease is made (True) and goes (False), by its actor id: the
+        # runtime keeps which process holds which fork of it (runtime/held_forks.py).
+        self.watch_lease: Callable[[str, bool], None] | None = None
         self._pack_reply = pack_reply
         # reentrant-safe put; None ends the thread (close)
         self._released: queue.SimpleQueue[str | None] = queue.SimpleQueue()
@@ -336,6 +345,7 @@ def create_remote(
     if group.rrefs_work():
         rref = rpc.remote(worker, rpc_create, args=args)
         rref_keeper.hold_received(rref)  # until the worker confirms it (see rref_keeper)
+        rref_keeper.made(rref, actor_id)  # its host drops this fork if this process dies
         return rref
     # Failures show on the actor's calls (a dead mailbox, or its process gone), as with
     # an RRef nobody reads.

@@ -27,7 +27,6 @@ This module imports nothing of the caller side: it sees an ``ObjectRef`` as an
 
 from __future__ import annotations
 
-import collections
 import os
 import queue
 import threading
@@ -42,9 +41,9 @@ import torch.distributed.rpc as rpc
 from actorrt.errors import ObjectLostError
 from actorrt.logs import get_logger
 from actorrt.runtime import context, rref_keeper, streams, torch_threads
+from actorrt.runtime.held_forks import HeldForks
 from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import COPY, ERROR, KEEP, LOST, MULTI, OBJECT, OK, RELAY
-from actorrt.runtime.rref_keeper import ForkId
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
@@ -60,7 +59,6 @@ __all__ = [
     "rpc_fetch",
     "rpc_fetch_copy",
     "rpc_lease",
-    "rpc_lease_forks",
     "rpc_leased",
     "rpc_let_go",
     "rpc_resolve",
@@ -94,18 +92,6 @@ to the other processes of its host (they ask it instead of the owner)."""
 
 LET_GO_GATHER_S = 0.02
 """How long the refs gone are gathered before their owners are told (one message each)."""
-
-DEAD_HOLDER_SETTLE_S = 1.0
-"""How long rank 0 waits, after a process was marked dead, before it drops the forks of
-object leases that process held: a ref it sent on just before it died has its receiver's
-fork registered with rank 0 by then (else a lease whose last fork was the dead one's
-would go first, and its object with it)."""
-
-FORKS_KEPT_PER_HOLDER = 64
-"""How many forks of one lease rank 0 remembers per holder (the newest): a process given
-the same object's ref again and again (weights put once, sent in every batch) would
-otherwise grow the record for as long as the object lives. One that holds more at once
-and dies keeps the object until the cluster ends, as every dead holder did before."""
 
 
 class ObjectLocation(NamedTuple):
@@ -143,7 +129,7 @@ class ObjectLease:
         self.owner = owner
         self.key = key
         self.loan = loan
-        store.lease_made(key)
+        store.forks.watch(key, True)
 
     def __reduce__(self) -> tuple[type[str], tuple[str]]:
         # torch pickles an RRef's value to find tensors in it (agents with device maps);
@@ -152,7 +138,7 @@ class ObjectLease:
 
     def __del__(self) -> None:
         try:
-            self._store.lease_gone(self.key)
+            self._store.forks.watch(self.key, False)
             self._store.let_go(self.owner, self.key, self.loan)
         except Exception:  # interpreter teardown
             pass
@@ -237,14 +223,8 @@ class ObjectStore:
         self._outbox: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
         # Replies dropped unread, read on that thread (see let_go_unread_later).
         self._unread: queue.SimpleQueue[tuple[Wire, int]] = queue.SimpleQueue()
-        # Forks of object leases this process holds, for rank 0, told on that thread too:
-        # (lease key, its RRef's id, the fork's id).
-        self._holding: queue.SimpleQueue[tuple[str, ForkId, ForkId]] = queue.SimpleQueue()
-        # Rank 0: the leases alive, and per lease the forks each process said it holds.
-        self._leases_alive: set[str] = set()
-        self._lease_forks: dict[str, dict[str, collections.deque[tuple[ForkId, ForkId]]]] = {}
-        if not is_driver:
-            rref_keeper.on_lease_arrival(self.holds_fork)
+        # Which process holds which fork of the leases made here (see held_forks).
+        self.forks = HeldForks(name, lambda: self._outbox.put(_HOLDING), tells=not is_driver)
         torch_threads.start(self._tell_owners, name="actorrt-objects")
 
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
@@ -284,64 +264,9 @@ class ObjectStore:
             return rpc.RRef(ObjectLease(self, owner, key, loan))
         rref = rpc.remote(self._driver, rpc_lease, args=(owner, key, loan))
         rref_keeper.hold_received(rref)  # until rank 0 confirms it (see rref_keeper)
-        ids = rref_keeper.ids_of(rref)
-        if ids is not None and not loan:
-            self.holds_fork(key, *ids)
+        if not loan:
+            rref_keeper.made(rref, key)
         return rref
-
-    def holds_fork(self, key: str, rref_id: ForkId, fork_id: ForkId) -> None:
-        """This process holds ``fork_id`` of lease ``key``'s RRef: rank 0 is told.
-
-        Should this process die holding it, rank 0 drops that fork itself
-        (:meth:`holder_died`): torch never forgets a dead process's forks, and the object
-        would stay at its owner until the cluster ends.
-        """
-        if self._closed:
-            return
-        self._holding.put((key, rref_id, fork_id))
-        self._outbox.put(_HOLDING)
-
-    def lease_made(self, key: str) -> None:
-        """Rank 0: the lease ``key`` was made (its ``ObjectLease``)."""
-        with self._lock:
-            self._leases_alive.add(key)
-
-    def lease_gone(self, key: str) -> None:
-        """Rank 0: the lease ``key`` went (torch dropped its last fork)."""
-        with self._lock:
-            self._leases_alive.discard(key)
-            self._lease_forks.pop(key, None)
-
-    def note_forks(self, holder: str, forks: list[tuple[str, ForkId, ForkId]]) -> None:
-        """Rank 0: ``holder`` holds these forks of leases (:func:`rpc_lease_forks`)."""
-        with self._lock:
-            for key, rref_id, fork_id in forks:
-                if key in self._leases_alive:
-                    per_holder = self._lease_forks.setdefault(key, {})
-                    kept = per_holder.get(holder)
-                    if kept is None:
-                        kept = per_holder[holder] = collections.deque(maxlen=FORKS_KEPT_PER_HOLDER)
-                    kept.append((rref_id, fork_id))
-
-    def _drop_forks(self, forks: list[tuple[str, ForkId, ForkId]]) -> None:
-        """Rank 0: drops these forks of a dead holder, each of a lease still alive.
-
-        An owner that unpickles a fork it sent itself drops that fork (torch's
-        ``delForkOfOwner``): what the holder's own delete would have done. One the holder
-        dropped before it died is no longer there, and torch only logs that.
-        """
-        made = []
-        try:
-            me = rpc.get_worker_info().id
-            for key, (rc, rl), (fc, fl) in forks:
-                with self._lock:
-                    if self._closed or key not in self._leases_alive:
-                        continue
-                    made.append(rpc.PyRRef._deserialize((me, rc, rl, fc, fl, me, "PyObject")))
-        except Exception as exc:  # RPC is ending: every object goes with the cluster
-            _log.debug("could not drop a dead holder's lease forks: %s", exc)
-        # Outside the lock: the last reference of a lease runs its __del__ (lease_gone).
-        made.clear()
 
     def let_go(self, owner: str, key: str, loan: bool = False) -> None:
         """No ref to ``key`` (kept by ``owner``) is left: the owner lets it go.
@@ -395,7 +320,7 @@ class ObjectStore:
                 return
             if _HOLDING in batch:
                 batch = [item for item in batch if item != _HOLDING]
-                self._tell_forks()
+                self.forks.tell()
             if _UNREAD in batch:  # replies nobody read: which objects they left, if any
                 batch = [item for item in batch if item != _UNREAD]
                 while True:
@@ -416,40 +341,17 @@ class ObjectStore:
                 except Exception:  # the owner is gone (its objects with it) or RPC is ending
                     pass
 
-    def _tell_forks(self) -> None:
-        """Tells rank 0 the forks of leases this process came to hold (one message)."""
-        forks = []
-        while True:
-            try:
-                forks.append(self._holding.get_nowait())
-            except queue.Empty:
-                break
-        if forks:
-            try:
-                rpc.rpc_async(self._driver, rpc_lease_forks, args=(self.name, forks))
-            except Exception:  # RPC is ending
-                pass
-
     def holder_died(self, process: str) -> None:
         """Lets go of the objects ``process`` held directly (it died holding them).
 
-        Rank 0 also drops, :data:`DEAD_HOLDER_SETTLE_S` later, the forks of object leases
-        that ``process`` said it holds: an object whose every other ref went then goes.
+        And of the forks of leases made here that it held (:class:`HeldForks`): an object
+        (rank 0) or actor (its host) whose every other ref or handle went then goes.
         """
         with self._lock:
             gone = [oid for oid, holder in self._holders.items() if holder == process]
-            forks = [
-                (key, *fork)
-                for key, per_holder in self._lease_forks.items()
-                for fork in per_holder.pop(process, ())
-            ]
         for object_id in gone:
             self.free(object_id)
-        if forks:
-            timer = threading.Timer(DEAD_HOLDER_SETTLE_S, self._drop_forks, args=(forks,))
-            timer.daemon = True
-            timer.name = "actorrt-dead-holder"
-            timer.start()
+        self.forks.holder_died(process)
 
     def value(self, object_id: str) -> Any:
         """The value of an object kept here.
@@ -505,8 +407,7 @@ class ObjectStore:
     def clear(self) -> None:
         """Drops every object and loan (at shutdown); the store tells no owner any more."""
         self._closed = True
-        if not self._is_driver:
-            rref_keeper.on_lease_arrival(None)
+        self.forks.close(tells=not self._is_driver)
         self._outbox.put(_CLOSED)  # wakes the thread that tells owners: it ends
         with self._lock:
             values, loans = self._values, self._loans
@@ -514,7 +415,6 @@ class ObjectStore:
             self._sizes.clear()
             self._holders.clear()
             self._relays.clear()
-            self._lease_forks.clear()
             copies, self._copies = self._copies, {}
         values.clear()  # outside the lock (see free)
         copies.clear()
@@ -607,7 +507,7 @@ _CLOSED = ("", "", True)
 """Put on a store's outbox as it closes: its thread ends."""
 
 _HOLDING = ("", "holding", False)
-"""Put on a store's outbox: forks of leases it holds wait in its ``_holding`` queue."""
+"""Put on a store's outbox: forks of leases it came to hold wait in its ``forks``."""
 
 
 IGNORE_UNHANDLED = "ACTORRT_IGNORE_UNHANDLED_ERRORS"
@@ -661,11 +561,6 @@ def rpc_let_go(keys: list[tuple[str, bool]]) -> None:
     store = context.part(ObjectStore)
     for key, loan in keys:
         (store.end_loan if loan else store.free)(key)
-
-
-def rpc_lease_forks(holder: str, forks: list[tuple[str, ForkId, ForkId]]) -> None:
-    """Sent to rank 0: ``holder`` holds these forks of object leases (key, RRef, fork)."""
-    context.part(ObjectStore).note_forks(holder, forks)
 
 
 def rpc_leased(object_id: str) -> None:

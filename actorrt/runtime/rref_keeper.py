@@ -63,6 +63,7 @@ __all__ = [
     "hold_sent",
     "find_owned_by",
     "ids_of",
+    "made",
     "on_lease_arrival",
     "owned_by",
     "owner_died",
@@ -109,7 +110,7 @@ _pinned: list[Any] = []
 _finders: list[Callable[[str], list[Any]]] = []
 _arrivals_thread: threading.Thread | None = None
 # Told of each object lease's fork that arrives here (see on_lease_arrival).
-_lease_arrived: Callable[[str, ForkId, ForkId], None] | None = None
+_lease_arrived: Callable[[int, str, ForkId, ForkId], None] | None = None
 
 
 class Carried:
@@ -126,10 +127,10 @@ class Carried:
 
     Args:
         rref: The RRef.
-        lease: The key of the object lease the RRef holds (its value, rank 0's
-            ``ObjectLease``), or None. The receiver tells rank 0 that it holds this fork,
-            so that rank 0 can drop it if the receiver dies (:func:`on_lease_arrival`).
-            Such an RRef is sent wrapped by its owner too.
+        lease: The key of the lease the RRef holds (an object's, whose RRef rank 0 owns,
+            or an actor's, owned by its host), or None. The receiver tells the RRef's
+            owner that it holds this fork, so that the owner can drop it if the receiver
+            dies (:func:`on_lease_arrival`). Such an RRef is sent wrapped by its owner too.
     """
 
     __slots__ = ("lease", "rref")
@@ -188,13 +189,30 @@ def _arriving(fork_data: Any, lease: str | None = None) -> Arriving:
     return item
 
 
-def on_lease_arrival(tell: Callable[[str, ForkId, ForkId], None] | None) -> None:
-    """Sets who hears of each fork of an object lease that arrives here (None: nobody).
+def on_lease_arrival(tell: Callable[[int, str, ForkId, ForkId], None] | None) -> None:
+    """Sets who hears of each fork of a lease this process comes to hold (None: nobody).
 
-    ``tell(key, rref_id, fork_id)`` runs on the arrivals thread, once the RRef is made.
+    ``tell(owner, key, rref_id, fork_id)`` (``owner``: the RRef owner's worker id) runs on
+    the arrivals thread once a carried lease is made, and in :func:`made` for one this
+    process made with ``rpc.remote``.
     """
     global _lease_arrived
     _lease_arrived = tell
+
+
+def made(rref: Any, lease: str) -> None:
+    """This process made ``rref`` with ``rpc.remote``: its owner hears of this fork too.
+
+    The lease's key is ``lease``; see :func:`on_lease_arrival`.
+    """
+    tell = _lease_arrived
+    ids = ids_of(rref) if tell is not None else None
+    if tell is not None and ids is not None:
+        try:
+            owner = int(rref.owner().id)
+        except Exception:  # its owner is gone already: nothing to tell it
+            return
+        tell(owner, lease, *ids)
 
 
 def ids_of(rref: Any) -> tuple[ForkId, ForkId] | None:
@@ -245,7 +263,8 @@ def _make_arrivals() -> None:
                 hold_received(item._rref, _sender_of(fork_data))
             tell = _lease_arrived
             if lease is not None and tell is not None and not item._rref.is_owner():
-                tell(lease, (int(fork_data[1]), int(fork_data[2])), _fork_of(fork_data))
+                rref_id = (int(fork_data[1]), int(fork_data[2]))
+                tell(int(fork_data[0]), lease, rref_id, _fork_of(fork_data))
         except Exception as exc:
             # Its owner is gone (a process that died has left torch's group: "could not
             # find destination id"), or RPC is ending. The value arrives without it: a

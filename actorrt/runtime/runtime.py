@@ -168,6 +168,7 @@ class Runtime:
         self.host = ActorHost(self._pack_reply, on_actor_end=self._actor_ended)
         # The objects this process owns (large results, puts) and the refs it lent.
         self.objects = ObjectStore(name, self.pack, driver_name, directory is not None)
+        self.host.watch_lease = self.objects.forks.watch
         self.objects.node_of = self._node_of
         # The streaming calls this process made, whose values come as they are yielded.
         self.generators = Inboxes(self.objects.let_go_unread)
@@ -244,6 +245,7 @@ class Runtime:
             RuntimeError: Another runtime is installed in this process.
         """
         parts: list[object] = [self.host, self.calls, self.replies, self.objects]
+        parts.append(self.objects.forks)  # rpc_lease_forks
         parts += [self.generators, self.senders]
         if self.directory is not None:
             parts.append(self.directory)

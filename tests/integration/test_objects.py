@@ -682,8 +682,17 @@ class Forwarder:
     def keep(self, box):  # every box given, kept
         self.boxes = [*getattr(self, "boxes", []), box]
         return True
+    def boxes_kept(self):
+        return self.boxes
     def total_kept(self, i):
         return int(actorrt.get(self.boxes[i][0], timeout=30).sum())
+    def make_elsewhere(self):  # an actor made here, living on another process
+        for _ in range(8):
+            a = Consumer.remote()
+            if actorrt.get(a.pid.remote(), timeout=30) != os.getpid():
+                self.made = a
+                return a.worker, a.actor_id
+        raise RuntimeError("every new actor landed on this process")
     def pass_on(self, p, other, n):
         # a result kept at p, held directly here; sent on in a value, it gets a lease
         # made here (rpc.remote), whose fork this process holds
@@ -705,6 +714,19 @@ def apart(n):  # n consumers, each on a worker of its own, none with the produce
             taken.add(pid)
             out.append((c, pid))
     return p, out
+
+def hosted(worker, actor_id):  # whether the actor still lives in its process
+    import torch.distributed.rpc as rpc
+    from actorrt.runtime.status import rpc_process_stats
+    return actor_id in rpc.rpc_sync(worker, rpc_process_stats, timeout=30)["calls"]
+
+def hosted_until(h, seconds):  # whether h's actor still lives after `seconds` at most
+    deadline = time.monotonic() + seconds
+    while hosted(h.worker, h.actor_id):
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
+    return False
 
 def kept_until(p, object_id, seconds):  # whether p still keeps it after `seconds` at most
     deadline = time.monotonic() + seconds
@@ -768,3 +790,48 @@ def test_an_object_whose_last_ref_died_with_its_holder_goes(tmp_path):
     assert final["before"] == [True] * 4, final
     assert final["gone"] == [True, True, True], final
     assert final["still"] == [True, True] and final["read_4"] == 2 << 20, final
+
+
+def test_an_actor_whose_last_handle_died_with_its_holder_is_released(tmp_path):
+    """Was: an unnamed actor lived until the cluster ended once a process holding one of
+    its handles died (torch never forgets that process's fork of the actor's RRef), even
+    after every other handle went. Each receiver of a handle, and a process that made an
+    actor, now tells the actor's host which fork it holds, and the host drops a dead
+    holder's forks. An actor whose handle another process still holds lives on."""
+    body = """
+    p, ((c1, pid1), (c2, pid2)) = apart(2)
+    def elsewhere():  # a new actor on neither c1's nor c2's process
+        while True:
+            a = Consumer.remote()
+            if actorrt.get(a.pid.remote(), timeout=30) not in (pid1, pid2):
+                return a
+    given, shared = elsewhere(), elsewhere()
+    assert actorrt.get(c1.keep.remote([given, shared]), timeout=30)
+    assert actorrt.get(c2.keep.remote([shared]), timeout=30)
+    made_worker, made_id = actorrt.get(c1.make_elsewhere.remote(), timeout=30)
+    ids = {"given": (given.worker, given.actor_id), "shared": (shared.worker, shared.actor_id),
+           "made": (made_worker, made_id)}
+    del given, shared
+    import gc
+    gc.collect()
+    time.sleep(3)  # past the RRef keeper's holds of what the driver sent
+    before = {k: hosted(*v) for k, v in ids.items()}
+    os.kill(pid1, signal.SIGKILL)
+    start = time.monotonic()
+    deadline = start + 20
+    while any(hosted(*ids[k]) for k in ("given", "made")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = {k: hosted(*v) for k, v in ids.items()}
+    took = time.monotonic() - start
+    time.sleep(2)
+    shared_lives = hosted(*ids["shared"])
+    (box,) = actorrt.get(c2.boxes_kept.remote(), timeout=30)
+    answered = actorrt.get(box[0].pid.remote(), timeout=30)
+    report(before=before, after=after, took=took, shared_lives=shared_lives,
+           answered=bool(answered))
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER + DEAD_HOLDERS, body, timeout=240)[-1]
+    assert final["before"] == {"given": True, "shared": True, "made": True}, final
+    assert final["after"] == {"given": False, "shared": True, "made": False}, final
+    assert final["shared_lives"] and final["answered"], final

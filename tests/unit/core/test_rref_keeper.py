@@ -276,7 +276,7 @@ def test_a_fork_its_owner_sent_is_not_held_for_a_confirmation_that_never_comes(m
 
 def test_the_receiver_of_a_carried_lease_says_which_fork_it_holds(monkeypatch, made_on):
     told: list[tuple] = []
-    rref_keeper.on_lease_arrival(lambda key, rref_id, fork_id: told.append((key, rref_id, fork_id)))
+    rref_keeper.on_lease_arrival(lambda owner, *fork: told.append((owner, *fork)))
     try:
         carried = rref_keeper.Carried(FakeRRef(), lease="obj-1")
         arriving = pickle.loads(pickle.dumps(carried))
@@ -285,8 +285,8 @@ def test_the_receiver_of_a_carried_lease_says_which_fork_it_holds(monkeypatch, m
         assert plain.rref() is not None
     finally:
         rref_keeper.on_lease_arrival(None)
-    (key, rref_id, (made_by, _)), *others = told
-    assert key == "obj-1" and rref_id == (1, 7) and made_by == ME and others == [], told
+    (owner, key, rref_id, (made_by, _)), *others = told
+    assert (owner, key, rref_id, made_by) == (1, "obj-1", (1, 7), ME) and others == [], told
 
 
 class _Repr:
