@@ -225,9 +225,18 @@ class ActorHost:
         return own is not None and own[2]
 
     def restart(
-        self, actor_id: str, reason: str, class_key: str, class_blob: bytes, wire: Wire
+        self,
+        actor_id: str,
+        reason: str,
+        class_key: str,
+        class_blob: bytes,
+        wire: Wire,
+        numbered: dict[str, int] | None = None,
     ) -> bool:
         """Runs the actor's constructor again where it is; its calls in flight fail.
+
+        ``numbered``: per caller, the last number it took before (see
+        :meth:`Mailbox.restart`).
 
         Returns:
             False when the actor does not live here (any more).
@@ -248,7 +257,7 @@ class ActorHost:
             if cls is None:
                 cls = self._classes[class_key] = cloudpickle.loads(class_blob)
             self._own[actor_id] = (own[0], own[1], True)  # was_current_actor_reconstructed
-        return box.restart(reason, cls, wire)
+        return box.restart(reason, cls, wire, numbered)
 
     def deliver(self, actor_id: str, call: Call) -> None:
         """Hands ``call`` to the actor's mailbox (made on first use: calls may arrive first)."""
@@ -407,10 +416,17 @@ def post_cancel(
     return future
 
 
-def rpc_restart(actor_id: str, reason: str, class_key: str, class_blob: bytes, wire: Wire) -> bool:
+def rpc_restart(
+    actor_id: str,
+    reason: str,
+    class_key: str,
+    class_blob: bytes,
+    wire: Wire,
+    numbered: dict[str, int] | None = None,
+) -> bool:
     """Restarts the actor where it is (rank 0's ``restart_in_place``); False: not here."""
     streams.arrived(wire)
-    return _host().restart(actor_id, reason, class_key, class_blob, wire)
+    return _host().restart(actor_id, reason, class_key, class_blob, wire, numbered)
 
 
 def rpc_kill(actor_id: str, reason: str) -> bool:

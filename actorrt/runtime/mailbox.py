@@ -151,6 +151,9 @@ class Mailbox:
         self._accepted: set[Call] = set()  # handed to the actor's threads, not answered
         self._cancel_first: set[tuple[str, int]] = set()  # (caller, seq) cancelled unarrived
         self._out_of_order: set[str] = set()  # callers told of a call run out of turn
+        # caller -> (the last number it took before it restarted this actor in place, why):
+        # a call it numbered before, reaching its turn after, fails as those in flight did.
+        self._restarted_before: dict[str, tuple[int, str]] = {}
         self._instance: Any = None
         self._dead: str | None = None
         self._on_ended = on_ended
@@ -316,6 +319,7 @@ class Mailbox:
                         and type(call.method) is str  # not a skipped seq, nor a group chosen
                         and not call.cancel_asked
                         and not self._group_threads
+                        and not self._restarted_before
                     ):
                         # The common call, next in order with none held behind it: _release's
                         # work for a sync actor, without its calls.
@@ -342,7 +346,11 @@ class Mailbox:
             )
 
     def _release(self, call: Call, answers: list[tuple[Call, tuple[int, Any]]]) -> None:
-        if call.method is None:  # a skipped seq only advances the order
+        restarted = self._restarted_before and self._made_before_restart(call)
+        if restarted:
+            call.done = True
+            answers.append((call, died_reply(restarted, restarted=True)))
+        elif call.method is None:  # a skipped seq only advances the order
             call.done = True
             answers.append((call, (OK, None)))
         elif call.cancel_asked:  # cancelled before it was released: it only advances the order
@@ -353,6 +361,22 @@ class Mailbox:
         else:
             self._accepted.add(call)
             self._queue(call)
+
+    def _made_before_restart(self, call: Call) -> str:
+        """Under the lock: why ``call`` fails, if numbered before its caller's restart.
+
+        Such a call fails as the calls then in flight did (a skipped number does not: it
+        only advances the order). The rule ends with the last of them.
+
+        Returns:
+            The restart's reason, or "" (it runs).
+        """
+        before = self._restarted_before.get(call.caller)
+        if before is None or call.seq > before[0]:
+            return ""
+        if call.seq == before[0]:  # the last of them: the rule has done its work
+            del self._restarted_before[call.caller]
+        return before[1] if call.method is not None else ""
 
     def _queue(self, call: Call) -> None:
         # Under the lock, so calls reach the threads or the loop in the order released.
@@ -716,6 +740,7 @@ class Mailbox:
             self.cancel(caller, seq, recursive=False)
         with self._lock:
             self._next_seq.pop(caller, None)
+            self._restarted_before.pop(caller, None)
             self._cancel_first = {key for key in self._cancel_first if key[0] != caller}
             pending = list(self._held.pop(caller, {}).values())
             pending += [c for c in (*self._before_open, *self._accepted) if c.caller == caller]
@@ -770,7 +795,9 @@ class Mailbox:
             self._answer(call, died_reply(reason))
         self._close()
 
-    def restart(self, reason: str, cls: type, wire: Wire) -> bool:
+    def restart(
+        self, reason: str, cls: type, wire: Wire, numbered: dict[str, int] | None = None
+    ) -> bool:
         """Makes a new instance in place of this one (``actorrt.kill(no_restart=False)``).
 
         Calls queued or running fail with ``reason`` (a running one runs on in its thread,
@@ -778,12 +805,24 @@ class Mailbox:
         for order and later ones run on the new instance: a caller's order goes on, so
         its handle needs no move.
 
+        Args:
+            reason: Why the calls in flight fail.
+            cls: The actor's class.
+            wire: The constructor's arguments, packed.
+            numbered: Per caller (the one that asked for the restart), the last number
+                it took before: its calls up to that number fail too, also those still
+                on their way (torch hands messages to its threads in parallel, so a call
+                sent before the restart may be handled after it).
+
         Returns:
             False when the actor ended (or never began) here.
         """
         with self._lock:
             if self._dead is not None or not self._opened:
                 return False
+            for caller, last in (numbered or {}).items():
+                if last >= self._next_seq.get(caller, 0):  # some not released yet
+                    self._restarted_before[caller] = (last, reason)
             doomed = []
             for call in [*self._accepted, *self._before_open]:
                 if _claim(call):

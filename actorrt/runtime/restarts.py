@@ -314,12 +314,16 @@ class Restarts:
             f"(max_restarts={recipe.options.max_restarts})"
         )
 
-    def restart_in_place(self, actor_id: str, reason: str) -> str | None:
+    def restart_in_place(
+        self, actor_id: str, reason: str, numbered: dict[str, int] | None = None
+    ) -> str | None:
         """Restarts a live actor where it is (``actorrt.kill(handle, no_restart=False)``).
 
         Its calls in flight fail with ``reason``; its constructor runs again, under the
         same id on the same process, so its handles go on without a move. It counts as
-        one of its ``max_restarts``.
+        one of its ``max_restarts``. ``numbered``: per caller (the one asking), the last
+        number it took for the actor before: those calls fail too, also those still on
+        their way (see ``Mailbox.restart``).
 
         Returns:
             None once restarted (or when it is being recreated already, its process having
@@ -345,7 +349,7 @@ class Restarts:
             done = rpc.rpc_sync(
                 worker,
                 rpc_restart,
-                args=(actor_id, reason, recipe.class_key, recipe.class_blob, wire),
+                args=(actor_id, reason, recipe.class_key, recipe.class_blob, wire, numbered),
                 timeout=CREATE_TIMEOUT_S,
             )
         except Exception as exc:
@@ -439,10 +443,12 @@ def rpc_keep_recipe(
     context.part(Restarts, "actor restarts (rank 0 only)").keep(recipe)
 
 
-def rpc_restart_in_place(actor_id: str, reason: str) -> str | None:
+def rpc_restart_in_place(
+    actor_id: str, reason: str, numbered: dict[str, int] | None = None
+) -> str | None:
     """Runs on rank 0: restarts the actor where it is; None, or why it could not."""
     restarts = context.part(Restarts, "actor restarts (rank 0 only)")
-    return restarts.restart_in_place(actor_id, reason)
+    return restarts.restart_in_place(actor_id, reason, numbered)
 
 
 def rpc_locate(actor_id: str, away_from: str | None = None) -> tuple[ActorRecord | None, str]:

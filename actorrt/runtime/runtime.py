@@ -14,6 +14,7 @@ result as a :class:`~actorrt.runtime.protocol.ReplySlot`, and hands out
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 import uuid
@@ -918,8 +919,24 @@ class Runtime:
             f"{handle._class_name} actor {handle._actor_id} was restarted by "
             "actorrt.kill(no_restart=False)"
         )
-        why: str | None = self._directory_call(rpc_restart_in_place, handle._actor_id, reason)
+        # The calls this process numbered before fail as those in flight do, also those
+        # still on their way, which the actor's process may take after the restart.
+        last = self._last_seq(handle._actor_id, handle._worker)
+        numbered = {self.name: last} if last >= 0 else None
+        why: str | None = self._directory_call(
+            rpc_restart_in_place, handle._actor_id, reason, numbered
+        )
         return why
+
+    def _last_seq(self, actor_id: str, worker: str) -> int:
+        """The last number this process took for the actor on ``worker``; -1: none."""
+        counter = self._seqs.get((actor_id, self.numbering(worker)))
+        if counter is None:
+            return -1
+        # itertools.count shows its next number only in its repr ("count(7)"), and next()
+        # would take one, a gap the actor would wait on.
+        found = re.fullmatch(r"count\((\d+)\)", repr(counter))
+        return int(found.group(1)) - 1 if found else -1
 
     def get_actor(self, name: str) -> ActorRecord:
         """The record of the actor registered as ``name`` (``actorrt.get_actor``)."""
