@@ -886,7 +886,7 @@ class ActorHandle:
             rref = None
         elif rref is not None:
             # The receiver tells the actor's host which fork it holds: the host drops it
-            # should the receiver die (ObjectStore.holder_died), or the actor would live on.
+            # should the receiver die (runtime/held_forks.py), or the actor would live on.
             rref = rref_keeper.Carried(rref, self._actor_id)
         # The table travels as its specs string: many handles of a class in one message
         # carry it once (pickle's memo), and the receiver looks it up in one dict access.

@@ -175,7 +175,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
                 return _sendable_form(obj)  # its parts are pickled (and set aside) in turn
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
-        if type(obj) is rref_keeper.Carried:  # an object lease's RRef (ObjectLocation)
+        if type(obj) is rref_keeper.Carried:  # a lease's RRef (ObjectLocation, ActorHandle)
             self.side.append(obj)
             return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):

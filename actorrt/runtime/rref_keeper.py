@@ -109,7 +109,7 @@ _pinned: list[Any] = []
 # (the layers above register theirs: actor handles), called when that process dies.
 _finders: list[Callable[[str], list[Any]]] = []
 _arrivals_thread: threading.Thread | None = None
-# Told of each object lease's fork that arrives here (see on_lease_arrival).
+# Told of each lease's fork this process comes to hold (see on_lease_arrival).
 _lease_arrived: Callable[[int, str, ForkId, ForkId], None] | None = None
 
 
@@ -123,7 +123,8 @@ class Carried:
     the fork), and every later call from that caller would then wait behind it in the
     actor's mailbox. Made apart, the RRef is held from its arrival (:func:`hold_received`),
     whether actorrt's code reads the message or drops it unread. Only a process that is
-    not the RRef's owner sends it wrapped (see the module's docstring).
+    not the RRef's owner sends it wrapped (see the module's docstring), but for a lease's
+    RRef (``lease`` given), which every sender wraps.
 
     Args:
         rref: The RRef.
