@@ -28,6 +28,7 @@ from actorrt.runtime import trace as _trace
 from actorrt.runtime.context import ensure_not_started, is_initialized
 from actorrt.runtime.directory import ActorInfo, NodeInfo
 from actorrt.runtime.runtime import Runtime, current, current_or_none
+from actorrt.runtime_context import get_runtime_context
 
 __all__ = [
     "actors",
@@ -389,20 +390,33 @@ def dump_cluster(path: str | os.PathLike[str] | None = None) -> str:
     return text
 
 
-def get_actor(name: str, namespace: None = None) -> ActorHandle:
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """Returns the handle of the live actor registered as ``name``.
 
     Args:
         name: The actor's name.
-        namespace: Ray's argument, taken only as None: actorrt has no namespaces.
+        namespace: Ray's argument. actorrt has no namespaces but the cluster's own
+            (``get_runtime_context().namespace``, its id), so None or that one, as Ray
+            code passes it (``get_actor(n, namespace=ctx.namespace)``).
 
     Raises:
-        TypeError: ``name`` is not a string, or a ``namespace`` was given.
-        ValueError: ``name`` is not a valid actor name, or no live actor has it.
+        TypeError: ``name`` or ``namespace`` is not a string.
+        ValueError: ``name`` is not a valid actor name, or no live actor has it; or
+            ``namespace`` is not the cluster's (as Ray's, no actor is found there).
     """
-    _no_namespaces("actorrt.get_actor", "namespace", namespace, None)
+    if namespace is not None and not isinstance(namespace, str):
+        _no_namespaces("actorrt.get_actor", "namespace", namespace, None)
     check_actor_name(name)  # before the cluster is asked, as for Cls.options(name=...)
-    return handle_of(current("actorrt.get_actor()").get_actor(name))
+    rt = current("actorrt.get_actor()")
+    if namespace is not None:
+        ours = get_runtime_context().namespace
+        if namespace != ours:
+            raise ValueError(
+                f"actorrt.get_actor({name!r}, namespace={namespace!r}): no actor is in "
+                f"that namespace; actorrt has none but the cluster's own, {ours!r} "
+                "(get_runtime_context().namespace). Drop namespace= or pass that one."
+            )
+    return handle_of(rt.get_actor(name))
 
 
 def list_named_actors(all_namespaces: bool = False) -> list[str]:

@@ -6,6 +6,7 @@ the same thing, so both build a :class:`Resources` and get the same checks and m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,8 @@ class Resources:
 
     Raises:
         TypeError: A value is not a number (as Ray's ``num_cpus="2"``).
-        ValueError: A value is below 0, or ``num_gpus`` is a fraction above 1.
+        ValueError: A value is below 0, not a number (NaN) or infinite (as Ray refuses
+            them), or ``num_gpus`` is a fraction above 1.
     """
 
     num_cpus: float = 0.0
@@ -42,7 +44,7 @@ class Resources:
             rule = f"{field}={value!r} must be a number >= 0, e.g. {field}=1."
             if not _is_number(value):
                 raise TypeError(rule)
-            if value < 0:
+            if not value >= 0 or value == math.inf:  # NaN compares false to everything
                 raise ValueError(rule)
         if self.num_gpus > 1 and self.num_gpus != int(self.num_gpus):
             raise ValueError(

@@ -304,3 +304,19 @@ def test_methods_named_like_a_handles_public_attributes_are_called(cluster):
     assert len(tally.actor_id) == 32 and tally.actor_id in repr(tally)
     assert tally.worker in repr(tally)
     assert (tally.max_task_retries, tally.max_pending_calls) == (0, -1)
+
+
+def test_get_actor_takes_the_clusters_own_namespace_as_ray_code_passes_it(cluster):
+    """Ray code looks actors up with ``get_actor(name, namespace=ctx.namespace)``: that
+    namespace (the cluster's id) is taken (was: TypeError for any namespace); another is
+    not found, as in Ray, and the error says which one there is."""
+    a = Tally.options(name="surface-namespace").remote(5)
+    try:
+        ours = actorrt.get_runtime_context().namespace
+        assert isinstance(ours, str) and ours
+        found = actorrt.get_actor("surface-namespace", namespace=ours)
+        assert actorrt.get(found.value.remote(), timeout=60) == 5
+        with pytest.raises(ValueError, match=f"no actor is in that namespace.*{ours}"):
+            actorrt.get_actor("surface-namespace", namespace="elsewhere")
+    finally:
+        actorrt.kill(a)

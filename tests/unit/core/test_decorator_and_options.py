@@ -38,6 +38,8 @@ def test_bare_and_parametrised_decorator():
     "kwargs, error, match",
     [
         ({"num_gpus": -1}, ValueError, "num_gpus=-1 must be a number >= 0"),
+        ({"num_cpus": float("nan")}, ValueError, "num_cpus=nan must be a number >= 0"),
+        ({"num_gpus": float("inf")}, ValueError, "num_gpus=inf must be a number >= 0"),
         ({"num_cpus": "two"}, TypeError, "num_cpus='two' must be a number"),
         ({"max_concurrency": 0}, ValueError, "max_concurrency=0 must be an int >= 1"),
         ({"max_concurrency": 1.5}, TypeError, "max_concurrency=1.5"),
@@ -494,7 +496,7 @@ def test_the_refused_names_are_the_handles_private_ones_and_it_has_no_public_one
 
 def test_rays_namespace_arguments_say_actorrt_has_none():
     with pytest.raises(TypeError, match="actorrt has no namespaces.*Drop namespace="):
-        actorrt.get_actor("x", namespace="ns")
+        actorrt.get_actor("x", namespace=3)
     with pytest.raises(TypeError, match="actorrt has no namespaces.*Drop all_namespaces="):
         actorrt.list_named_actors(all_namespaces=True)
     with pytest.raises(actorrt.NotInitializedError):  # the defaults are taken
