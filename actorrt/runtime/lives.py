@@ -23,7 +23,6 @@ class Lives:
         """How many new processes took ``worker``'s name so far."""
         return self._taken.get(worker, 0)
 
-    def bump(self, worker: str) -> int:
-        """A new process took ``worker``'s name; returns how many have so far."""
-        taken = self._taken[worker] = self._taken.get(worker, 0) + 1
-        return taken
+    def bump(self, worker: str) -> None:
+        """A new process took ``worker``'s name."""
+        self._taken[worker] = self._taken.get(worker, 0) + 1

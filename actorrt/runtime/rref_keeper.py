@@ -207,13 +207,14 @@ def made(rref: Any, lease: str) -> None:
     The lease's key is ``lease``; see :func:`on_lease_arrival`.
     """
     tell = _lease_arrived
-    ids = ids_of(rref) if tell is not None else None
-    if tell is not None and ids is not None:
-        try:
-            owner = int(rref.owner().id)
-        except Exception:  # its owner is gone already: nothing to tell it
-            return
-        tell(owner, lease, *ids)
+    ids = None if tell is None else ids_of(rref)
+    if tell is None or ids is None:
+        return
+    try:
+        owner = int(rref.owner().id)
+    except Exception:  # its owner is gone already: nothing to tell it
+        return
+    tell(owner, lease, *ids)
 
 
 def ids_of(rref: Any) -> tuple[ForkId, ForkId] | None:
@@ -223,8 +224,9 @@ def ids_of(rref: Any) -> tuple[ForkId, ForkId] | None:
     the text is not torch's ``UserRRef(RRefId = GloballyUniqueId(created_on=.., local_id=..),
     ForkId = ...)``.
     """
-    found = _GUID.findall(repr(rref))
-    if len(found) != 2 or not repr(rref).startswith("UserRRef("):
+    text = repr(rref)
+    found = _GUID.findall(text)
+    if len(found) != 2 or not text.startswith("UserRRef("):
         return None
     (rc, rl), (fc, fl) = found
     return (int(rc), int(rl)), (int(fc), int(fl))
