@@ -28,7 +28,7 @@ import torch
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
 from actorrt.runtime import lineage, quick_rpc
 from actorrt.runtime.exits import in_actor
-from actorrt.runtime.objects import ObjectLocation, ObjectRefBase, rpc_resolve
+from actorrt.runtime.objects import Loan, ObjectLocation, ObjectRefBase, rpc_resolve
 from actorrt.runtime.payload import ATOMS as _ATOMS
 from actorrt.runtime.payload import packing, snapshot, unpack
 from actorrt.runtime.protocol import (
@@ -181,7 +181,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._cf: cf.Future[Any] | None = None  # the value, made on demand
         self._keep: KeepAlive | None = None  # a call sent alone: see runtime.outbox.KeepAlive
         self._loc: ObjectLocation | None = None  # once known: where the value lives
-        self._loan: tuple[str, str, Any] | None = None  # borrowed: (lender, token, rref)
+        self._loan: Loan | None = None  # borrowed: from whom, under which token
         self._rf: cf.Future[None] | None = None  # done once the call answered (wait)
         self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
         self._direct = False  # it holds its object directly (no lease yet: see _leased)
@@ -437,7 +437,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             )
         if self._loan is not None and sent is None:
             return ObjectLostError(
-                f"{self!r} cannot be read: it was lent by {self._loan[0]!r} of a cluster "
+                f"{self!r} cannot be read: it was lent by {self._loan.lender!r} of a cluster "
                 "that was shut down, and refs do not outlive their cluster. Get the values "
                 "you need before actorrt.shutdown()."
             )
@@ -742,10 +742,8 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 value = self._cf.result()  # type: ignore[union-attr]  # ready: set
             return _inline_ref, (*head, value)
         if self._loan is not None:  # still unanswered: the receiver borrows from our lender
-            return _borrowed_ref, (*head, *self._loan)
-        rt = current("sending an ObjectRef")
-        token, rref = rt.objects.lend(self)
-        return _borrowed_ref, (*head, rt.name, token, rref)
+            return _borrowed_ref, (*head, self._loan)
+        return _borrowed_ref, (*head, current("sending an ObjectRef").objects.lend(self))
 
 
 def cancel(
@@ -994,13 +992,11 @@ def failed(what: str, error: BaseException) -> ObjectRef[Any]:
     return _failed_ref(what, None, "", error)
 
 
-def _borrowed_ref(
-    call: str, actor_id: str | None, ref_id: str, lender: str, token: str, rref: Any
-) -> ObjectRef[Any]:
-    """Rebuilds a ref whose call had not answered when it was sent: ``lender`` resolves it."""
+def _borrowed_ref(call: str, actor_id: str | None, ref_id: str, loan: Loan) -> ObjectRef[Any]:
+    """Rebuilds a ref whose call had not answered when it was sent: its lender resolves it."""
     ref: ObjectRef[Any] = ObjectRef(call, actor_id, ref_id)
-    ref._loan = (lender, token, rref)
-    ref._worker = lender
+    ref._loan = loan
+    ref._worker = loan.lender
     return ref
 
 

@@ -17,9 +17,10 @@ distributed reference counting decides. When the last fork is gone, torch drops 
 lease, and rank 0 tells the object's owner to drop the value.
 
 A ref whose call has not answered yet can travel too. Its process lends it
-(:meth:`ObjectStore.lend`): the receiver gets the lender's name, a token and an RRef that
-keeps the loan open, and asks the lender (``rpc_resolve``) when it needs the ref; the
-lender answers once its call has, with the value inline (small) or the location (large).
+(:meth:`ObjectStore.lend`): the receiver gets a :class:`Loan` (the lender's name, a token
+and an RRef, a lease that keeps the loan open), and asks the lender (``rpc_resolve``) when
+it needs the ref; the lender answers once its call has, with the value inline (small) or
+the location (large).
 
 This module imports nothing of the caller side: it sees an ``ObjectRef`` as an
 :class:`ObjectRefBase`, which :mod:`actorrt.refs` implements.
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INLINE_BYTES",
     "PULL_BYTES",
+    "Loan",
     "ObjectLease",
     "ObjectLocation",
     "ObjectRefBase",
@@ -107,6 +109,23 @@ class ObjectLocation(NamedTuple):
         # tells rank 0 which fork it holds (see ObjectStore.holder_died).
         rref = self.rref if self.rref is None else rref_keeper.Carried(self.rref, self.object_id)
         return ObjectLocation, (self.object_id, self.owner, self.nbytes, rref)
+
+
+class Loan(NamedTuple):
+    """A ref lent before its call answered: what a borrowed ``ObjectRef`` carries.
+
+    The lender resolves it when a borrower needs its value (:func:`rpc_resolve`).
+    """
+
+    lender: str  # RPC name of the process that made the call and lent the ref
+    token: str  # the loan's key at the lender
+    rref: Any = None  # a copy of the loan's lease RRef (rank 0's); None: leases are off
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # As ObjectLocation's: the receiver tells rank 0 which fork of the lease it holds,
+        # so that the loan ends if the receiver dies holding the last copy (held_forks).
+        rref = self.rref if self.rref is None else rref_keeper.Carried(self.rref, self.token)
+        return Loan, (self.lender, self.token, rref)
 
 
 class ObjectLease:
@@ -421,12 +440,12 @@ class ObjectStore:
         loans.clear()
 
     # -- refs lent before their calls answered ---------------------------------------
-    def lend(self, ref: ObjectRefBase) -> tuple[str, Any]:
-        """Lends a ref whose call has not answered: its token and the RRef of the loan."""
+    def lend(self, ref: ObjectRefBase) -> Loan:
+        """Lends a ref whose call has not answered: what its borrowers carry."""
         token = self._new_id()
         with self._lock:
             self._loans[token] = ref
-        return token, self._lease(self.name, token, loan=True)
+        return Loan(self.name, token, self._lease(self.name, token, loan=True))
 
     def end_loan(self, token: str) -> None:
         """Ends a loan (no borrower is left)."""

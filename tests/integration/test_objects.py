@@ -440,6 +440,13 @@ class Producer:
         return object_id in current_or_none().objects._values
     def lend(self, other, seconds):
         return [other.slowly.remote(seconds)]  # unanswered as it leaves: lent from here
+    def make_after(self, n, fill, seconds):
+        time.sleep(seconds)
+        return torch.full((n,), fill, dtype=torch.uint8)
+    def kept_fills(self):  # the first byte of each tensor kept here, sorted
+        from actorrt.runtime.runtime import current_or_none
+        kept = current_or_none().objects._values.values()
+        return sorted(int(v[0]) for v in kept if isinstance(v, torch.Tensor))
     def pid(self):
         return os.getpid()
     def fork_holder(self, seconds):
@@ -693,6 +700,12 @@ class Forwarder:
                 self.made = a
                 return a.worker, a.actor_id
         raise RuntimeError("every new actor landed on this process")
+    def keep_and_pass(self, box, other):  # box[0] unanswered: borrowed, and lent on
+        self.boxes = [*getattr(self, "boxes", []), box]
+        return actorrt.get(other.keep.remote(box), timeout=30)
+    def lend_to(self, p, other, n, fill, seconds):  # lent from here, then dropped here
+        ref = p.make_after.remote(n, fill, seconds)
+        return actorrt.get(other.keep.remote([ref]), timeout=30)
     def pass_on(self, p, other, n):
         # a result kept at p, held directly here; sent on in a value, it gets a lease
         # made here (rpc.remote), whose fork this process holds
@@ -790,6 +803,57 @@ def test_an_object_whose_last_ref_died_with_its_holder_goes(tmp_path):
     assert final["before"] == [True] * 4, final
     assert final["gone"] == [True, True, True], final
     assert final["still"] == [True, True] and final["read_4"] == 2 << 20, final
+
+
+def test_a_lent_ref_whose_last_borrower_died_lets_its_value_go(tmp_path):
+    """Was: kept until the cluster ended. A ref passed on before its call answered is
+    lent: its borrowers hold forks of the loan's lease, and the lender keeps the ref (and
+    so its value) until the last goes. A borrower that died held its fork for good; the
+    loan's RRef now travels as a lease's does, so rank 0 drops a dead borrower's fork.
+    Lent by rank 0 and passed on by a borrower, and lent by a worker."""
+    body = """
+    import gc
+    p, ((c1, pid1), (c2, pid2), (c3, pid3)) = apart(3)
+    n = 2 << 20  # kept at the producer (over ACTORRT_INLINE_BYTES)
+    # 1. Lent by rank 0 to c1, which lends it on, still unanswered, to c2.
+    x = p.make_after.remote(n, 1, 3)
+    assert actorrt.get(c1.keep_and_pass.remote([x], c2), timeout=30)
+    # 2. Lent by a worker, c3, to c1 only.
+    assert actorrt.get(c3.lend_to.remote(p, c1, n, 2, 3), timeout=30)
+    del x
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while actorrt.get(p.kept_fills.remote(), timeout=30) != [1, 2]:
+        assert time.monotonic() < deadline, "the lent calls' values were never kept"
+        time.sleep(0.2)
+    time.sleep(3)  # past the RRef keeper's holds of what was sent
+    before = actorrt.get(p.kept_fills.remote(), timeout=30)
+
+    def gone_within(seconds, fill):  # whether p lets `fill` go within `seconds`
+        deadline = time.monotonic() + seconds
+        while fill in actorrt.get(p.kept_fills.remote(), timeout=30):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    os.kill(pid1, signal.SIGKILL)  # the only borrower of 2, one of 1's two
+    gone_2 = gone_within(20, 2)
+    still_1 = not gone_within(3, 1)  # c2 still borrows it
+    read_1 = actorrt.get(c2.total_kept.remote(0), timeout=30)
+    # Reading it gave c2 a fork of the object's lease too: rank 0 hears of it within
+    # 20 ms (LET_GO_GATHER_S); one that dies sooner keeps it (a documented limit).
+    time.sleep(1)
+    os.kill(pid2, signal.SIGKILL)
+    gone_1 = gone_within(20, 1)
+    report(before=before, gone=[gone_2, gone_1], still_1=still_1, read_1=read_1)
+    actorrt.shutdown()
+    """
+    header = OWN_CLUSTER + DEAD_HOLDERS
+    final = run_script(tmp_path, header, body, timeout=240)[-1]
+    assert final["before"] == [1, 2], final
+    assert final["gone"] == [True, True], final
+    assert final["still_1"] and final["read_1"] == 2 << 20, final
 
 
 def test_an_actor_whose_last_handle_died_with_its_holder_is_released(tmp_path):
