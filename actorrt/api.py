@@ -307,8 +307,10 @@ def status(max_actors: int = 50) -> str:
 
     A summary line, then one row per process (rank, pid, host, labels, GPUs, its actors,
     the calls queued or running on them, alive / dead / unresponsive), then one row per
-    actor. Built from :func:`nodes` and :func:`actors`, plus one short query to each live
-    process (a process that does not answer within 2 s shows as unresponsive).
+    actor, with the method it has run longest right now and for how long (where a
+    program seems stuck, :func:`stacks` then shows where that method waits). Built from
+    :func:`nodes` and :func:`actors`, plus one short query to each live process (a
+    process that does not answer within 2 s shows as unresponsive).
 
     Args:
         max_actors: Actor rows shown at most; the rest are counted.

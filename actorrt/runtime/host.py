@@ -319,6 +319,13 @@ class ActorHost:
             boxes = list(self._mailboxes.items())
         return {actor_id: box.calls_in_flight() for actor_id, box in boxes}
 
+    def calls_running(self) -> dict[str, list[tuple[str, float]]]:
+        """Per actor living here that runs calls now, each one's name and when it began."""
+        with self._lock:
+            boxes = list(self._mailboxes.items())
+        running = ((actor_id, box.running()) for actor_id, box in boxes)
+        return {actor_id: calls for actor_id, calls in running if calls}
+
 
 # -- RPC entry points (module level so every process can resolve them by name) ---------
 

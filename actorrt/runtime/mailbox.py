@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class Call:
     # start of the call cannot both miss each other (see Mailbox.cancel and _run).
     cancel_asked: bool = field(default=False)
     started: bool = field(default=False)
+    began: float = field(default=0.0)  # time.monotonic() as its method began (status)
     task: asyncio.Task[None] | None = field(default=None)  # an async actor's, once made
     # A remote function's call (see runtime.interrupts): the thread running it, and
     # whether actorrt.cancel() interrupted it.
@@ -412,6 +414,7 @@ class Mailbox:
         if self._dead is not None and not self._begin(call):  # read first: no call per call
             return
         call.started = True  # before cancel_asked is read: see Call
+        call.began = time.monotonic()
         if call.cancel_asked and self._dropped(call):
             return
         if _trace.ON:
@@ -478,6 +481,7 @@ class Mailbox:
         async with slots:  # type: ignore[union-attr]
             if not self._begin(call):
                 return
+            call.began = time.monotonic()
             if _trace.ON:
                 _trace.started(call)
             # the task runs in its own copy of the context
@@ -777,6 +781,17 @@ class Mailbox:
         with self._lock:
             held = sum(len(calls) for calls in self._held.values())
             return len(self._accepted) + len(self._before_open) + held
+
+    def running(self) -> list[tuple[str, float]]:
+        """The calls whose methods run now: each one's name and when it began.
+
+        Returns:
+            ``(name, began)`` per call: its method's name (its task name, if the call was
+            given one) and ``time.monotonic()`` as it began.
+        """
+        with self._lock:
+            calls = [c for c in self._accepted if c.began and not c.done]
+        return [(task_name(c.method) or str(c.method), c.began) for c in calls]  # type: ignore[arg-type]
 
     # -- end of life -------------------------------------------------------------
     def kill(self, reason: str) -> None:

@@ -10,6 +10,7 @@ without its death being noticed shows up.
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -31,13 +32,25 @@ def local_stats(host: ActorHost) -> dict[str, Any]:
     """This process's pid, its actors' calls queued or running, and the objects it owns.
 
     Returns:
-        ``{"pid": int, "calls": {actor_id: int}, "objects": [count, bytes]}``.
+        ``{"pid": int, "calls": {actor_id: int}, "running": {actor_id: [name, seconds,
+        count]}, "objects": [count, bytes]}``: per actor running calls now, the one that
+        has run longest (its name, for how many seconds) and how many run.
     """
     try:
         objects = list(context.part(ObjectStore).stats())
     except NotInitializedError:  # no runtime installed (a bare host in tests)
         objects = [0, 0]
-    return {"pid": os.getpid(), "calls": host.calls_in_flight(), "objects": objects}
+    now = time.monotonic()
+    running = {}
+    for actor_id, calls in host.calls_running().items():
+        name, began = min(calls, key=lambda call: call[1])
+        running[actor_id] = [name, now - began, len(calls)]
+    return {
+        "pid": os.getpid(),
+        "calls": host.calls_in_flight(),
+        "running": running,
+        "objects": objects,
+    }
 
 
 def rpc_process_stats() -> dict[str, Any]:
@@ -135,8 +148,10 @@ def format_status(
     """
     pids = pids or {}
     calls: dict[str, int] = {}
+    running: dict[str, list[Any]] = {}
     for reported in stats.values():
         calls.update(reported.get("calls") or {})
+        running.update(reported.get("running") or {})
     by_process: dict[str, list[ActorInfo]] = {}
     for a in actors:
         if a.state != "DEAD":  # a process's column counts those it hosts now
@@ -227,21 +242,21 @@ def format_status(
                 a.host,
                 _gpus(a.gpus),
                 str(calls[a.actor_id]) if a.actor_id in calls else "-",
+                _running(running.get(a.actor_id)),
                 a.state.lower(),
             ]
             for a in shown[:max_actors]
         ]
-        parts += [
-            "",
-            _table(
-                ["ACTOR", "CLASS", "NAME", "SLOT", "PROCESS", "HOST", "GPUS", "CALLS", "STATE"],
-                actor_rows,
-            ),
-        ]
+        headers = ["ACTOR", "CLASS", "NAME", "SLOT", "PROCESS", "HOST", "GPUS", "CALLS"]
+        parts += ["", _table([*headers, "RUNNING", "STATE"], actor_rows)]
         if len(shown) > max_actors:
             parts.append(f"... and {len(shown) - max_actors} more actor(s)")
     parts.append("")
     parts.append("CALLS: calls queued or running on the actors (- : unknown or none to ask).")
+    parts.append(
+        "RUNNING: the method that has run longest on the actor now, for how long "
+        "(+n: n more run at once)."
+    )
     parts.append("OBJECTS: objects the process owns (large results, puts) and their bytes.")
     return "\n".join(parts)
 
@@ -253,6 +268,15 @@ def _size(nbytes: int) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{size:.1f} GB"
+
+
+def _running(running: Sequence[Any] | None) -> str:
+    """``train 12.3s``, or ``train 12.3s +2`` when two more calls run beside it."""
+    if not running:
+        return "-"
+    name, seconds, count = running
+    more = f" +{count - 1}" if count > 1 else ""
+    return f"{name} {seconds:.1f}s{more}"
 
 
 def _gpus(gpus: Iterable[int]) -> str:

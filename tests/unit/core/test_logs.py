@@ -314,7 +314,12 @@ def test_status_table():
     ]
     stats = {
         "driver-ab": {"pid": 100, "calls": {}, "objects": [0, 0]},
-        "worker1": {"pid": 101, "calls": {"a" * 32: 2}, "objects": [3, 67_200_000]},
+        "worker1": {
+            "pid": 101,
+            "calls": {"a" * 32: 2},
+            "running": {"a" * 32: ["train", 12.34, 2]},  # the oldest of two
+            "objects": [3, 67_200_000],
+        },
         # worker2 did not answer
     }
     text = format_status(nodes, actors, stats, pids={2: 102})
@@ -359,10 +364,12 @@ def test_status_table():
     # Its actor died with it: counted in no process's column, listed (last) as dead.
     assert rows["worker3"] == ["worker3", "3", "?", "n1", "-", "-", "0", "-", "-", "dead"]
     actor_rows = [line.split() for line in lines if line[:8] in ("a" * 8, "b" * 8, "d" * 8)]
-    assert ["a" * 32, "Learner", "learner", "learner/0", "worker1", "n0", "0", "2", "alive"] in (
-        actor_rows
-    )  # the full id, as handles and errors show it
-    assert ["d" * 32, "Probe", "-", "-", "worker3", "n1", "-", "-", "dead"] in actor_rows
+    learner = ["a" * 32, "Learner", "learner", "learner/0", "worker1", "n0", "0", "2"]
+    # the full id, as handles and errors show it; the call running longest, and one more
+    assert [*learner, "train", "12.3s", "+1", "alive"] in actor_rows, text
+    assert ["d" * 32, "Probe", "-", "-", "worker3", "n1", "-", "-", "-", "dead"] in actor_rows
+    header = next(line for line in lines if line.startswith("ACTOR"))
+    assert header.split()[-2:] == ["RUNNING", "STATE"], header
 
 
 def test_status_caps_the_actor_rows():

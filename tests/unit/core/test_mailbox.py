@@ -970,3 +970,27 @@ def test_calls_numbered_before_a_restart_in_place_fail_as_those_in_flight_even_a
     assert stale.future.wait() == (RESTARTED, "restarted by kill")
     assert fresh.future.wait() == (OK, 1) and box._instance.seen == ["after", 1]
     assert not box._restarted_before
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_running_lists_the_calls_whose_methods_run_now_not_those_queued(asynchronous):
+    # actorrt.status()'s RUNNING column: what each actor runs, since when.
+    box, _ = _async_box(max_concurrency=2) if asynchronous else _box()
+    gate = threading.Event()
+    first = _call(0, "hold" if asynchronous else "block", gate)
+    queued = _call(1, "add", 1)  # behind it (sync), or run beside it (async)
+    before = time.monotonic()
+    _deliver(box, first)
+    _until(lambda: box.running(), "the method never showed as running")
+    _deliver(box, queued)
+    if asynchronous:
+        assert _reply(queued) == (OK, 1)  # it ran beside the held one, and ended
+    else:
+        time.sleep(0.1)  # queued behind it: it never shows
+    (name, began), *others = box.running()
+    assert name == ("hold" if asynchronous else "block") and others == []
+    assert before <= began <= time.monotonic()
+    gate.set()
+    _reply(first)
+    _reply(queued)
+    assert box.running() == []
