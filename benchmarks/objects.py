@@ -9,6 +9,10 @@ child process, side by side with Ray:
 - ``fanout``: the driver puts 256 MB once and N = 1, 4, 8 actors each get it.
 - ``broadcast``: a learner actor publishes a 100 MB state dict (10 tensors of 10 MB) as
   one object and 8 collector actors each load it.
+- ``chain``: the driver passes the ref of A's small result, unanswered, to B
+  (``B.echo(A.small())``): the ref is lent (actorrt) or borrowed (Ray); per call.
+- ``nested``: the driver passes a 1 MB put's ref inside a list to B, which gets it
+  (``B.first([ref])``): a leased ref (actorrt) or a borrowed one (Ray); per call.
 
 Each figure is the median of ``objects_reps`` rounds, in seconds; the report prints
 actorrt/Ray ratios (below 1: actorrt is faster) and ref/direct for the pass.
@@ -30,6 +34,8 @@ FANOUT_BYTES = 256 * MB
 FANOUT_NS = (1, 4, 8)
 BROADCAST_TENSORS = 10  # of 10 MB: a 100 MB state dict
 WORKERS = 4
+SMALL_CALLS = 50  # chain and nested: calls per timed round (each is under a millisecond)
+NESTED_BYTES = 1 * MB
 
 
 class Holder:
@@ -48,6 +54,9 @@ class Holder:
     def pid(self) -> int:
         return os.getpid()
 
+    def small(self) -> int:
+        return 1
+
     def state(self) -> dict[str, torch.Tensor]:
         return {f"layer{i}": torch.ones(10 * MB // 4) for i in range(BROADCAST_TENSORS)}
 
@@ -62,6 +71,9 @@ class Sink:
 
     def ping(self) -> int:
         return 0
+
+    def echo(self, x: Any) -> Any:
+        return x
 
     def pid(self) -> int:
         return os.getpid()
@@ -94,6 +106,12 @@ def _measure(
     out["broadcast"] = median_time(
         lambda: get([s.nbytes.remote(r) for r in get(a.publish.remote()) for s in sinks]), reps
     )
+    chain = median_time(
+        lambda: [get(b.echo.remote(a.small.remote())) for _ in range(SMALL_CALLS)], reps
+    )
+    boxed = put(torch.ones(NESTED_BYTES, dtype=torch.uint8))
+    nested = median_time(lambda: [get(b.first.remote([boxed])) for _ in range(SMALL_CALLS)], reps)
+    out["chain"], out["nested"] = chain / SMALL_CALLS, nested / SMALL_CALLS
     return out
 
 
@@ -108,7 +126,11 @@ def _actorrt(reps: int) -> dict:
         def publish(self) -> Any:
             return [actorrt.put(self.state())]
 
-    B = actorrt.actor(Sink)
+    @actorrt.actor
+    class B(Sink):
+        def first(self, box: list[Any]) -> int:
+            return int(actorrt.get(box[0], timeout=300).nbytes)
+
     with actorrt.start(num_workers=WORKERS):
         a, b = A.remote(), B.remote()
         while actorrt.get(a.pid.remote()) == actorrt.get(b.pid.remote()):
@@ -128,7 +150,11 @@ def _ray(reps: int) -> dict:
         def publish(self) -> Any:
             return [ray.put(self.state())]
 
-    B = ray.remote(num_cpus=0)(Sink)
+    @ray.remote(num_cpus=0)
+    class B(Sink):
+        def first(self, box: list[Any]) -> int:
+            return int(ray.get(box[0]).nbytes)
+
     ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
     try:
         a, b = A.remote(), B.remote()
@@ -144,10 +170,12 @@ def table(doc: dict) -> str:
     ours, ray_ = res.get("actorrt"), res.get("ray")
     lines = ["what                          actorrt s   ray s   actorrt/ray   ref/direct (actorrt)"]
 
-    def row(what: str, mine: float | None, theirs: float | None, extra: str = "") -> None:
+    def row(
+        what: str, mine: float | None, theirs: float | None, extra: str = "", places: int = 4
+    ) -> None:
         ratio = f"{mine / theirs:.2f}x" if mine and theirs else "-"
-        m = f"{mine:.4f}" if mine is not None else "-"
-        t = f"{theirs:.4f}" if theirs is not None else "-"
+        m = f"{mine:.{places}f}" if mine is not None else "-"
+        t = f"{theirs:.{places}f}" if theirs is not None else "-"
         lines.append(f"{what:<30}{m:>9}{t:>9}{ratio:>13}   {extra}")
 
     for n in PASS_SIZES:
@@ -171,4 +199,7 @@ def table(doc: dict) -> str:
         ours["broadcast"] if ours else None,
         ray_["broadcast"] if ray_ else None,
     )
+    for key, what in (("chain", "small result A->B, unanswered"), ("nested", "1 MB ref in a list")):
+        # per call, under a millisecond: two more places
+        row(what, ours.get(key) if ours else None, ray_.get(key) if ray_ else None, places=6)
     return "\n".join(lines)
