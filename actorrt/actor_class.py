@@ -1382,8 +1382,8 @@ def actor(cls: Callable[P, T], /) -> ActorClass[T, P]: ...
 def actor(
     *,
     label: str | None = None,
-    num_cpus: float = 0.0,
-    num_gpus: float = 0.0,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
     name: str | None = None,
     max_concurrency: int | None = None,
     get_if_exists: bool = False,

@@ -141,9 +141,11 @@ class ActorOptions:
             (``actorrt.start(labels=...)``) the actor goes into a slot of its label, on the
             process and GPU the plan gave that slot; without one, only to processes that
             offer the label, when any process offers labels at all.
-        num_cpus: CPUs reserved on the hosting process (0 reserves none, as Ray does for
-            running actors).
+        num_cpus: CPUs reserved on the hosting process. None (not given) reserves none,
+            as Ray does for running actors; see :meth:`assigned_resources` for what the
+            actor reports.
         num_gpus: GPUs reserved; the actor's threads get that GPU as their current device.
+            None (not given) is 0.
         name: Registers the actor under this name for ``actorrt.get_actor(name)``; a named
             actor lives until it is killed or the cluster shuts down.
         max_concurrency: How many calls may run at once. None (the default): 1 for a plain
@@ -177,8 +179,9 @@ class ActorOptions:
     """
 
     label: str | None = None
-    num_cpus: float = 0.0
-    num_gpus: float = 0.0
+    # None, not 0: Ray's reported CPUs depend on whether either was given at all.
+    num_cpus: float | None = None
+    num_gpus: float | None = None
     name: str | None = None
     max_concurrency: int | None = None
     get_if_exists: bool = False
@@ -190,7 +193,7 @@ class ActorOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "concurrency_groups", _groups(self.concurrency_groups))
         _check_label(self.label)
-        Resources(self.num_cpus, self.num_gpus)  # the one validation of resources
+        _ = self.resources  # builds a Resources: the one validation of resources
         mpc = self.max_pending_calls
         rule = (
             f"max_pending_calls={mpc!r} must be an int >= 1, or -1 for no limit, "
@@ -228,8 +231,28 @@ class ActorOptions:
 
     @property
     def resources(self) -> Resources:
-        """What the actor reserves (validated by :class:`Resources`)."""
-        return Resources(self.num_cpus, self.num_gpus)
+        """What the actor reserves (validated by :class:`Resources`); a None is 0."""
+        return Resources(
+            0.0 if self.num_cpus is None else self.num_cpus,
+            0.0 if self.num_gpus is None else self.num_gpus,
+        )
+
+    def assigned_resources(self) -> dict[str, float]:
+        """What the actor's ``get_assigned_resources()`` reports, as Ray 2.60's does.
+
+        Ray runs an actor given no resources on 0 CPUs, but one given ``num_gpus`` (even
+        0) and no ``num_cpus`` on 1 CPU: ``num_gpus=0.25`` reports
+        ``{"CPU": 1.0, "GPU": 0.25}``, ``num_cpus=0, num_gpus=0.25`` ``{"GPU": 0.25}``,
+        nothing ``{}``. That CPU is reported only: it is not reserved here, since a layout
+        slot of ``{"num_gpus": 0.25}`` (0 CPUs) must still take such an actor.
+
+        Returns:
+            ``{"CPU": n, "GPU": m}`` as floats, a zero left out.
+        """
+        cpus = self.num_cpus
+        if cpus is None:
+            cpus = 0.0 if self.num_gpus is None else 1.0
+        return dataclasses.replace(self.resources, num_cpus=cpus).as_dict()
 
     @classmethod
     def from_kwargs(

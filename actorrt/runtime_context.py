@@ -85,11 +85,16 @@ class RuntimeContext:
         return self.get_job_id()
 
     def get_assigned_resources(self) -> dict[str, float]:
-        """What the running actor or remote function reserved, as Ray's: ``{"CPU": 1.0}``.
+        """What the running actor or remote function was given, as Ray's: ``{"CPU": 1.0}``.
 
         An actor's ``num_cpus`` and ``num_gpus`` (a fraction for a share of one GPU), a
         remote function's per call (1 CPU unless given, as in Ray); a zero is left out,
-        so an actor that asked for nothing gives ``{}``, as Ray's does.
+        so an actor that asked for nothing gives ``{}``, as Ray's does. As in Ray 2.60,
+        an actor given ``num_gpus`` (0 included) but no ``num_cpus`` gives 1 CPU:
+        ``num_gpus=0.25`` is ``{"CPU": 1.0, "GPU": 0.25}``, ``num_cpus=0, num_gpus=0.25``
+        is ``{"GPU": 0.25}``. Ray reserves that CPU; actorrt does not (a layout slot of
+        ``num_gpus=0.25`` has no CPU to give), so ``actorrt.available_resources()``
+        counts only the ``num_cpus`` given.
 
         Returns:
             ``{"CPU": n, "GPU": m}`` as floats; ``{}`` outside an actor or remote function

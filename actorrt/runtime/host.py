@@ -215,7 +215,11 @@ class ActorHost:
         return self._names.get(actor_id)
 
     def resources_of(self, actor_id: str) -> dict[str, float]:
-        """What actor ``actor_id`` (living here) reserved: ``{"CPU": n, "GPU": m}``, no zeros."""
+        """What actor ``actor_id`` (living here) reports as its ``get_assigned_resources()``.
+
+        ``{"CPU": n, "GPU": m}``, no zeros: its creator's
+        :meth:`~actorrt.options.ActorOptions.assigned_resources`, Ray's figures.
+        """
         return dict(self._resources.get(actor_id, {}))
 
     def was_reconstructed(self, actor_id: str) -> bool:

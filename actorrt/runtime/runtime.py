@@ -339,7 +339,7 @@ class Runtime:
                 "retries": options.max_task_retries,
                 "max_pending": options.max_pending_calls,
                 "name": options.name,
-                "resources": options.resources.as_dict(),  # get_assigned_resources()
+                "resources": options.assigned_resources(),  # get_assigned_resources()
             }
             try:
                 wire = self.pack(placement.worker, (args, kwargs))

@@ -42,6 +42,9 @@ class Probe:
     def echo(self, t):
         return t
 
+    def context(self):
+        return _context()
+
     def stuck_in_c_with_the_gil(self, s):
         # libc's sleep through a PyDLL: C code that keeps the GIL, so no Python thread of
         # the process runs (no ping answered, no store heartbeat, no exit of its own).
@@ -73,6 +76,16 @@ class Talker:
             print(f"{tag} out {i}")
             print(f"{tag} err {i}", file=sys.stderr)
         return {"pid": os.getpid(), "host": open("/proc/sys/kernel/hostname").read().strip()}
+
+
+def _context():
+    ctx = actorrt.get_runtime_context()
+    return {"worker": ctx.get_worker_id(), "labels": ctx.get_node_labels(), "job": ctx.get_job_id()}
+
+
+@actorrt.remote
+def context_in_a_function():
+    return _context()
 
 
 def timed(fn):
@@ -144,6 +157,22 @@ def scenario_simple(rt, cfg):
             torch.equal(x, t) for x in actorrt.get([p.echo.remote(t) for p in probes], timeout=60)
         ),
         "labels": {n.process: list(n.labels) for n in actorrt.nodes()},
+    }
+
+
+def scenario_node_labels(rt, cfg):
+    """get_runtime_context() on each worker, in an actor and a remote function, per label.
+
+    ``cfg["probe_labels"]``: the labels to place one actor and one function call on.
+    """
+    labels = cfg["probe_labels"]
+    probes = [Probe.options(label=label).remote() for label in labels]
+    calls = [context_in_a_function.options(label=label).remote() for label in labels]
+    return {
+        "driver": _context(),
+        "actors": actorrt.get([p.context.remote() for p in probes], timeout=60),
+        "functions": actorrt.get(calls, timeout=60),
+        "nodes": {n.process: list(n.labels) for n in actorrt.nodes()},
     }
 
 

@@ -431,6 +431,41 @@ def test_torchrun_launches_the_workers(procs):
     assert procs.wait("torchrun", 30) == 0, procs.logs()
 
 
+def test_node_labels_of_a_worker_are_those_it_offers_with_dash_dash_labels(procs):
+    """``actorrt worker --labels collector,replay``: its actors and functions see them.
+
+    As Ray's ``get_node_labels()`` of a node started with labels; actorrt's have no
+    values, so each maps to ``""``. Without a layout they come from the worker itself,
+    from each of ``--nproc`` workers too.
+    """
+    port = free_port()
+    init = _init(port)
+    env = {"ACTORRT_TOKEN": TOKEN}
+    probe_labels = ["collector", "replay", "learner", "learner"]
+    cfg = {"init": init, "world": 4, "scenario": "node_labels", "probe_labels": probe_labels}
+    procs.start("driver", driver_argv(cfg), env)
+    procs.start("worker1", worker_argv(init, 1, 4, "--labels", "collector,replay"), env)
+    procs.start("workers2-3", worker_argv(init, 2, 4, "--nproc", "2", "--labels", "learner"), env)
+    res = procs.result("driver", 90)
+    job = res["driver"]["job"]
+    assert res["driver"]["labels"] == {} and job, res  # the driver offers none
+    offered = {
+        "worker1": {"collector": "", "replay": ""},
+        "worker2": {"learner": ""},
+        "worker3": {"learner": ""},
+    }
+    for where in ("actors", "functions"):
+        for label, got in zip(probe_labels, res[where], strict=True):
+            assert label in got["labels"], (where, res)  # placed by the label it offers
+            assert got["labels"] == offered[got["worker"]], (where, res)
+            assert got["job"] == job, res  # one cluster, one job id
+    # Two learners spread over the two --nproc workers: each reported its own.
+    assert {a["worker"] for a in res["actors"][2:]} == {"worker2", "worker3"}, res
+    nodes = {process: dict.fromkeys(labels, "") for process, labels in res["nodes"].items()}
+    assert {k: v for k, v in nodes.items() if k in offered} == offered, res  # as nodes()
+    assert procs.wait("driver", 30) == 0, procs.logs()
+
+
 def test_python_dash_m_actorrt_worker_help():
     out = subprocess.run(
         [sys.executable, "-m", "actorrt", "worker", "--help"],

@@ -265,6 +265,12 @@ def test_the_job_namespace_resources_and_labels_of_a_call_as_rays(cluster):
     assert [actorrt.get(r, timeout=30) for r in sized.streamed.remote()] == [
         (job, job, {"CPU": 0.5}, {})
     ]
+    # num_gpus given without num_cpus runs on 1 CPU in Ray, num_gpus=0 too (Ray 2.60
+    # reports {"CPU": 1.0} there); with num_cpus=0 on none.
+    gpu_given = Job.options(num_gpus=0).remote()
+    assert actorrt.get(gpu_given.parts.remote(), timeout=30)[1] == (job, job, {"CPU": 1.0}, {})
+    no_cpu = Job.options(num_cpus=0, num_gpus=0).remote()
+    assert actorrt.get(no_cpu.parts.remote(), timeout=30)[1] == (job, job, {}, {})
     # A remote function takes one CPU per call unless told otherwise, as in Ray.
     assert actorrt.get(job_in_a_function.remote(), timeout=30) == (job, job, {"CPU": 1.0}, {})
     half = job_in_a_function.options(num_cpus=0.5).remote()
@@ -273,5 +279,5 @@ def test_the_job_namespace_resources_and_labels_of_a_call_as_rays(cluster):
     assert actorrt.get(free, timeout=30) == (job, job, {}, {})
     streamed = job_in_a_generator.options(num_cpus=0.25).remote()
     assert [actorrt.get(r, timeout=30) for r in streamed] == [(job, job, {"CPU": 0.25}, {})]
-    actorrt.kill(plain)
-    actorrt.kill(sized)
+    for actor in (plain, sized, gpu_given, no_cpu):
+        actorrt.kill(actor)

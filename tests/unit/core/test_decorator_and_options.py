@@ -5,6 +5,7 @@ import concurrent.futures as cf
 import pytest
 
 import actorrt
+from actorrt.placement.resources import Resources
 from actorrt.refs import ObjectRef
 
 
@@ -140,6 +141,39 @@ def test_options_override_keeps_the_rest():
     assert bound._options.label == "collector"
     assert bound._options.num_cpus == 1
     assert bound._options.num_gpus == 0.5
+
+
+@pytest.mark.parametrize(
+    ("decorated", "options", "assigned"),
+    [
+        # What Ray 2.60's get_assigned_resources() gives in such an actor (checked on
+        # ray.init(num_cpus=2, num_gpus=1)): num_gpus given (even 0) without num_cpus runs
+        # it on 1 CPU; nothing given, 0 CPUs.
+        ({}, {}, {}),
+        ({}, {"num_gpus": 0.25}, {"CPU": 1.0, "GPU": 0.25}),
+        ({}, {"num_gpus": 1}, {"CPU": 1.0, "GPU": 1.0}),
+        ({}, {"num_gpus": 0}, {"CPU": 1.0}),
+        ({}, {"num_cpus": 0, "num_gpus": 0.25}, {"GPU": 0.25}),
+        ({}, {"num_cpus": 0}, {}),
+        ({}, {"num_cpus": 0.5}, {"CPU": 0.5}),
+        ({}, {"num_cpus": 1, "num_gpus": 0.25}, {"CPU": 1.0, "GPU": 0.25}),
+        ({"num_gpus": 0.25}, {}, {"CPU": 1.0, "GPU": 0.25}),  # @ray.remote(num_gpus=0.25)
+        ({"num_gpus": 0.25}, {"num_cpus": 0}, {"GPU": 0.25}),  # then .options(num_cpus=0)
+        ({"label": "learner"}, {}, {}),  # a label is no resource (Ray's resources= is)
+    ],
+)
+def test_assigned_resources_of_an_actor_are_rays(decorated, options, assigned):
+    A = actorrt.actor(**decorated)(Plain) if decorated else actorrt.actor(Plain)
+    got = A.options(**options)._options.assigned_resources()
+    assert got == assigned
+    assert all(type(v) is float for v in got.values())
+
+
+def test_the_cpu_ray_reports_for_num_gpus_alone_is_not_reserved():
+    # A layout slot of {"num_gpus": 0.25} has no CPU: such an actor must still fit it.
+    options = actorrt.ActorOptions(num_gpus=0.25)
+    assert options.resources == Resources(num_cpus=0, num_gpus=0.25)
+    assert actorrt.ActorOptions().resources == Resources()
 
 
 def test_decorating_a_function_is_an_error():
