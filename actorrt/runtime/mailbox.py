@@ -146,6 +146,7 @@ class Mailbox:
         # _ready mirrors it as a plain attribute: one read per call, no method call.
         self._constructed = threading.Event()
         self._ready = False
+        self._constructing = 0.0  # time.monotonic() as __init__ began; 0: not running
         self._interruptible = False  # a remote functions' executor (see open)
         self._loop: asyncio.AbstractEventLoop | None = None  # an async actor's loop
         self._slots: asyncio.Semaphore | None = None  # an async actor's max_concurrency
@@ -245,6 +246,7 @@ class Mailbox:
         cls, wire = what
         token = in_method.set(f"{self._class_name}.__init__")
         actor_token = in_actor.set(self.actor_id)
+        self._constructing = time.monotonic()
         try:
             try:
                 args, kwargs = unpack(wire)
@@ -258,6 +260,7 @@ class Mailbox:
             _, (_, summary, text, _) = error_reply(self.what, exc)
             self.kill(f"{self.what} failed in __init__: {summary}\n\nRemote traceback:\n{text}")
         finally:
+            self._constructing = 0.0
             in_method.reset(token)
             in_actor.reset(actor_token)
         asked = take_exit()  # cleared either way: an async actor's calls copy this context
@@ -783,15 +786,18 @@ class Mailbox:
             return len(self._accepted) + len(self._before_open) + held
 
     def running(self) -> list[tuple[str, float]]:
-        """The calls whose methods run now: each one's name and when it began.
+        """The calls whose methods run now, and the constructor while it runs.
 
         Returns:
             ``(name, began)`` per call: its method's name (its task name, if the call was
-            given one) and ``time.monotonic()`` as it began.
+            given one; ``__init__`` for the constructor) and ``time.monotonic()`` as it
+            began.
         """
+        constructing = self._constructing
         with self._lock:
             calls = [c for c in self._accepted if c.began and not c.done]
-        return [(task_name(c.method) or str(c.method), c.began) for c in calls]  # type: ignore[arg-type]
+        out = [(task_name(c.method) or str(c.method), c.began) for c in calls]  # type: ignore[arg-type]
+        return [("__init__", constructing), *out] if constructing else out
 
     # -- end of life -------------------------------------------------------------
     def kill(self, reason: str) -> None:

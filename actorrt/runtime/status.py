@@ -254,8 +254,8 @@ def format_status(
     parts.append("")
     parts.append("CALLS: calls queued or running on the actors (- : unknown or none to ask).")
     parts.append(
-        "RUNNING: the method that has run longest on the actor now, for how long "
-        "(+n: n more run at once)."
+        "RUNNING: the method that has run longest on the actor now (__init__: it is "
+        "being made), for how long (+n: n more run at once)."
     )
     parts.append("OBJECTS: objects the process owns (large results, puts) and their bytes.")
     return "\n".join(parts)

@@ -994,3 +994,24 @@ def test_running_lists_the_calls_whose_methods_run_now_not_those_queued(asynchro
     _reply(first)
     _reply(queued)
     assert box.running() == []
+
+
+class SlowStart:
+    def __init__(self, gate):
+        gate.wait(10)
+
+    def add(self, x):
+        return x
+
+
+def test_running_lists_the_constructor_while_it_runs():
+    # A learner stuck loading its model shows as __init__ in actorrt.status(), not idle.
+    box = Mailbox("e" * 32, lambda actor_id, why: None, _unpacked_reply)
+    gate = threading.Event()
+    box.open(SlowStart, _wire((gate,)), class_name="SlowStart", max_concurrency=1, gpu_ids=())
+    _until(lambda: box.running(), "the constructor never showed as running")
+    ((name, _),) = box.running()
+    assert name == "__init__"
+    gate.set()
+    assert _reply(_deliver(box, _call(0, "add", 1))[0]) == (OK, 1)
+    assert box.running() == []
