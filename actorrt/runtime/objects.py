@@ -93,7 +93,8 @@ RELAY_S = 5.0
 to the other processes of its host (they ask it instead of the owner)."""
 
 LET_GO_GATHER_S = 0.02
-"""How long the refs gone are gathered before their owners are told (one message each)."""
+"""How often, at most, a process tells owners of the refs gone (one message each): what
+goes within that while travels together; the first after a quiet while goes at once."""
 
 
 class ObjectLocation(NamedTuple):
@@ -322,12 +323,17 @@ class ObjectStore:
         self._outbox.put(_UNREAD)
 
     def _tell_owners(self) -> None:
+        last = 0.0  # when the last batch went
         while True:
             batch = [self._outbox.get()]
             # A message per ref gone would cost both processes as much as a small call
             # (a caller getting results in a loop paid a quarter more per get): what goes
-            # within a short while travels as one message per owner.
-            time.sleep(LET_GO_GATHER_S)
+            # within a short while travels as one message per owner. The first after a
+            # quiet while goes at once, so that a fork's holder that dies soon after it
+            # arrived has told its owner (held_forks), and an object goes sooner.
+            wait = last + LET_GO_GATHER_S - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
             while True:
                 try:
                     batch.append(self._outbox.get_nowait())
@@ -359,6 +365,7 @@ class ObjectStore:
                     rpc.rpc_async(owner, rpc_let_go, args=(keys,))
                 except Exception:  # the owner is gone (its objects with it) or RPC is ending
                     pass
+            last = time.monotonic()
 
     def holder_died(self, process: str) -> None:
         """Lets go of the objects ``process`` held directly (it died holding them).

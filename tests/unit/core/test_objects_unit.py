@@ -271,3 +271,31 @@ def test_the_thread_that_tells_owners_ends_with_the_store():
     store.clear()
     mine.join(5)
     assert not mine.is_alive()
+
+
+def test_the_first_let_go_after_a_quiet_while_goes_at_once_and_later_ones_together(monkeypatch):
+    """At most one message per owner per LET_GO_GATHER_S, the first one at once: a holder
+    that dies just after a ref arrived has told its owner (held_forks), and what goes in
+    a loop of gets still travels in few messages."""
+    from actorrt.runtime import objects
+
+    sent = []
+    monkeypatch.setattr(objects.rpc, "rpc_async", lambda to, fn, args: sent.append((to, args)))
+    monkeypatch.setattr(objects, "LET_GO_GATHER_S", 0.5)
+    store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
+    try:
+        store.let_go("w2", "o1")
+        deadline = time.monotonic() + 0.3  # well before the gathering time
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sent == [("w2", ([("o1", False)],))]
+        store.let_go("w2", "o2")
+        store.let_go("w2", "o3")
+        time.sleep(0.2)
+        assert len(sent) == 1  # gathered until 0.5 s after the first went
+        deadline = time.monotonic() + 5
+        while len(sent) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sent[1:] == [("w2", ([("o2", False), ("o3", False)],))]
+    finally:
+        store.clear()
