@@ -849,6 +849,10 @@ class Driver:
         if silent and let_go:
             let_go = False  # a hung one would never let go: nobody waits for it
             group.announce_let_go(False)
+        if not let_go and rt is not None:
+            # Nobody lets go: what the others said they hold of this process's leases is
+            # dropped here, or torch prints each as a leak as the agent ends.
+            rt.objects.forks.drop_all()
         # Not joined with a silent one: its calls would never be answered (see quiesce).
         mine = torch_threads.start(
             group.quiesce, name="actorrt-quiesce", args=(budget(3.0), let_go, not silent)

@@ -146,6 +146,8 @@ def run_worker(cfg: WorkerConfig) -> int:
     # worker is, so nobody warns of anybody's closing (see Driver.stop).
     began = time.monotonic()
     let_go = group.lets_go(default=not rt.ever_lost_a_peer)
+    if not let_go:  # as the driver does (Driver.stop): no leak of them is printed
+        rt.objects.forks.drop_all()
     quiet = group.quiesce(cfg.shutdown_timeout / 2, let_go=let_go)
     log.debug("rank %d: quiesced (%s) in %.2f s", cfg.rank, quiet, time.monotonic() - began)
     told = group.await_end(cfg.shutdown_timeout)

@@ -16,6 +16,7 @@ import collections
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 import torch.distributed.rpc as rpc
@@ -23,7 +24,13 @@ import torch.distributed.rpc as rpc
 from actorrt.runtime import context, rref_keeper
 from actorrt.runtime.rref_keeper import ForkId
 
-__all__ = ["DEAD_HOLDER_SETTLE_S", "FORKS_KEPT_PER_HOLDER", "HeldForks", "rpc_lease_forks"]
+__all__ = [
+    "DEAD_HOLDER_SETTLE_S",
+    "EARLY_KEPT_S",
+    "FORKS_KEPT_PER_HOLDER",
+    "HeldForks",
+    "rpc_lease_forks",
+]
 
 _log = logging.getLogger("actorrt.rrefs")
 
@@ -39,6 +46,12 @@ given the same ref or handle again and again (weights put once, sent in every ba
 would otherwise grow the record for as long as the lease lives. One that holds more at
 once and dies keeps the lease until the cluster ends."""
 
+EARLY_KEPT_S = 10.0
+"""How long an owner keeps the forks told of a lease it has not made yet: the holder's word
+may overtake the lease's making (a process that made an actor or a lease with
+``rpc.remote`` tells its fork at once, and torch handles the two messages in parallel).
+Those of a lease that never comes (one that went before its word came) go after this."""
+
 Fork = tuple[str, ForkId, ForkId]
 """A lease's key, its RRef's id, and the id of one fork of it."""
 
@@ -49,8 +62,9 @@ class HeldForks:
     Args:
         name: This process's RPC name (a holder, as owners know it).
         wake: Asks the thread that sends (the object store's) to call :meth:`tell`.
-        tells: Whether this process tells owners what it holds: not rank 0, which lives
-            as long as the cluster.
+        tells: Whether this process tells owners what it holds (every process does,
+            rank 0 too: an owner drops what rank 0 holds at the cluster's end, see
+            :meth:`drop_all`; False leaves ``rref_keeper``'s hook alone).
     """
 
     def __init__(self, name: str, wake: Callable[[], None], tells: bool) -> None:
@@ -63,6 +77,11 @@ class HeldForks:
         # The leases made here that are alive, and per lease the forks each holder told.
         self._alive: set[str] = set()
         self._forks: dict[str, dict[str, collections.deque[tuple[ForkId, ForkId]]]] = {}
+        # Per lease not made yet, the forks told of it: (when, holder, RRef id, fork id).
+        self._early: dict[str, list[tuple[float, str, ForkId, ForkId]]] = {}
+        self._early_pruned = time.monotonic()
+        # What holders that died held, each batch until its DEAD_HOLDER_SETTLE_S is past.
+        self._dying: list[list[Fork]] = []
         if tells:
             rref_keeper.on_lease_arrival(self.holds)
 
@@ -94,20 +113,38 @@ class HeldForks:
         with self._lock:
             if alive:
                 self._alive.add(key)
+                for _, holder, rref_id, fork_id in self._early.pop(key, ()):
+                    self._record(key, holder, rref_id, fork_id)
             else:
                 self._alive.discard(key)
                 self._forks.pop(key, None)
+                self._early.pop(key, None)
 
     def note(self, holder: str, forks: list[Fork]) -> None:
         """``holder`` holds these forks of leases made here (:func:`rpc_lease_forks`)."""
+        now = time.monotonic()
         with self._lock:
             for key, rref_id, fork_id in forks:
                 if key in self._alive:
-                    per_holder = self._forks.setdefault(key, {})
-                    kept = per_holder.get(holder)
-                    if kept is None:
-                        kept = per_holder[holder] = collections.deque(maxlen=FORKS_KEPT_PER_HOLDER)
-                    kept.append((rref_id, fork_id))
+                    self._record(key, holder, rref_id, fork_id)
+                else:  # its making may still be on its way (EARLY_KEPT_S)
+                    self._early.setdefault(key, []).append((now, holder, rref_id, fork_id))
+            if self._early and now - self._early_pruned > EARLY_KEPT_S:
+                self._early_pruned = now
+                for key in list(self._early):
+                    kept = [e for e in self._early[key] if now - e[0] < EARLY_KEPT_S]
+                    if kept:
+                        self._early[key] = kept
+                    else:
+                        del self._early[key]
+
+    def _record(self, key: str, holder: str, rref_id: ForkId, fork_id: ForkId) -> None:
+        """Under the lock: ``holder`` holds ``fork_id`` of lease ``key``."""
+        per_holder = self._forks.setdefault(key, {})
+        kept = per_holder.get(holder)
+        if kept is None:
+            kept = per_holder[holder] = collections.deque(maxlen=FORKS_KEPT_PER_HOLDER)
+        kept.append((rref_id, fork_id))
 
     def holder_died(self, holder: str) -> None:
         """Drops, :data:`DEAD_HOLDER_SETTLE_S` from now, the forks ``holder`` held here."""
@@ -117,25 +154,62 @@ class HeldForks:
                 for key, per_holder in self._forks.items()
                 for fork in per_holder.pop(holder, ())
             ]
+            if forks:
+                self._dying.append(forks)
         if forks:
-            timer = threading.Timer(DEAD_HOLDER_SETTLE_S, self._drop, args=(forks,))
+            timer = threading.Timer(DEAD_HOLDER_SETTLE_S, self._drop_dead, args=(forks,))
             timer.daemon = True
             timer.name = "actorrt-dead-holder"
             timer.start()
 
-    def _drop(self, forks: list[Fork]) -> None:
+    def _drop_dead(self, forks: list[Fork]) -> None:
+        """The timer of :meth:`holder_died`: drops what a dead holder held (unless done)."""
+        with self._lock:
+            if not any(batch is forks for batch in self._dying):
+                return  # drop_all took it
+            self._dying = [batch for batch in self._dying if batch is not forks]
+        self._drop(forks)
+
+    def drop_all(self) -> None:
+        """At the cluster's end, after a process died: drops every fork holders told of.
+
+        Nobody lets go of the RRefs it holds then (torch's deletes would reach for the
+        dead process), so each owner's torch would print every fork still registered
+        with it as a leak as its agent ends ("Detected RRef Leaks", a warning per owner
+        process). Dropped here, locally, before that, none is left to print but those
+        never told of. A holder's own delete that comes after finds nothing, which torch
+        takes silently.
+        """
+        with self._lock:
+            forks = [
+                (key, *fork)
+                for key, per_holder in self._forks.items()
+                for kept in per_holder.values()
+                for fork in kept
+            ]
+            for batch in self._dying:  # a dead holder's, still waiting for their time
+                forks += batch
+            self._forks.clear()
+            self._dying = []
+        self._drop(forks, at_end=True)
+
+    def _drop(self, forks: list[Fork], at_end: bool = False) -> None:
         """Drops these forks of a dead holder, each of a lease still alive.
 
         An owner that unpickles a fork it sent itself drops that fork (torch's
         ``delForkOfOwner``): what the holder's own delete would have done. One the holder
         dropped before it died is no longer there, and torch only logs that.
+
+        Args:
+            forks: The forks.
+            at_end: From :meth:`drop_all`: also once this runtime is closed.
         """
         made = []
         try:
             me = rpc.get_worker_info().id
             for key, (rc, rl), (fc, fl) in forks:
                 with self._lock:
-                    if self._closed or key not in self._alive:
+                    if (self._closed and not at_end) or key not in self._alive:
                         continue
                     made.append(rpc.PyRRef._deserialize((me, rc, rl, fc, fl, me, "PyObject")))
         except Exception as exc:  # RPC is ending: everything goes with the cluster
@@ -144,12 +218,10 @@ class HeldForks:
         made.clear()
 
     def close(self, tells: bool) -> None:
-        """The runtime is ending: nothing is told or dropped any more."""
+        """The runtime is ending: nothing is told or dropped any more but by :meth:`drop_all`."""
         self._closed = True
         if tells:
             rref_keeper.on_lease_arrival(None)
-        with self._lock:
-            self._forks.clear()
 
 
 def rpc_lease_forks(holder: str, forks: list[Fork]) -> None:

@@ -244,7 +244,7 @@ class ObjectStore:
         # Replies dropped unread, read on that thread (see let_go_unread_later).
         self._unread: queue.SimpleQueue[tuple[Wire, int]] = queue.SimpleQueue()
         # Which process holds which fork of the leases made here (see held_forks).
-        self.forks = HeldForks(name, lambda: self._outbox.put(_HOLDING), tells=not is_driver)
+        self.forks = HeldForks(name, lambda: self._outbox.put(_HOLDING), tells=True)
         torch_threads.start(self._tell_owners, name="actorrt-objects")
 
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
@@ -433,7 +433,7 @@ class ObjectStore:
     def clear(self) -> None:
         """Drops every object and loan (at shutdown); the store tells no owner any more."""
         self._closed = True
-        self.forks.close(tells=not self._is_driver)
+        self.forks.close(tells=True)
         self._outbox.put(_CLOSED)  # wakes the thread that tells owners: it ends
         with self._lock:
             values, loans = self._values, self._loans

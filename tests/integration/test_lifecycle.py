@@ -256,6 +256,60 @@ def test_three_restarts_in_one_process_print_nothing_with_handles_kept(tmp_path)
     assert not rest, stderr
 
 
+def test_a_shutdown_after_a_worker_died_prints_no_rref_leaks(tmp_path):
+    """Was: after any death nobody lets go of its RRefs at shutdown (torch's deletes would
+    reach for the dead process), and every owner's torch printed each fork still
+    registered with it as a leak ("Detected RRef Leaks", "Leaking RRef ..."): a page of
+    alarm at the end of a run whose only fault was one crashed worker. Owners now drop,
+    locally, the forks that holders (rank 0 too) told them of."""
+    reports, stderr = run_script_with_stderr(
+        tmp_path,
+        RESTARTS
+        + """
+import os, signal
+import torch
+
+@actorrt.actor
+class Maker:
+    def put(self):  # a ref made here: its lease is made here too (rpc.remote)
+        return [actorrt.put(torch.ones(2 << 20, dtype=torch.uint8))]
+    def pid(self):
+        return os.getpid()
+
+@actorrt.actor
+class Keeper:
+    def keep(self, box):
+        self.box = box
+        return os.getpid()
+""",
+        """
+        rt = actorrt.start(num_workers=3, heartbeat_timeout=3, timeout=90)
+        report(pids=list(rt.local_worker_pids))
+        m = Maker.remote()
+        maker = actorrt.get(m.pid.remote(), timeout=30)
+        boxes = [actorrt.get(m.put.remote(), timeout=30) for _ in range(3)]
+        mine = [actorrt.put(torch.ones(2 << 20, dtype=torch.uint8)) for _ in range(2)]
+        keepers = [Keeper.remote() for _ in range(4)]  # handles the driver holds to the end
+        pids = [
+            actorrt.get(k.keep.remote(box), timeout=30)
+            for k, box in zip(keepers, [*boxes, [mine[0]]], strict=True)
+        ]
+        victim = next(p for p in pids if p != maker)
+        time.sleep(1)  # each holder has told the owners what it holds
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not rt.dead_workers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        report(dead=sorted(rt.dead_workers))
+        actorrt.shutdown()
+        """,
+        timeout=180,
+    )
+    assert reports[-1]["dead"], reports
+    leaks = re.findall(r"Detected RRef Leaks|Leaking RRef .*", stderr)
+    assert not leaks, f"a shutdown after a death printed {leaks}:\n{stderr[-6000:]}"
+
+
 def test_refs_of_a_cluster_shut_down_say_so_in_the_next_one(tmp_path):
     """Objects do not outlive their cluster: a ref of one shut down since says so when
     read or passed in the next cluster of the process (was: "its owner process died

@@ -114,3 +114,36 @@ def test_a_holder_tells_each_owner_its_forks_in_one_message(monkeypatch):
     holder.holds(0, "obj", (2, 0), (2, 9))  # closed: nothing more
     holder.tell()
     assert len(sent) == 2
+
+
+def test_at_the_end_every_fork_told_of_is_dropped_those_of_the_dead_too_once(dropped, monkeypatch):
+    # After a death nobody lets go at shutdown; what is still registered, torch prints as
+    # a leak. A dead holder's forks still waiting for their settle time go too, once.
+    monkeypatch.setattr(held_forks, "DEAD_HOLDER_SETTLE_S", 0.3)
+    forks = _owner()
+    forks.watch("obj", True)
+    forks.watch("gone", True)
+    forks.note("worker2", [("obj", (2, 0), (2, 1))])
+    forks.note("worker3", [("obj", (2, 0), (3, 1)), ("gone", (2, 5), (3, 2))])
+    forks.note("driver_1", [("obj", (2, 0), (0, 7))])  # rank 0 tells too
+    forks.watch("gone", False)
+    forks.holder_died("worker2")
+    forks.close(tells=False)
+    forks.drop_all()
+    assert sorted(d[3:5] for d in dropped) == [(0, 7), (2, 1), (3, 1)]
+    assert _settled(dropped, 4, 0.6) == dropped[:3]  # the dead holder's timer: nothing
+
+
+def test_a_fork_told_before_its_lease_was_made_here_counts_once_it_is(dropped, monkeypatch):
+    # A process that made an actor tells the host its fork at once; torch may handle that
+    # word before the creation itself. Was: not recorded, so the fork outlived its holder.
+    monkeypatch.setattr(held_forks, "EARLY_KEPT_S", 0.2)
+    forks = _owner()
+    forks.note("worker2", [("actor", (2, 0), (2, 1))])
+    forks.note("worker2", [("never", (2, 3), (2, 4))])  # a lease that went before its word
+    forks.watch("actor", True)  # made now
+    time.sleep(0.3)
+    forks.note("worker3", [("other", (3, 0), (3, 1))])  # prunes what waited too long
+    assert set(forks._early) == {"other"}
+    forks.holder_died("worker2")
+    assert _settled(dropped, 1) == [(ME, 2, 0, 2, 1, ME, "PyObject")]
