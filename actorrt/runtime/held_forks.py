@@ -207,13 +207,17 @@ class HeldForks:
         made = []
         try:
             me = rpc.get_worker_info().id
-            for key, (rc, rl), (fc, fl) in forks:
-                with self._lock:
-                    if (self._closed and not at_end) or key not in self._alive:
-                        continue
-                    made.append(rpc.PyRRef._deserialize((me, rc, rl, fc, fl, me, "PyObject")))
         except Exception as exc:  # RPC is ending: everything goes with the cluster
             _log.debug("could not drop a dead holder's lease forks: %s", exc)
+            return
+        for key, (rc, rl), (fc, fl) in forks:
+            with self._lock:
+                if (self._closed and not at_end) or key not in self._alive:
+                    continue
+                try:
+                    made.append(rpc.PyRRef._deserialize((me, rc, rl, fc, fl, me, "PyObject")))
+                except Exception as exc:  # that one only (its RRef is gone here): the rest go
+                    _log.debug("could not drop lease fork %s of %s: %s", (fc, fl), key, exc)
         # Outside the lock: the last reference of a lease runs its __del__ (watch).
         made.clear()
 

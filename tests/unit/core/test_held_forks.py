@@ -147,3 +147,20 @@ def test_a_fork_told_before_its_lease_was_made_here_counts_once_it_is(dropped, m
     assert set(forks._early) == {"other"}
     forks.holder_died("worker2")
     assert _settled(dropped, 1) == [(ME, 2, 0, 2, 1, ME, "PyObject")]
+
+
+def test_a_fork_that_cannot_be_dropped_does_not_keep_the_others(dropped, monkeypatch):
+    seen = []
+
+    def deserialize(data: tuple) -> object:
+        if data[4] == 1:
+            raise RuntimeError("its OwnerRRef is gone here")
+        seen.append(data)
+        return object()
+
+    monkeypatch.setattr(held_forks.rpc.PyRRef, "_deserialize", staticmethod(deserialize))
+    forks = _owner()
+    forks.watch("obj", True)
+    forks.note("worker2", [("obj", (2, 0), (2, 1)), ("obj", (2, 0), (2, 2))])
+    forks.holder_died("worker2")
+    assert [d[3:5] for d in _settled(seen, 1)] == [(2, 2)]
