@@ -70,6 +70,7 @@ class HeldForks:
     def __init__(self, name: str, wake: Callable[[], None], tells: bool) -> None:
         self._name = name
         self._wake = wake
+        self._tells = tells
         self._lock = threading.Lock()
         self._closed = False
         # The forks this process came to hold, not yet told: (owner's worker id, fork).
@@ -221,10 +222,10 @@ class HeldForks:
         # Outside the lock: the last reference of a lease runs its __del__ (watch).
         made.clear()
 
-    def close(self, tells: bool) -> None:
+    def close(self) -> None:
         """The runtime is ending: nothing is told or dropped any more but by :meth:`drop_all`."""
         self._closed = True
-        if tells:
+        if self._tells:
             rref_keeper.on_lease_arrival(None)
 
 

@@ -433,7 +433,7 @@ class ObjectStore:
     def clear(self) -> None:
         """Drops every object and loan (at shutdown); the store tells no owner any more."""
         self._closed = True
-        self.forks.close(tells=True)
+        self.forks.close()
         self._outbox.put(_CLOSED)  # wakes the thread that tells owners: it ends
         with self._lock:
             values, loans = self._values, self._loans

@@ -110,7 +110,7 @@ def test_a_holder_tells_each_owner_its_forks_in_one_message(monkeypatch):
         ),
         (5, held_forks.rpc_lease_forks, ("worker2", [("actor", (5, 0), (2, 7))])),
     ]
-    holder.close(tells=False)
+    holder.close()
     holder.holds(0, "obj", (2, 0), (2, 9))  # closed: nothing more
     holder.tell()
     assert len(sent) == 2
@@ -128,7 +128,7 @@ def test_at_the_end_every_fork_told_of_is_dropped_those_of_the_dead_too_once(dro
     forks.note("driver_1", [("obj", (2, 0), (0, 7))])  # rank 0 tells too
     forks.watch("gone", False)
     forks.holder_died("worker2")
-    forks.close(tells=False)
+    forks.close()
     forks.drop_all()
     assert sorted(d[3:5] for d in dropped) == [(0, 7), (2, 1), (3, 1)]
     assert _settled(dropped, 4, 0.6) == dropped[:3]  # the dead holder's timer: nothing
