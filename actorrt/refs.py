@@ -28,9 +28,16 @@ import torch
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
 from actorrt.runtime import lineage, quick_rpc
 from actorrt.runtime.exits import in_actor
-from actorrt.runtime.objects import Loan, ObjectLocation, ObjectRefBase, rpc_resolve
+from actorrt.runtime.objects import (
+    Borrowing,
+    Loan,
+    ObjectLocation,
+    ObjectRefBase,
+    borrowed_here,
+    rpc_resolve,
+)
 from actorrt.runtime.payload import ATOMS as _ATOMS
-from actorrt.runtime.payload import packing, snapshot, unpack
+from actorrt.runtime.payload import call_pins, packing, snapshot, unpack
 from actorrt.runtime.protocol import (
     COPY,
     ERROR,
@@ -160,6 +167,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         "_rf",
         "_counted",
         "_direct",
+        "_on_call",
         "_part",
         "_session",
         "_ticket",
@@ -185,6 +193,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         self._rf: cf.Future[None] | None = None  # done once the call answered (wait)
         self._counted = False  # its reply's bytes are in Runtime.payload_bytes_in
         self._direct = False  # it holds its object directly (no lease yet: see _leased)
+        # Borrowed for the call that brought it (its caller holds the object until the
+        # call's reply); None: not, or no longer (kept past the call)
+        self._on_call: Borrowing | None = None
         self._part = -1  # num_returns: which of the call's values this ref is
         self._session = _session()  # the cluster it belongs to (one per start())
         # What cancels its call once sent (see ReplySlot.attach); None: not sent (yet)
@@ -444,7 +455,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         return None
 
     def _leased(self) -> ObjectLocation:
-        """Its location, with a lease (made now if it held the object directly)."""
+        """Its location, with a lease (made now if it held the object directly).
+
+        A ref borrowed for a call is held here first (its call's reply tells the owner).
+        """
+        borrowing = self._on_call
+        if borrowing is not None:
+            borrowing.keep(self)
         with _hook_lock:
             loc = self._loc
             assert loc is not None
@@ -593,6 +610,15 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
     def _when_ready(self, fn: Callable[[], None]) -> None:
         self._ready_future().add_done_callback(_Once(lambda _: fn()))
 
+    def _borrowed_location(self) -> ObjectLocation | None:
+        with _hook_lock:
+            return self._loc if self._on_call is not None else None
+
+    def _now_held(self) -> None:
+        with _hook_lock:
+            self._on_call = None
+            self._direct = True
+
     def _resolution(self, requester: str) -> Wire:
         rt = current("resolving a lent ObjectRef")
         error = self._failure()
@@ -727,7 +753,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             copy = self._copy_of_lost(self._loc)
             if copy is not _NO_COPY:
                 return _inline_ref, (*head, copy)
-            return _located_ref, (*head, self._leased())
+            return self._located(head)
         sent = self._sent
         ready = sent.done() if sent is not None else self._cf is not None and self._cf.done()
         if ready:
@@ -735,7 +761,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             if error is not None:
                 return _failed_ref, (*head, error)
             if self._loc is not None and self._copy_of_lost(self._loc) is _NO_COPY:
-                return _located_ref, (*head, self._leased())
+                return self._located(head)
             if sent is not None:
                 _, value = self._reply_value(sent)
             else:
@@ -744,6 +770,25 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         if self._loan is not None:  # still unanswered: the receiver borrows from our lender
             return _borrowed_ref, (*head, self._loan)
         return _borrowed_ref, (*head, current("sending an ObjectRef").objects.lend(self))
+
+    def _located(
+        self, head: tuple[str, str | None, str]
+    ) -> tuple[Callable[..., ObjectRef[Any]], tuple[Any, ...]]:
+        """How a ref whose object is kept at its owner travels.
+
+        Inside a call's arguments, borrowed for the call: the sender keeps this ref (and
+        so its hold) until the reply, and the receiver holds the object only if it keeps
+        the ref past the call (``objects.Borrowing``), as Ray's borrowers do. Most
+        refs passed to a call die with it, at no cost. Elsewhere (a reply, a put
+        value), with a lease, whose copies torch counts.
+        """
+        pins = call_pins()
+        if pins is None:
+            return _located_ref, (*head, self._leased())
+        pins.append(self)
+        loc = self._loc
+        assert loc is not None
+        return _ref_for_call, (*head, loc._replace(rref=None))
 
 
 def cancel(
@@ -966,6 +1011,16 @@ def _located_ref(
     ref: ObjectRef[Any] = ObjectRef(call, actor_id, ref_id)
     ref._loc = loc
     ref._worker = loc.owner
+    return ref
+
+
+def _ref_for_call(
+    call: str, actor_id: str | None, ref_id: str, loc: ObjectLocation
+) -> ObjectRef[Any]:
+    """Rebuilds a ref of an object kept at its owner, borrowed for the call it came with."""
+    ref = _located_ref(call, actor_id, ref_id, loc)
+    borrowing = ref._on_call = borrowed_here()
+    borrowing.add(ref)
     return ref
 
 

@@ -10,9 +10,15 @@ child process, side by side with Ray:
 - ``broadcast``: a learner actor publishes a 100 MB state dict (10 tensors of 10 MB) as
   one object and 8 collector actors each load it.
 - ``chain``: the driver passes the ref of A's small result, unanswered, to B
-  (``B.echo(A.small())``): the ref is lent (actorrt) or borrowed (Ray); per call.
+  (``B.echo(A.small())``): a top-level ref, so the call goes once A answered, its small
+  value inline (both systems resolve it at the caller); per call.
 - ``nested``: the driver passes a 1 MB put's ref inside a list to B, which gets it
-  (``B.first([ref])``): a leased ref (actorrt) or a borrowed one (Ray); per call.
+  (``B.first([ref])``): borrowed for the call by both (no lease, as B keeps no copy);
+  per call.
+- ``unread`` and ``kept``: the same ref in a list to B, which does not read it
+  (``B.unread([ref])``), or stores it in place of the last one (``B.keep([ref])``, so
+  B becomes a holder); per call. With ``nested``, they take apart what a ref inside a
+  value costs over a plain call (``plain``: ``B.unread(1)``).
 
 Each figure is the median of ``objects_reps`` rounds, in seconds; the report prints
 actorrt/Ray ratios (below 1: actorrt is faster) and ref/direct for the pass.
@@ -75,6 +81,13 @@ class Sink:
     def echo(self, x: Any) -> Any:
         return x
 
+    def unread(self, box: Any) -> int:
+        return 1
+
+    def keep(self, box: Any) -> int:
+        self.box = box
+        return 1
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -110,8 +123,15 @@ def _measure(
         lambda: [get(b.echo.remote(a.small.remote())) for _ in range(SMALL_CALLS)], reps
     )
     boxed = put(torch.ones(NESTED_BYTES, dtype=torch.uint8))
-    nested = median_time(lambda: [get(b.first.remote([boxed])) for _ in range(SMALL_CALLS)], reps)
-    out["chain"], out["nested"] = chain / SMALL_CALLS, nested / SMALL_CALLS
+    out["chain"] = chain / SMALL_CALLS
+    for key, call in (
+        ("plain", lambda: b.unread.remote(1)),
+        ("unread", lambda: b.unread.remote([boxed])),
+        ("kept", lambda: b.keep.remote([boxed])),
+        ("nested", lambda: b.first.remote([boxed])),
+    ):
+        per_round = median_time(lambda call=call: [get(call()) for _ in range(SMALL_CALLS)], reps)
+        out[key] = per_round / SMALL_CALLS
     return out
 
 
@@ -199,7 +219,13 @@ def table(doc: dict) -> str:
         ours["broadcast"] if ours else None,
         ray_["broadcast"] if ray_ else None,
     )
-    for key, what in (("chain", "small result A->B, unanswered"), ("nested", "1 MB ref in a list")):
+    for key, what in (
+        ("chain", "small result A->B, unanswered"),
+        ("nested", "1 MB ref in a list"),
+        ("plain", "a plain call, for the three"),
+        ("unread", "ref in a list, not read"),
+        ("kept", "ref in a list, kept by B"),
+    ):
         # per call, under a millisecond: two more places
         row(what, ours.get(key) if ours else None, ray_.get(key) if ray_ else None, places=6)
     return "\n".join(lines)

@@ -44,7 +44,13 @@ from actorrt.runtime import trace as _trace
 from actorrt.runtime.backpressure import close_sender, open_sender
 from actorrt.runtime.exits import exit_asked, exit_reason, in_actor, in_method, take_exit
 from actorrt.runtime.generators import Sender, Stream
-from actorrt.runtime.objects import resolve_args, resolve_args_async
+from actorrt.runtime.objects import (
+    Borrowing,
+    resolve_args,
+    resolve_args_async,
+    unpack_arguments,
+    with_kept,
+)
 from actorrt.runtime.payload import Wire, unpack
 from actorrt.runtime.protocol import (
     CONCURRENCY_GROUP,
@@ -101,11 +107,13 @@ class Call:
     # The calls it made while it ran, by their refs (see runtime.lineage): a recursive
     # actorrt.cancel() cancels them with it.
     children: weakref.WeakSet[lineage.Child] | None = field(default=None)
+    # The refs its arguments brought, borrowed for the call (see objects.Borrowing)
+    borrowed: Borrowing | None = field(default=None)
 
     def arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Unpacks the arguments (on the actor's thread: a failure fails this call only)."""
         try:
-            args, kwargs = unpack(self.wire)  # type: ignore[arg-type]
+            (args, kwargs), self.borrowed = unpack_arguments(self.wire)  # type: ignore[arg-type]
         except Exception as exc:
             raise unreadable("the arguments", exc) from exc
         return args, kwargs
@@ -499,6 +507,7 @@ class Mailbox:
                     reply = (LOST, str(exc))
                 else:
                     result = method(*args, **kwargs)
+                    del args, kwargs  # refs borrowed for the call, unless kept, go now
                     if inspect.iscoroutine(result):  # not any awaitable: a ref is a value
                         result = await result
                     if type(name) is Stream:
@@ -926,6 +935,8 @@ class Mailbox:
             what = f"{self._prefix}{call.method}: its return value"
             wire = self._pack_reply(call.caller, error_reply(what, unsendable_reply(exc)))
         streams.leaving(wire)  # the agent sends it on streams that do not wait for ours
+        if call.borrowed is not None:  # refs borrowed for it and kept: the reply says which
+            wire = with_kept(wire, call.borrowed)
         call.future.set_result(wire)
         if _trace.ON:
             _trace.answered(self._class_name, self.actor_id, call, wire)

@@ -10,11 +10,15 @@ shared-memory road on one host. The bytes never pass through a third process.
 
 Lifetime: an object is first held directly by one process (the caller of the call that
 made it, or the process that put it), which tells the owner to let it go when its ref
-goes. When that ref first travels, the hold becomes a lease: an RRef whose value is an
-:class:`ObjectLease` (owned by rank 0, see there), a fork of which every copy of the ref
-holds, wherever it went (inside call arguments, replies, other objects), so torch's
+goes. A ref nested in a call's arguments travels borrowed for the call
+(:class:`Borrowing`): the caller holds it until the reply, and a callee that keeps it
+past the call becomes one more direct holder, which the caller tells the owner from the
+reply. When a ref travels any other way (inside a reply or another object), the hold
+becomes a lease: an RRef whose value is an :class:`ObjectLease` (owned by rank 0, see
+there), a fork of which every copy of the ref holds, wherever it went, so torch's
 distributed reference counting decides. When the last fork is gone, torch drops the
-lease, and rank 0 tells the object's owner to drop the value.
+lease, and rank 0 tells the object's owner. The owner drops the value once no direct
+holder and no lease is left.
 
 A ref whose call has not answered yet can travel too. Its process lends it
 (:meth:`ObjectStore.lend`): the receiver gets a :class:`Loan` (the lender's name, a token
@@ -33,6 +37,7 @@ import queue
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -44,7 +49,7 @@ from actorrt.logs import get_logger
 from actorrt.runtime import context, rref_keeper, streams, torch_threads
 from actorrt.runtime.held_forks import HeldForks
 from actorrt.runtime.payload import unpack
-from actorrt.runtime.protocol import COPY, ERROR, KEEP, LOST, MULTI, OBJECT, OK, RELAY
+from actorrt.runtime.protocol import COPY, ERROR, KEEP, KEPT, LOST, MULTI, OBJECT, OK, RELAY
 
 if TYPE_CHECKING:
     from actorrt.runtime.payload import Wire
@@ -56,10 +61,16 @@ __all__ = [
     "ObjectLease",
     "ObjectLocation",
     "ObjectRefBase",
+    "Borrowing",
     "ObjectStore",
+    "borrowed_here",
+    "reply_of_call",
+    "unpack_arguments",
+    "with_kept",
     "resolve_args",
     "rpc_fetch",
     "rpc_fetch_copy",
+    "rpc_hold",
     "rpc_lease",
     "rpc_leased",
     "rpc_let_go",
@@ -92,9 +103,19 @@ RELAY_S = 5.0
 """How long a process that fetched an object from another host keeps a copy, to pass it on
 to the other processes of its host (they ask it instead of the owner)."""
 
+HELD, LEASED, LOAN = 0, 1, 2
+"""What an owner is told has gone (:func:`rpc_let_go`): the sender's direct hold of an
+object, one lease of it (told by rank 0), or a loan (told by rank 0)."""
+
 LET_GO_GATHER_S = 0.02
 """How often, at most, a process tells owners of the refs gone (one message each): what
 goes within that while travels together; the first after a quiet while goes at once."""
+
+
+_holding = threading.Lock()
+"""Taken while a process converts refs borrowed for a call into holds of its own."""
+
+_local = threading.local()  # .borrowing: of the call whose arguments are being unpacked
 
 
 class ObjectLocation(NamedTuple):
@@ -159,7 +180,7 @@ class ObjectLease:
     def __del__(self) -> None:
         try:
             self._store.forks.watch(self.key, False)
-            self._store.let_go(self.owner, self.key, self.loan)
+            self._store.let_go(self.owner, self.key, LOAN if self.loan else LEASED)
         except Exception:  # interpreter teardown
             pass
 
@@ -189,6 +210,14 @@ class ObjectRefBase:
         """The answered ref, packed for ``requester``: an inline reply or the location."""
         raise NotImplementedError
 
+    def _borrowed_location(self) -> ObjectLocation | None:
+        """Its location while it is borrowed for the call that brought it; else None."""
+        raise NotImplementedError
+
+    def _now_held(self) -> None:
+        """Its process now holds its object directly (it was borrowed: see Borrowing)."""
+        raise NotImplementedError
+
 
 class ObjectStore:
     """The objects this process owns, and the refs it lent before their calls answered.
@@ -198,7 +227,9 @@ class ObjectStore:
     its ``ObjectRef`` goes (:meth:`let_go`, one small message), unless the ref travelled
     first: then the holder turned its hold into a lease (:meth:`lease`), an RRef owned by
     rank 0 that torch counts across every copy, and rank 0 lets it go when the last copy
-    goes. A result got only by its caller thus costs no RRef at all.
+    goes. A callee that kept a ref borrowed for a call is one more direct holder
+    (:meth:`hold`). A result got only by its caller, or only passed to calls that did
+    not keep it, thus costs no RRef at all.
 
     Args:
         name: This process's RPC name (every object kept here names it as owner).
@@ -221,7 +252,13 @@ class ObjectStore:
         self._prefix = uuid.uuid4().hex[:_PREFIX_LEN]
         self._values: dict[str, Any] = {}
         self._sizes: dict[str, int] = {}
-        self._holders: dict[str, str] = {}  # object id -> the process holding it directly
+        # Per object: how many refs each process holds directly (the caller whose reply
+        # it was or the process that put it; each process that kept a ref borrowed for a
+        # call), and how many leases of it are out. Both signed: rank 0's word that a
+        # lease ended may overtake its holder's word that it made it. It goes when no
+        # holder and no lease is left.
+        self._holders: dict[str, dict[str, int]] = {}
+        self._leases: dict[str, int] = {}
         self._loans: dict[str, ObjectRefBase] = {}
         self.fetches_served = 0  # fetches answered with a value (for tests)
         # Fan-out across hosts: per object, the process of each other host that fetched it
@@ -240,7 +277,7 @@ class ObjectStore:
         # where sending is no place to be. Started now: a lease may be dropped as the
         # interpreter ends, too late to start a thread. It ends with the store (clear),
         # and the interpreter's exit waits for a send it has under way (torch_threads).
-        self._outbox: queue.SimpleQueue[tuple[str, str, bool]] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[str, str, int]] = queue.SimpleQueue()
         # Replies dropped unread, read on that thread (see let_go_unread_later).
         self._unread: queue.SimpleQueue[tuple[Wire, int]] = queue.SimpleQueue()
         # Which process holds which fork of the leases made here (see held_forks).
@@ -254,24 +291,86 @@ class ObjectStore:
         with self._lock:
             self._values[object_id] = value
             self._sizes[object_id] = nbytes
-            self._holders[object_id] = holder
+            self._holders[object_id] = {holder: 1}
         return object_id
 
     def lease(self, loc: ObjectLocation) -> ObjectLocation:
         """At the direct holder of ``loc``, as its ref first travels: ``loc`` with a lease.
 
-        The owner is told the object is no longer held directly (its holder's death then
-        no longer frees it); rank 0 lets it go once the lease's last copy is gone.
+        The owner is told this process's direct hold became a lease (its death then no
+        longer frees it); rank 0 lets it go once the lease's last copy is gone.
         """
         if loc.owner == self.name:
-            with self._lock:
-                self._holders.pop(loc.object_id, None)
+            self.leased(loc.object_id, self.name)
         else:
             try:
-                rpc.rpc_async(loc.owner, rpc_leased, args=(loc.object_id,))
+                rpc.rpc_async(loc.owner, rpc_leased, args=(loc.object_id, self.name))
             except Exception:  # the owner is gone: the object with it
                 pass
         return loc._replace(rref=self._lease(loc.owner, loc.object_id, loan=False))
+
+    def leased(self, object_id: str, holder: str) -> None:
+        """At the owner: ``holder``'s direct hold of an object kept here became a lease."""
+        with self._lock:
+            if object_id in self._values:
+                self._count(object_id, holder, -1)
+                self._leases[object_id] = self._leases.get(object_id, 0) + 1
+        self._free_if_unheld(object_id)
+
+    def hold(self, object_ids: list[str], holder: str) -> None:
+        """At the owner: ``holder`` holds these objects directly too.
+
+        It kept refs that were borrowed for a call; the call's caller says so, from the
+        reply (:func:`reply_of_call`), and holds them until this is done.
+        """
+        with self._lock:
+            for object_id in object_ids:
+                if object_id in self._values:
+                    self._count(object_id, holder, 1)
+
+    def _count(self, object_id: str, holder: str, change: int) -> None:
+        """Under the lock: ``holder``'s direct holds of an object change by ``change``.
+
+        Signed: a holder's word that it let go of a borrowed ref it kept may overtake
+        the caller's word that it holds it (they come from two processes).
+        """
+        held = self._holders.setdefault(object_id, {})
+        held[holder] = held.get(holder, 0) + change
+
+    def hold_for(self, callee: str, kept: list[tuple[str, str]], pins: list[Any]) -> None:
+        """At a caller: tells owners that ``callee`` kept these borrowed refs; then unpins.
+
+        ``pins`` (what this process held for the call) are let go once every owner heard.
+
+        Args:
+            callee: The process the call ran on.
+            kept: ``(owner, object id)`` of each ref it kept past the call.
+            pins: The refs the call's arguments carried, held here until the owners heard.
+        """
+        by_owner: dict[str, list[str]] = {}
+        for owner, object_id in kept:
+            by_owner.setdefault(owner, []).append(object_id)
+        waiting = [len(by_owner)]
+        lock = threading.Lock()
+
+        def told(_: object = None) -> None:
+            with lock:
+                waiting[0] -= 1
+                last = waiting[0] == 0
+            if last:
+                pins.clear()
+
+        for owner, object_ids in by_owner.items():
+            if owner == self.name:
+                self.hold(object_ids, callee)
+                told()
+                continue
+            try:
+                fut = rpc.rpc_async(owner, rpc_hold, args=(object_ids, callee))
+            except Exception:  # the owner is gone: its objects with it
+                told()
+                continue
+            fut.add_done_callback(told)
 
     def _lease(self, owner: str, key: str, loan: bool) -> Any:
         """An RRef, owned by rank 0, whose lease lets ``key`` go at ``owner`` when dropped.
@@ -288,16 +387,38 @@ class ObjectStore:
             rref_keeper.made(rref, key)
         return rref
 
-    def let_go(self, owner: str, key: str, loan: bool = False) -> None:
-        """No ref to ``key`` (kept by ``owner``) is left: the owner lets it go.
+    def let_go(self, owner: str, key: str, kind: int = HELD) -> None:
+        """A hold of ``key`` (kept by ``owner``) is gone: the owner is told.
 
-        Called by a direct holder's ``ObjectRef`` as it goes, and on rank 0 when torch
-        drops a lease.
+        Called by a direct holder's ``ObjectRef`` as it goes (:data:`HELD`), and on rank 0
+        when torch drops a lease (:data:`LEASED`, :data:`LOAN`).
         """
         if owner == self.name:
-            (self.end_loan if loan else self.free)(key)
+            self.release(key, kind, self.name)
         elif not self._closed:
-            self._outbox.put((owner, key, loan))
+            self._outbox.put((owner, key, kind))
+
+    def release(self, key: str, kind: int, holder: str) -> None:
+        """At the owner: a hold of ``key`` went (see :meth:`let_go`); unheld, it goes."""
+        if kind == LOAN:
+            self.end_loan(key)
+            return
+        with self._lock:
+            if key not in self._values:
+                return
+            if kind == LEASED:
+                self._leases[key] = self._leases.get(key, 0) - 1
+            else:
+                self._count(key, holder, -1)
+        self._free_if_unheld(key)
+
+    def _free_if_unheld(self, object_id: str) -> None:
+        with self._lock:
+            held = self._holders.get(object_id, {})
+            if self._leases.get(object_id, 0) > 0 or any(n > 0 for n in held.values()):
+                return
+            value = self._pop(object_id)
+        del value  # outside the lock (see free)
 
     def let_go_unread(self, wire: Wire, part: int = -1) -> None:
         """Lets go of the object a reply (or streamed value) nobody read left at its owner.
@@ -354,15 +475,15 @@ class ObjectStore:
                     except queue.Empty:
                         break
                     if kept is not None and kept[0] == self.name:
-                        self.free(kept[1])
+                        self.release(kept[1], HELD, self.name)
                     elif kept is not None:
-                        batch.append((*kept, False))
-            by_owner: dict[str, list[tuple[str, bool]]] = {}
-            for owner, key, loan in batch:
-                by_owner.setdefault(owner, []).append((key, loan))
+                        batch.append((*kept, HELD))
+            by_owner: dict[str, list[tuple[str, int]]] = {}
+            for owner, key, kind in batch:
+                by_owner.setdefault(owner, []).append((key, kind))
             for owner, keys in by_owner.items():
                 try:
-                    rpc.rpc_async(owner, rpc_let_go, args=(keys,))
+                    rpc.rpc_async(owner, rpc_let_go, args=(self.name, keys))
                 except Exception:  # the owner is gone (its objects with it) or RPC is ending
                     pass
             last = time.monotonic()
@@ -374,9 +495,12 @@ class ObjectStore:
         (rank 0) or actor (its host) whose every other ref or handle went then goes.
         """
         with self._lock:
-            gone = [oid for oid, holder in self._holders.items() if holder == process]
-        for object_id in gone:
-            self.free(object_id)
+            touched = []
+            for object_id, held in self._holders.items():
+                if held.pop(process, None) is not None:
+                    touched.append(object_id)
+        for object_id in touched:
+            self._free_if_unheld(object_id)
         self.forks.holder_died(process)
 
     def value(self, object_id: str) -> Any:
@@ -416,14 +540,19 @@ class ObjectStore:
         return f"{self.name!r} is now a new process that took the dead one's name"
 
     def free(self, object_id: str) -> None:
-        """Drops an object (no ref to it is left anywhere)."""
+        """Drops an object, however it is held."""
         with self._lock:
-            value = self._values.pop(object_id, None)
-            self._sizes.pop(object_id, None)
-            self._holders.pop(object_id, None)
-            self._relays.pop(object_id, None)
+            value = self._pop(object_id)
         # Outside the lock: the value may hold refs, whose going lets go of their objects.
         del value
+
+    def _pop(self, object_id: str) -> Any:
+        """Under the lock: forgets an object; its value, to be dropped outside the lock."""
+        self._sizes.pop(object_id, None)
+        self._holders.pop(object_id, None)
+        self._leases.pop(object_id, None)
+        self._relays.pop(object_id, None)
+        return self._values.pop(object_id, None)
 
     def stats(self) -> tuple[int, int]:
         """How many objects this process keeps, and their bytes."""
@@ -440,6 +569,7 @@ class ObjectStore:
             self._values, self._loans = {}, {}
             self._sizes.clear()
             self._holders.clear()
+            self._leases.clear()
             self._relays.clear()
             copies, self._copies = self._copies, {}
         values.clear()  # outside the lock (see free)
@@ -526,13 +656,13 @@ class ObjectStore:
 # -- RPC entry points --------------------------------------------------------------
 
 
-_UNREAD = ("", "", False)
+_UNREAD = ("", "unread", HELD)
 """Put on a store's outbox: replies dropped unread wait in its ``_unread`` queue."""
 
-_CLOSED = ("", "", True)
+_CLOSED = ("", "closed", HELD)
 """Put on a store's outbox as it closes: its thread ends."""
 
-_HOLDING = ("", "holding", False)
+_HOLDING = ("", "holding", HELD)
 """Put on a store's outbox: forks of leases it came to hold wait in its ``forks``."""
 
 
@@ -582,18 +712,21 @@ def rpc_lease(owner: str, key: str, loan: bool) -> ObjectLease:
     return ObjectLease(context.part(ObjectStore), owner, key, loan)
 
 
-def rpc_let_go(keys: list[tuple[str, bool]]) -> None:
-    """Sent to an owner: no ref to these objects (``loan`` False) or loans is left."""
+def rpc_let_go(holder: str, keys: list[tuple[str, int]]) -> None:
+    """Sent to an owner by ``holder``: these holds are gone (each ``(key, kind)``)."""
     store = context.part(ObjectStore)
-    for key, loan in keys:
-        (store.end_loan if loan else store.free)(key)
+    for key, kind in keys:
+        store.release(key, kind, holder)
 
 
-def rpc_leased(object_id: str) -> None:
-    """Sent to an owner by the direct holder of its object, whose ref now travels."""
-    store = context.part(ObjectStore)
-    with store._lock:
-        store._holders.pop(object_id, None)
+def rpc_leased(object_id: str, holder: str) -> None:
+    """Sent to an owner by a direct holder of its object, whose ref now travels leased."""
+    context.part(ObjectStore).leased(object_id, holder)
+
+
+def rpc_hold(object_ids: list[str], holder: str) -> None:
+    """Sent to an owner by a call's caller: ``holder``, its callee, kept these refs."""
+    context.part(ObjectStore).hold(object_ids, holder)
 
 
 def rpc_fetch(object_id: str, requester: str, relay: bool = True) -> Wire:
@@ -647,6 +780,115 @@ def rpc_resolve(token: str, requester: str) -> torch.futures.Future[Wire]:
 def rpc_object_stats() -> tuple[int, int]:
     """Runs on each process for ``actorrt.status()``: its objects' count and bytes."""
     return context.part(ObjectStore).stats()
+
+
+# -- the callee's side: refs borrowed for a call --------------------------------------
+
+
+class Borrowing:
+    """The refs a call's arguments brought, borrowed for the call, at the callee.
+
+    A ref nested in a call's arguments travels without a lease of its own: the caller
+    holds its object until the call's reply (its pins). Most such refs die with the
+    call, at no cost. One the callee keeps past the call (the method stored it, returned
+    it, put it or sent it on) is held by the callee from then on: the reply says so
+    (:data:`KEPT`), and the caller tells the ref's owner before it lets go of its pins,
+    as Ray's borrowers report in their task's reply.
+    """
+
+    __slots__ = ("_refs", "_kept")
+
+    def __init__(self) -> None:
+        self._refs: list[weakref.ref[ObjectRefBase]] = []
+        self._kept: list[tuple[str, str]] = []  # (owner, object id), once held here
+
+    def add(self, ref: ObjectRefBase) -> None:
+        """A ref of the call's arguments, as it is rebuilt."""
+        self._refs.append(weakref.ref(ref))
+
+    def keep(self, ref: ObjectRefBase) -> None:
+        """``ref`` outlives the call: this process holds its object directly from now on."""
+        with _holding:
+            self._keep(ref)
+
+    def _keep(self, ref: ObjectRefBase) -> None:
+        loc = ref._borrowed_location()
+        if loc is not None:  # else held already
+            ref._now_held()
+            self._kept.append((loc.owner, loc.object_id))
+
+    def close(self) -> list[tuple[str, str]]:
+        """As the call answers: each ref still alive is kept; all that were, as pairs."""
+        with _holding:
+            for found in self._refs:
+                ref = found()
+                if ref is not None:
+                    self._keep(ref)
+            self._refs = []
+            return self._kept
+
+
+def unpack_arguments(wire: Wire) -> tuple[Any, Borrowing | None]:
+    """Unpacks a call's arguments; and what they brought borrowed, if anything.
+
+    Raises:
+        Exception: What unpickling raised.
+    """
+    outer = getattr(_local, "borrowing", None)
+    _local.borrowing = None
+    try:
+        return unpack(wire), _local.borrowing
+    finally:
+        _local.borrowing = outer
+
+
+def borrowed_here() -> Borrowing:
+    """The :class:`Borrowing` of the call whose arguments this thread unpacks now."""
+    borrowing = getattr(_local, "borrowing", None)
+    if borrowing is None:
+        borrowing = _local.borrowing = Borrowing()
+    return borrowing
+
+
+def with_kept(wire: Wire, borrowing: Borrowing | None) -> Wire:
+    """A call's packed reply, saying which of its borrowed refs the callee kept."""
+    if borrowing is None:
+        return wire
+    kept = borrowing.close()
+    return wire if not kept else (None, [(KEPT, (wire, kept))])
+
+
+def reply_of_call(
+    sent: torch.futures.Future[Wire], callee: str, pins: list[Any]
+) -> torch.futures.Future[Wire]:
+    """The reply of a call whose arguments carried refs borrowed for it (``pins``).
+
+    A reply saying the callee kept some (:data:`KEPT`) is given on at once; the pins
+    are let go once those refs' owners know the callee holds them. Others let go at once.
+    """
+    out: torch.futures.Future[Wire] = torch.futures.Future()
+
+    def arrived(fut: torch.futures.Future[Wire]) -> None:
+        try:
+            wire = fut.value()
+        except Exception as exc:
+            pins.clear()
+            out.set_exception(exc)  # type: ignore[arg-type]  # torch's stub is too narrow
+            return
+        kept: list[tuple[str, str]] = []
+        if wire[0] is None and type(wire[1][0]) is tuple and wire[1][0][0] == KEPT:
+            wire, kept = wire[1][0][1]
+        out.set_result(wire)
+        if not kept:
+            pins.clear()
+            return
+        try:
+            context.part(ObjectStore).hold_for(callee, kept, pins)
+        except Exception:  # the runtime stopped: every object goes with it
+            pins.clear()
+
+    sent.add_done_callback(arrived)
+    return out
 
 
 # -- the callee's side: top-level ref arguments are resolved before the method runs ---

@@ -52,6 +52,7 @@ __all__ = [
     "RoadFor",
     "Wire",
     "pack",
+    "call_pins",
     "pack_args",
     "pack_for",
     "pack_or_measure",
@@ -341,11 +342,15 @@ def _pickle(value: Any, road: Callable[[torch.Tensor], Any] | None) -> Wire:
     buffer = io.BytesIO()
     pickler = _Pickler(buffer, road)
     outer = getattr(_local, "packing", False)
+    pins = getattr(_local, "pins", None)
+    if outer:  # a value packed while packing another is no call's arguments
+        _local.pins = None
     _local.packing = True
     try:
         pickler.dump(value)
     finally:
         _local.packing = outer
+        _local.pins = pins
     return buffer.getvalue(), pickler.side
 
 
@@ -418,8 +423,18 @@ def pack_args(
     kwargs: dict[str, Any],
     peer: str,
     road_for: RoadFor,
+    pins: list[Any] | None = None,
 ) -> Wire:
     """:func:`pack_for` of a call's ``(args, kwargs)``, atoms checked in one loop.
+
+    Args:
+        args: The call's positional arguments.
+        kwargs: Its keyword arguments.
+        peer: The process it goes to.
+        road_for: The road of each tensor sent to a peer.
+        pins: Given, what the sender must keep until the call's reply: the refs inside
+            the arguments append themselves (:func:`call_pins`), and travel borrowed
+            for the call, without a lease of their own.
 
     Raises:
         Exception: What :func:`pack` raises.
@@ -434,7 +449,20 @@ def pack_args(
                     break
             else:
                 return None, [(args, kwargs)]
-    return pack_for((args, kwargs), peer, road_for)
+    outer = getattr(_local, "pins", None)
+    _local.pins = pins
+    try:
+        return pack_for((args, kwargs), peer, road_for)
+    finally:
+        _local.pins = outer
+
+
+def call_pins() -> list[Any] | None:
+    """What a call's sender keeps until its reply, while its arguments are packed; else None.
+
+    A ref packed inside them appends itself: it travels borrowed for the call.
+    """
+    return getattr(_local, "pins", None) if getattr(_local, "packing", False) else None
 
 
 def packing() -> bool:

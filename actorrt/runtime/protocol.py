@@ -43,6 +43,7 @@ __all__ = [
     "DIED",
     "ERROR",
     "KEEP",
+    "KEPT",
     "LOCATED",
     "LOST",
     "MULTI",
@@ -92,6 +93,9 @@ CANCELLED = 11  # actorrt.cancel() stopped the call before it ran (or while it a
 # As DIED, for a call queued or running when its actor was restarted in place
 # (kill(no_restart=False)): a call with retries left is sent again, to the new instance.
 RESTARTED = 12
+# A reply whose call kept refs that were borrowed for it: payload (the reply's own wire,
+# [(owner, object id), ...]); the caller tells those owners the callee holds them now.
+KEPT = 13
 
 CancelTicket: TypeAlias = int | Callable[[bool], None]
 """What cancels a call that went out (see :meth:`ReplySlot.attach`): its sequence number at

@@ -61,6 +61,7 @@ from actorrt.runtime.objects import (
     PULL_BYTES,
     ObjectLocation,
     ObjectStore,
+    reply_of_call,
     rpc_fetch,
     rpc_fetch_copy,
 )
@@ -496,8 +497,9 @@ class Runtime:
                 worker = target._worker
                 seq = self.next_seq(target)
         begin = _trace.clock() if _trace.ON else 0  # the round trip starts before packing
+        pins: list[Any] = []
         try:
-            wire = self.pack_call(target, worker, seq, method, args, kwargs)
+            wire = self.pack_call(target, worker, seq, method, args, kwargs, pins)
         except TypeError as err:
             if raise_now:
                 raise
@@ -511,6 +513,8 @@ class Runtime:
             actor_id = target._actor_id if target._moves else None  # an actor, not a function
             slot.fail(rpc_failure(what, worker, exc, actor_id))
             return
+        if pins:  # refs inside the arguments travelled borrowed: held here until the reply
+            fut = reply_of_call(fut, worker, pins)
         slot.attach(fut, worker, keep, seq)
         if _trace.ON:
             _trace.sent(
@@ -533,15 +537,20 @@ class Runtime:
         method: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        pins: list[Any] | None = None,
     ) -> Wire:
         """Packs a call's ``(args, kwargs)`` for ``worker``.
+
+        With ``pins``, the refs inside the arguments travel borrowed for the call, and
+        are appended to it: the caller keeps them until the call's reply (see
+        ``objects.Borrowing``). Without, they travel leased.
 
         Raises:
             TypeError: An argument cannot be sent; only this call fails: ``seq`` is
                 given up (:meth:`skip`), so later calls do not wait for it.
         """
         try:
-            return pack_args(args, kwargs, worker, self._road)
+            return pack_args(args, kwargs, worker, self._road, pins)
         except Exception as exc:
             self.skip_at(target._actor_id, worker, seq)
             raise unsendable_argument(f"{target._class_name}.{method}", exc) from exc

@@ -86,6 +86,12 @@ class Producer:
         values = current_or_none().objects._values
         return [oid for oid in object_ids if oid in values]
 
+    def holds(self, object_id):
+        """Who holds the object directly, as its owner counts them (leases apart)."""
+        store = current_or_none().objects
+        held = store._holders.get(object_id, {})
+        return {k: n for k, n in held.items() if n}, store._leases.get(object_id, 0)
+
 
 @actorrt.actor
 class Consumer:
@@ -111,6 +117,21 @@ class Consumer:
     def drop(self):
         self.kept.clear()
         return True
+
+    def total_kept(self):
+        return [int(actorrt.get(ref, timeout=60).sum()) for ref in self.kept]
+
+    def keep_after(self, box, seconds):
+        time.sleep(seconds)
+        return self.keep(box)
+
+    def forward(self, box, other, seconds):
+        # sends the box on without waiting: this call answers before the other's does
+        self.sent = other.keep_after.remote(box, seconds)
+        return True
+
+    def kept_count(self):
+        return len(self.kept)
 
     def pass_on(self, box, other):
         # a borrowed ref travels on, to a third actor
@@ -306,6 +327,63 @@ def test_wait_with_fetch_local_says_ready_once_the_values_are_here(cluster):
     assert all(ref.future().done() for ref in refs)
     with pytest.raises(TypeError, match="fetch_local"):
         actorrt.wait(refs, fetch_local="yes")
+
+
+def test_a_ref_passed_inside_a_call_is_borrowed_and_held_only_by_a_callee_that_keeps_it(cluster):
+    """Was: a ref nested in a call's arguments got a lease (an RRef owned by rank 0, whose
+    fork each receiver confirmed and told), 250-450 us a call, even when the callee only
+    read it. Now it travels borrowed for the call: the caller holds the object until the
+    reply, and a callee that keeps the ref holds it from then on, told to the owner by
+    the caller before it lets go, as Ray's borrowers report in their task's reply."""
+    p, c = _apart(cluster)
+    ref = p.make.remote(4 * MB, 2)
+    oid = actorrt.get(ref, timeout=60) is not None and ref._loc.object_id
+    assert actorrt.get(c.total_nested.remote({"ref": ref}), timeout=60) == 8 * MB
+    assert ref._direct  # no lease was made: the driver still holds it directly
+    assert actorrt.get(p.holds.remote(oid), timeout=30) == ({cluster.name: 1}, 0)
+
+    assert actorrt.get(c.keep.remote({"ref": ref}), timeout=60) == 1
+    assert ref._direct
+    assert actorrt.get(p.holds.remote(oid), timeout=30) == ({cluster.name: 1, c.worker: 1}, 0)
+    del ref
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oid), timeout=30) == ({c.worker: 1}, 0)), (
+        actorrt.get(p.holds.remote(oid), timeout=30)
+    )
+    assert actorrt.get(c.total_kept.remote(), timeout=60) == [8 * MB]
+    assert actorrt.get(c.drop.remote(), timeout=30)
+    assert _wait_for(lambda: not actorrt.get(p.keeps.remote(oid), timeout=30))
+
+
+def test_a_borrowed_ref_sent_on_before_its_call_answered_stays_held(cluster):
+    """The callee sends the ref on, inside another call's arguments, and answers before
+    that call does: it holds the object until its own call there answers, and the last
+    callee, which keeps it, holds it after every sender let go."""
+    p, c = _apart(cluster)
+    last = Consumer.remote()
+    ref = p.make.remote(2 * MB, 3)
+    oid = actorrt.get(ref, timeout=60) is not None and ref._loc.object_id
+    assert actorrt.get(c.forward.remote({"ref": ref}, last, 1.0), timeout=60)
+    del ref  # the driver's hold goes; c's forwarding call still holds it
+    assert _wait_for(lambda: actorrt.get(last.kept_count.remote(), timeout=30) == 1)
+    assert _wait_for(
+        lambda: actorrt.get(p.holds.remote(oid), timeout=30) == ({last.worker: 1}, 0)
+    ), actorrt.get(p.holds.remote(oid), timeout=30)
+    assert actorrt.get(last.total_kept.remote(), timeout=60) == [6 * MB]
+    assert actorrt.get(last.drop.remote(), timeout=30)
+    assert _wait_for(lambda: not actorrt.get(p.keeps.remote(oid), timeout=30))
+
+
+def test_a_borrowed_ref_returned_by_its_callee_outlives_the_one_sent(cluster):
+    p, c = _apart(cluster)
+    ref = p.make.remote(2 * MB, 5)
+    oid = actorrt.get(ref, timeout=60) is not None and ref._loc.object_id
+    back = actorrt.get(c.echo.remote({"ref": ref}), timeout=60)["ref"]
+    del ref
+    time.sleep(0.5)
+    assert int(actorrt.get(back, timeout=60).sum()) == 10 * MB
+    assert actorrt.get(p.keeps.remote(oid), timeout=30)
+    del back
+    assert _wait_for(lambda: not actorrt.get(p.keeps.remote(oid), timeout=30))
 
 
 def test_an_object_is_freed_when_its_last_ref_goes(cluster):

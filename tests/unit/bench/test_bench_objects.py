@@ -13,6 +13,7 @@ def _figures(s: float, small: bool = True) -> dict:
     }
     if small:
         out["chain"], out["nested"] = 0.0004 * s, 0.0012 * s
+        out["plain"], out["unread"], out["kept"] = 0.0002 * s, 0.0003 * s, 0.0005 * s
     return {"objects": out}
 
 
@@ -23,6 +24,10 @@ def test_the_table_has_a_row_per_figure_with_its_ratio_to_ray():
     assert chain.split()[-3:] == ["0.000400", "0.001600", "0.25x"], chain
     nested = next(line for line in lines if line.startswith("1 MB ref in a list"))
     assert nested.split()[-3:] == ["0.001200", "0.004800", "0.25x"], nested
+    kept = next(line for line in lines if line.startswith("ref in a list, kept by B"))
+    assert kept.split()[-3:] == ["0.000500", "0.002000", "0.25x"], kept
+    unread = next(line for line in lines if line.startswith("ref in a list, not read"))
+    assert unread.split()[-3:] == ["0.000300", "0.001200", "0.25x"], unread
     first = next(line for line in lines if line.startswith("pass A->B 1 MB"))
     assert first.split()[-4:] == ["0.0100", "0.0400", "0.25x", "2.00x"], first
 

@@ -13,7 +13,7 @@ import torch
 import actorrt
 from actorrt.errors import ActorError, ObjectLostError
 from actorrt.refs import ObjectRef, _failed_ref, _inline_ref, _located_ref
-from actorrt.runtime import payload, trace
+from actorrt.runtime import context, objects, payload, trace
 from actorrt.runtime.objects import ObjectLocation, ObjectStore, resolve_args
 from actorrt.runtime.protocol import COPY, KEEP, LOST, OBJECT, OK, RAISE, RELAY, decode_reply
 
@@ -129,14 +129,14 @@ def test_top_level_refs_are_resolved_and_nested_ones_kept():
 
 def test_the_store_frees_objects_and_loans_when_no_ref_is_left():
     store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
-    oid = store.keep(torch.ones(4), 16, holder="driver")
+    oid = store.keep(torch.ones(4), 16, holder="worker1")  # put here
     assert store.stats() == (1, 16) and store.value(oid).sum() == 4
     store.let_go("worker1", oid)  # its last ref went (here: the object is this store's)
     assert store.stats() == (0, 0)
     with pytest.raises(ObjectLostError, match="no longer kept"):
         store.value(oid)
     store._loans["t"] = ObjectRef("A.m")
-    store.let_go("worker1", "t", loan=True)
+    store.let_go("worker1", "t", objects.LOAN)
     assert store.loaned("t") is None
 
 
@@ -219,7 +219,6 @@ def test_a_fetch_from_another_host_is_relayed_by_that_hosts_first_fetcher():
 
 
 def test_a_relay_passes_on_its_copy_until_it_expires(monkeypatch):
-    from actorrt.runtime import objects
 
     monkeypatch.setattr(objects, "RELAY_S", 0.2)
     store = ObjectStore("a1", lambda peer, value: payload.pack(value), "driver", False)
@@ -234,7 +233,6 @@ def test_a_store_closed_at_shutdown_tells_no_owner(monkeypatch):
     """Refs dropped as the interpreter ends (garbage collection after shutdown) must not
     send: a thread inside torch's C++ when the interpreter's end overtakes it aborts the
     process ("terminate called without an active exception")."""
-    from actorrt.runtime import objects
 
     sent = []
     monkeypatch.setattr(objects.rpc, "rpc_async", lambda to, fn, args: sent.append((to, args)))
@@ -245,7 +243,7 @@ def test_a_store_closed_at_shutdown_tells_no_owner(monkeypatch):
     deadline = time.monotonic() + 5
     while not sent and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert sent == [("w2", ([("o1", False)],))]  # an open store tells the owner
+    assert sent == [("w2", ("worker1", [("o1", objects.HELD)]))]  # an open store tells the owner
 
     sent.clear()
     store.let_go("w3", "o2")
@@ -277,7 +275,6 @@ def test_the_first_let_go_after_a_quiet_while_goes_at_once_and_later_ones_togeth
     """At most one message per owner per LET_GO_GATHER_S, the first one at once: a holder
     that dies just after a ref arrived has told its owner (held_forks), and what goes in
     a loop of gets still travels in few messages."""
-    from actorrt.runtime import objects
 
     sent = []
     monkeypatch.setattr(objects.rpc, "rpc_async", lambda to, fn, args: sent.append((to, args)))
@@ -288,7 +285,7 @@ def test_the_first_let_go_after_a_quiet_while_goes_at_once_and_later_ones_togeth
         deadline = time.monotonic() + 0.3  # well before the gathering time
         while not sent and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert sent == [("w2", ([("o1", False)],))]
+        assert sent == [("w2", ("worker1", [("o1", objects.HELD)]))]
         store.let_go("w2", "o2")
         store.let_go("w2", "o3")
         time.sleep(0.2)
@@ -296,6 +293,133 @@ def test_the_first_let_go_after_a_quiet_while_goes_at_once_and_later_ones_togeth
         deadline = time.monotonic() + 5
         while len(sent) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert sent[1:] == [("w2", ([("o2", False), ("o3", False)],))]
+        assert sent[1:] == [("w2", ("worker1", [("o2", objects.HELD), ("o3", objects.HELD)]))]
     finally:
+        store.clear()
+
+
+def _store(name="owner"):
+    return ObjectStore(name, lambda peer, value: payload.pack(value), "driver", False)
+
+
+def test_an_object_goes_once_no_holder_and_no_lease_is_left_in_any_order_told():
+    """An object held by several processes directly (its caller, and each process that
+    kept a ref borrowed for a call) and by leases goes once all have gone, whichever
+    owner's word arrives first: they come from different processes."""
+    store = _store()
+    try:
+        # a callee kept the caller's ref: the caller said so, then both let go
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.hold([oid], "w2")
+        store.release(oid, objects.HELD, "driver")
+        assert store.stats()[0] == 1  # w2 holds it
+        store.release(oid, objects.HELD, "w2")
+        assert store.stats()[0] == 0
+        # the callee's let-go overtook the caller's word that it kept it
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.release(oid, objects.HELD, "w2")
+        assert store.stats()[0] == 1  # the caller still holds it (until w2's hold is told)
+        store.hold([oid], "w2")
+        store.release(oid, objects.HELD, "driver")
+        assert store.stats()[0] == 0
+        # rank 0's word that a lease ended overtook its holder's word that it made it
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.release(oid, objects.LEASED, "driver")
+        assert store.stats()[0] == 1
+        store.leased(oid, "driver")
+        assert store.stats()[0] == 0
+        # a lease and a direct holder: the object outlives the first to go
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.hold([oid], "w2")
+        store.leased(oid, "w2")
+        store.release(oid, objects.HELD, "driver")
+        assert store.stats()[0] == 1
+        store.release(oid, objects.LEASED, "driver")
+        assert store.stats()[0] == 0
+        # a holder that died lets go of every hold it had; the others keep it
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.hold([oid], "w2")
+        store.hold([oid], "w2")
+        store.holder_died("w2")
+        assert store.stats()[0] == 1
+        store.release(oid, objects.HELD, "driver")
+        assert store.stats()[0] == 0
+    finally:
+        store.clear()
+
+
+def _sent_borrowed(refs):
+    """``refs`` packed inside a call's arguments, as a caller sends them: (wire, pins)."""
+    pins = []
+    wire = payload.pack_args(({"refs": refs},), {}, "w2", _no_road, pins)
+    return wire, pins
+
+
+def test_refs_inside_call_arguments_travel_borrowed_and_the_sender_pins_them():
+    refs = [_located_ref("A.m", None, f"r{i}", ObjectLocation(f"o{i}", "w1", MB)) for i in range(2)]
+    for ref in refs:
+        ref._direct = True  # the caller holds them directly: no lease is made for the call
+    wire, pins = _sent_borrowed(refs)
+    assert pins == refs and all(ref._direct and ref._loc.rref is None for ref in refs)
+    (args, _), borrowing = objects.unpack_arguments(wire)
+    got = args[0]["refs"]
+    assert [r._loc.object_id for r in got] == ["o0", "o1"]
+    assert all(r._on_call is borrowing for r in got) and not any(r._direct for r in got)
+    # outside a call's arguments (a reply, a put) a ref travels as before
+    assert payload.call_pins() is None
+
+
+def test_a_callee_reply_names_the_borrowed_refs_it_kept_and_only_those():
+    refs = [_located_ref("A.m", None, f"r{i}", ObjectLocation(f"o{i}", "w1", MB)) for i in range(3)]
+    wire, _ = _sent_borrowed(refs)
+    (args, _), borrowing = objects.unpack_arguments(wire)
+    kept = args[0]["refs"][1]
+    del args  # the method's frame went: the others die with it
+    reply = (None, [(OK, 7)])
+    answered = objects.with_kept(reply, borrowing)
+    assert answered == (None, [(objects.KEPT, (reply, [("w1", "o1")]))])
+    assert kept._direct and kept._on_call is None  # held here from now on
+
+    # a call that kept none answers as any other
+    wire, _ = _sent_borrowed(refs)
+    (args, _), borrowing = objects.unpack_arguments(wire)
+    del args
+    assert objects.with_kept(reply, borrowing) is reply
+
+
+def test_the_caller_unpins_a_kept_ref_only_once_its_owner_heard(monkeypatch):
+    """The callee's hold must reach the owner before the caller's hold can go: else the
+    owner would free an object the callee still uses."""
+    told = []
+    monkeypatch.setattr(
+        objects.rpc,
+        "rpc_async",
+        lambda to, fn, args: told.append((to, fn, args, torch.futures.Future())) or told[-1][3],
+    )
+    store = _store("driver")
+    context.install(object(), [store])
+    try:
+        pins = [object()]
+        sent = torch.futures.Future()
+        got = objects.reply_of_call(sent, "w2", pins)
+        inner = (None, [(OK, 7)])
+        sent.set_result((None, [(objects.KEPT, (inner, [("w1", "o1"), ("w3", "o3")]))]))
+        assert got.wait() == inner  # the caller reads its reply at once
+        assert [(to, args) for to, _, args, _ in told] == [
+            ("w1", (["o1"], "w2")),
+            ("w3", (["o3"], "w2")),
+        ]
+        assert pins  # not while an owner has not heard
+        told[0][3].set_result(None)
+        assert pins
+        told[1][3].set_result(None)
+        assert pins == []
+        # a reply that kept nothing lets go at once
+        pins = [object()]
+        sent = torch.futures.Future()
+        got = objects.reply_of_call(sent, "w2", pins)
+        sent.set_result(inner)
+        assert got.wait() == inner and pins == []
+    finally:
+        context.install(None)
         store.clear()
