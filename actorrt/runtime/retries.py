@@ -38,6 +38,7 @@ import torch
 from actorrt.errors import ActorDiedError
 from actorrt.logs import get_logger
 from actorrt.runtime import torch_threads
+from actorrt.runtime.objects import reply_of_call
 from actorrt.runtime.protocol import (
     Liveness,
     LocalFailure,
@@ -74,8 +75,13 @@ class Route(Liveness, Protocol):
         method: str,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
+        pins: list[Any] | None = None,
     ) -> Wire:
-        """Packs arguments for ``worker``; gives up ``seq`` and raises ``TypeError`` if not."""
+        """Packs arguments for ``worker``; gives up ``seq`` and raises ``TypeError`` if not.
+
+        With ``pins``, refs inside the arguments travel borrowed for the call and are
+        appended to it (``Runtime.pack_call``).
+        """
         ...
 
     def post(
@@ -193,8 +199,9 @@ class CallRetries:
                 if target._worker != worker:
                     worker = target._worker
                     seq = self._route.seq_at(target._actor_id, worker)
+            pins: list[Any] = []
             try:
-                wire = self._route.pack_call(target, worker, seq, method, args, kwargs)
+                wire = self._route.pack_call(target, worker, seq, method, args, kwargs, pins)
             except TypeError as err:
                 if raise_now:
                     raise
@@ -214,14 +221,14 @@ class CallRetries:
             )
             with self._lock:
                 self._calls.setdefault(target._actor_id, {})[call.order] = call
-            self._post(call, seq, wire, may_queue=True)
+            self._post(call, seq, wire, pins, may_queue=True)
         # The call holds the handle until its reply; a cancel goes to its current attempt.
         # The ref holds the call weakly: kept, it would keep the handle, and so the actor,
         # alive for as long as the ref.
         slot.attach(reply, worker, None, partial(self._cancel, weakref.ref(call)))
 
     # -- each attempt's reply (on torch's RPC threads: no waiting here) ---------------
-    def _post(self, call: _Call, seq: int, wire: Wire, *, may_queue: bool) -> None:
+    def _post(self, call: _Call, seq: int, wire: Wire, pins: list[Any], *, may_queue: bool) -> None:
         call.sent_as = (call.worker, seq)  # before cancelled is read: see _cancel
         try:
             attempt, keep = self._route.post(
@@ -230,6 +237,8 @@ class CallRetries:
         except Exception as exc:  # the agent refused it: the process is gone
             self._lost(call, exc)
             return
+        if pins:  # refs inside the arguments travelled borrowed: held until this reply
+            attempt = reply_of_call(attempt, call.worker, pins)
         call.attempt, call.keep = attempt, keep
         attempt.add_done_callback(partial(self._answered, call))
         if call.cancelled:  # a cancel that read the attempt before: this one too
@@ -456,9 +465,10 @@ class CallRetries:
         call.failure = None
         call.worker = worker
         seq = self._route.seq_at(call.target._actor_id, worker)
+        pins: list[Any] = []
         try:
             wire = self._route.pack_call(
-                call.target, worker, seq, call.method, call.args, call.kwargs
+                call.target, worker, seq, call.method, call.args, call.kwargs, pins
             )
         except TypeError as err:
             self._give_up(call, err)
@@ -466,7 +476,7 @@ class CallRetries:
         log.info("%s: sent again to %s", call.what, worker)
         # Not through the outbox: it would send to where the handle points, which is
         # still the dead process until the recovery ends.
-        self._post(call, seq, wire, may_queue=False)
+        self._post(call, seq, wire, pins, may_queue=False)
 
     def _settle(self, calls: list[_Call]) -> None:
         deadline = time.monotonic() + self._settle_s

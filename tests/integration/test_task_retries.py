@@ -39,6 +39,10 @@ class Log:
         self.seen.append(i)
         return i
 
+    def block_then_read(self, path, s, box):
+        self.block(path, s)
+        return os.getpid(), int(actorrt.get(box["ref"], timeout=30).sum())
+
     def log(self):
         return self.seen
 
@@ -155,6 +159,38 @@ def test_calls_in_flight_are_sent_again_in_order_to_the_restarted_actor(tmp_path
     assert rep["from_caller"] == f"value: {new_pid}", rep["from_caller"]
     assert rep["plain_call"].startswith("ActorDiedError"), rep["plain_call"]
     assert rep["plain_after"] == "value: 1", rep["plain_after"]  # restarted all the same
+
+
+def test_a_ref_in_a_retried_calls_arguments_is_held_until_its_last_attempt_answers(tmp_path):
+    """A ref nested in the arguments travels borrowed (no lease): the call keeps it until
+    answered, so the attempt sent again after the process died still reads it, though
+    the driver dropped its own ref at once; then the object goes."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        import torch
+        rt, pids, r = start_retried(2)
+        victim = actorrt.get(r.pid.remote(), timeout=30)
+        ref = actorrt.put(torch.ones(2 << 20, dtype=torch.uint8))
+        call = r.block_then_read.remote(GATE, 60, {"ref": ref})
+        direct = ref._direct  # no lease was made for the call
+        del ref
+        kill_once_running(victim, GATE)
+        open(GATE, "w").close()
+        got = died(call)
+        deadline = time.monotonic() + 20
+        while rt.objects.stats()[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        report(pids=pids, victim=victim, got=got, direct=direct,
+               new_pid=actorrt.get(r.pid.remote(), timeout=30), left=rt.objects.stats()[0])
+        actorrt.shutdown()
+        """,
+    )
+    assert rep["direct"], rep
+    assert rep["got"] == f"value: ({rep['new_pid']}, {2 << 20})", rep
+    assert rep["new_pid"] != rep["victim"]
+    assert rep["left"] == 0, rep  # freed once the call answered
 
 
 def test_retries_or_restarts_used_up_fail_the_call_and_say_which(tmp_path):

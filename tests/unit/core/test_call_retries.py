@@ -61,7 +61,7 @@ class FakeRuntime:
     def numbering(self, worker):
         return worker  # no process is replaced here
 
-    def pack_call(self, target, worker, seq, method, args, kwargs):
+    def pack_call(self, target, worker, seq, method, args, kwargs, pins=None):
         return args, kwargs
 
     def post(self, target, worker, seq, method, wire, may_queue):
