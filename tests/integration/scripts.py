@@ -93,7 +93,9 @@ def run_script_with_stderr(
     script.write_text(header + REPORT_HELPER + textwrap.dedent(body))
     try:
         out = subprocess.run(
-            [sys.executable, str(script)],
+            # -X faulthandler: a driver killed by a signal (SIGSEGV inside torch's agent)
+            # prints every thread's Python stack, which the failure below shows
+            [sys.executable, "-X", "faulthandler", str(script)],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -105,8 +107,9 @@ def run_script_with_stderr(
     reports = _reports(out.stdout)
     left = wait_gone([p for rep in reports for p in rep.get("pids", [])], grace)
     kill_pids(left)
+    tail = 4000 if out.returncode >= 0 else 16000  # a crash: the threads' stacks too
     assert out.returncode == 0, (
-        f"the driver exited with {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+        f"the driver exited with {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-tail:]}"
     )
     assert not left, f"processes left {grace} s after the driver exited: {left}"
     return reports, out.stderr
