@@ -610,14 +610,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
     def _when_ready(self, fn: Callable[[], None]) -> None:
         self._ready_future().add_done_callback(_Once(lambda _: fn()))
 
-    def _borrowed_location(self) -> ObjectLocation | None:
+    def _hold_here(self) -> ObjectLocation | None:
         with _hook_lock:
-            return self._loc if self._on_call is not None else None
-
-    def _now_held(self) -> None:
-        with _hook_lock:
+            if self._on_call is None:
+                return None
             self._on_call = None
             self._direct = True
+            return self._loc
 
     def _resolution(self, requester: str) -> Wire:
         rt = current("resolving a lent ObjectRef")

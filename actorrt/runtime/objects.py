@@ -210,12 +210,11 @@ class ObjectRefBase:
         """The answered ref, packed for ``requester``: an inline reply or the location."""
         raise NotImplementedError
 
-    def _borrowed_location(self) -> ObjectLocation | None:
-        """Its location while it is borrowed for the call that brought it; else None."""
-        raise NotImplementedError
+    def _hold_here(self) -> ObjectLocation | None:
+        """Makes a ref borrowed for its call held by its process directly; its location.
 
-    def _now_held(self) -> None:
-        """Its process now holds its object directly (it was borrowed: see Borrowing)."""
+        See :class:`Borrowing`. None if it was not borrowed (or is held already).
+        """
         raise NotImplementedError
 
 
@@ -312,10 +311,12 @@ class ObjectStore:
     def leased(self, object_id: str, holder: str) -> None:
         """At the owner: ``holder``'s direct hold of an object kept here became a lease."""
         with self._lock:
-            if object_id in self._values:
-                self._count(object_id, holder, -1)
-                self._leases[object_id] = self._leases.get(object_id, 0) + 1
-        self._free_if_unheld(object_id)
+            if object_id not in self._values:
+                return
+            self._count(object_id, holder, -1)
+            self._leases[object_id] = self._leases.get(object_id, 0) + 1
+            value = self._pop_if_unheld(object_id)
+        del value  # outside the lock (see _pop_if_unheld)
 
     def hold(self, object_ids: list[str], holder: str) -> None:
         """At the owner: ``holder`` holds these objects directly too.
@@ -410,15 +411,19 @@ class ObjectStore:
                 self._leases[key] = self._leases.get(key, 0) - 1
             else:
                 self._count(key, holder, -1)
-        self._free_if_unheld(key)
+            value = self._pop_if_unheld(key)
+        del value  # outside the lock (see _pop_if_unheld)
 
-    def _free_if_unheld(self, object_id: str) -> None:
-        with self._lock:
-            held = self._holders.get(object_id, {})
-            if self._leases.get(object_id, 0) > 0 or any(n > 0 for n in held.values()):
-                return
-            value = self._pop(object_id)
-        del value  # outside the lock (see free)
+    def _pop_if_unheld(self, object_id: str) -> Any:
+        """Under the lock: forgets an object no holder and no lease is left of.
+
+        Returns its value (None if it is still held), for the caller to drop outside the
+        lock: the value may hold refs, whose going lets go of their objects.
+        """
+        held = self._holders.get(object_id, {})
+        if self._leases.get(object_id, 0) > 0 or any(n > 0 for n in held.values()):
+            return None
+        return self._pop(object_id)
 
     def let_go_unread(self, wire: Wire, part: int = -1) -> None:
         """Lets go of the object a reply (or streamed value) nobody read left at its owner.
@@ -495,12 +500,11 @@ class ObjectStore:
         (rank 0) or actor (its host) whose every other ref or handle went then goes.
         """
         with self._lock:
-            touched = []
-            for object_id, held in self._holders.items():
-                if held.pop(process, None) is not None:
-                    touched.append(object_id)
-        for object_id in touched:
-            self._free_if_unheld(object_id)
+            touched = [
+                oid for oid, held in self._holders.items() if held.pop(process, None) is not None
+            ]
+            values = [self._pop_if_unheld(object_id) for object_id in touched]
+        values.clear()  # outside the lock (see _pop_if_unheld)
         self.forks.holder_died(process)
 
     def value(self, object_id: str) -> Any:
@@ -539,13 +543,6 @@ class ObjectStore:
         """Says that this process replaced a dead one of its name (for lost-object errors)."""
         return f"{self.name!r} is now a new process that took the dead one's name"
 
-    def free(self, object_id: str) -> None:
-        """Drops an object, however it is held."""
-        with self._lock:
-            value = self._pop(object_id)
-        # Outside the lock: the value may hold refs, whose going lets go of their objects.
-        del value
-
     def _pop(self, object_id: str) -> Any:
         """Under the lock: forgets an object; its value, to be dropped outside the lock."""
         self._sizes.pop(object_id, None)
@@ -572,7 +569,7 @@ class ObjectStore:
             self._leases.clear()
             self._relays.clear()
             copies, self._copies = self._copies, {}
-        values.clear()  # outside the lock (see free)
+        values.clear()  # outside the lock (see _pop_if_unheld)
         copies.clear()
         loans.clear()
 
@@ -588,7 +585,7 @@ class ObjectStore:
         """Ends a loan (no borrower is left)."""
         with self._lock:
             ref = self._loans.pop(token, None)
-        del ref  # outside the lock (see free)
+        del ref  # outside the lock (see _pop_if_unheld)
 
     def loaned(self, token: str) -> ObjectRefBase | None:
         """The ref lent under ``token``, if the loan is open."""
@@ -642,7 +639,7 @@ class ObjectStore:
             kept = self._copies.get(object_id)
             if kept is not None and kept[1] <= until:  # not kept again since
                 del self._copies[object_id]
-        del kept  # outside the lock (see free)
+        del kept  # outside the lock (see _pop_if_unheld)
 
     def answer_copy(self, object_id: str, requester: str) -> Wire:
         """The packed reply to a process of this host asking for a copy kept here."""
@@ -812,9 +809,8 @@ class Borrowing:
             self._keep(ref)
 
     def _keep(self, ref: ObjectRefBase) -> None:
-        loc = ref._borrowed_location()
+        loc = ref._hold_here()
         if loc is not None:  # else held already
-            ref._now_held()
             self._kept.append((loc.owner, loc.object_id))
 
     def close(self) -> list[tuple[str, str]]:
@@ -850,10 +846,8 @@ def borrowed_here() -> Borrowing:
     return borrowing
 
 
-def with_kept(wire: Wire, borrowing: Borrowing | None) -> Wire:
+def with_kept(wire: Wire, borrowing: Borrowing) -> Wire:
     """A call's packed reply, saying which of its borrowed refs the callee kept."""
-    if borrowing is None:
-        return wire
     kept = borrowing.close()
     return wire if not kept else (None, [(KEPT, (wire, kept))])
 

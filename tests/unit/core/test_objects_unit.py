@@ -166,17 +166,18 @@ def test_dropping_a_value_that_holds_refs_does_not_deadlock_the_store(monkeypatc
     outer = store.keep([ref], 64, holder="worker1")
     del ref
     done = []
-    t = threading.Thread(target=lambda: (store.free(outer), done.append(1)), daemon=True)
+    release = lambda: store.release(outer, objects.HELD, "worker1")  # noqa: E731
+    t = threading.Thread(target=lambda: (release(), done.append(1)), daemon=True)
     t.start()
-    t.join(10)  # free() drops the list outside the lock, and the ref then frees inner
-    assert done == [1], "free() deadlocked on the store's lock"
+    t.join(10)  # release() drops the list outside the lock, and the ref then frees inner
+    assert done == [1], "release() deadlocked on the store's lock"
     assert store.stats() == (0, 0)
 
 
 def test_a_fetch_of_a_freed_object_answers_lost():
     store = ObjectStore("worker1", lambda peer, value: payload.pack(value), "driver", False)
     freed = store.keep(1, 8, holder="worker2")
-    store.free(freed)
+    store.release(freed, objects.HELD, "worker2")  # its one holder let go
     with pytest.raises(ObjectLostError, match="every ref to it was dropped"):
         decode_reply(payload.unpack(store.answer_fetch(freed, "worker2", True)))
 
