@@ -73,6 +73,7 @@ _QUIESCED = "actorrt/quiesced"  # processes that quiesced their agent at shutdow
 _END = "actorrt/end"  # set by rank 0 once they have: every agent may end
 _LET_GO = "actorrt/let-go"  # rank 0's word at shutdown: "1" every process lets go of RRefs
 _ALL_WORKERS = "names/_ALL_WORKER_INFOS"  # torch's list of current members
+_NO_ID = -1  # an RPC id no process has (ranks and replacements' ids are never negative)
 _TOKEN = "RpcGroupManagementToken"  # torch's membership token (_group_membership_management)
 
 Member = tuple[str, int]  # (RPC name, RPC id)
@@ -325,7 +326,13 @@ def add_members(members: Iterable[Member]) -> None:
         if old == rpc_id:
             continue
         if old is not None:  # a process that died, replaced under its name
-            agent._update_group_membership(rpc.WorkerInfo(name, old), devices, reverse, False)
+            # Its name leaves, its id's entry stays: a message torch retries to the dead
+            # process (an RRef delete, for about 13 s) holds a reference to that entry
+            # (RpcRetryInfo::to_), and a retry after the entry was freed read freed
+            # memory (a SIGSEGV in torch's retry thread). The leave erases the entry of
+            # the id it is given, and no process has id -1. One entry per replacement.
+            leave = rpc.WorkerInfo(name, _NO_ID)
+            agent._update_group_membership(leave, devices, reverse, False)
         # Passing this agent's own devices and maps adds nothing to them: they were fixed,
         # for every process of the plan, at construction.
         agent._update_group_membership(rpc.WorkerInfo(name, rpc_id), devices, reverse, True)

@@ -126,6 +126,81 @@ def test_handles_of_a_dead_workers_actors_dropped_after_its_replacement_send_not
         assert noise not in stderr, stderr[-4000:]
 
 
+def test_a_dead_workers_rpc_entry_outlives_its_replacement_for_torchs_retried_messages(
+    tmp_path,
+):
+    """torch retries an RRef delete to a dead owner for about 13 s, holding a reference
+    to the dead process's entry in the agent (``RpcRetryInfo::to_``). The replacement's
+    admission freed that entry, and a retry after it read freed memory: the driver died
+    of SIGSEGV in torch's retry thread. Anything torch sent the dead process with retries
+    just before its death (or before its detection, when pinning starts) does this; here
+    an RRef torch itself made on it, dropped at its death. The entry now stays, in the
+    driver and in every other process, while the name goes to the new process."""
+    (rep,) = run_script(
+        tmp_path,
+        HEADER,
+        """
+        import gc
+        import torch.distributed.rpc
+        from torch.distributed.rpc.api import _get_current_rpc_agent
+
+        @actorrt.actor
+        class Peek:
+            def pid(self):
+                return os.getpid()
+
+            def entries(self, name, old_id):
+                agent = _get_current_rpc_agent()
+                try:
+                    old = agent.get_worker_info(old_id)
+                    old = [old.name, old.id]
+                except RuntimeError as exc:
+                    old = str(exc).splitlines()[0]
+                return old, agent.get_worker_info(name).id
+
+        rt = actorrt.start(num_workers=2, timeout=90, heartbeat_timeout=3, max_worker_restarts=1)
+        pids = list(rt.local_worker_pids)
+        victim = rt.local_worker_pids[0]
+        handles = [Counter.remote() for _ in range(8)]
+        where = actorrt.get([h.pid.remote() for h in handles], timeout=30)
+        peeks = [Peek.remote() for _ in range(4)]
+        peek = [p for p, pid in zip(peeks, actorrt.get([p.pid.remote() for p in peeks],
+                timeout=30)) if pid != victim][0]
+        mine = [h for h, p in zip(handles, where) if p == victim]
+        worker = mine[0].worker
+        agent = _get_current_rpc_agent()
+        old_id = agent.get_worker_info(worker).id
+        raw = torch.distributed.rpc.remote(worker, os.getpid)  # owned there, by torch
+        raw.to_here()
+        os.kill(victim, signal.SIGKILL)
+        del raw, handles, mine, where
+        gc.collect()  # a delete to the dead owner, which torch retries
+        dropped = time.monotonic()
+        wait_for(lambda: worker in rt.dead_workers, 60)
+        wait_for(lambda: worker not in rt.dead_workers, 120)  # replaced and admitted
+        admitted = time.monotonic() - dropped
+        try:
+            old = agent.get_worker_info(old_id)
+            old = [old.name, old.id]
+        except RuntimeError as exc:
+            old = str(exc).splitlines()[0]
+        new_id = agent.get_worker_info(worker).id
+        elsewhere = actorrt.get(peek.entries.remote(worker, old_id), timeout=30)
+        time.sleep(max(0.0, 14.0 - (time.monotonic() - dropped)))  # torch's last retry
+        answered = actorrt.get([Counter.remote().add.remote(1) for _ in range(3)], timeout=30)
+        report(pids=pids + list(rt.local_worker_pids), admitted=admitted,
+               old=old, old_id=old_id, new_id=new_id, worker=worker, elsewhere=elsewhere,
+               answered=answered)
+        actorrt.shutdown()
+        """,
+        timeout=300,
+    )
+    assert rep["new_id"] != rep["old_id"]
+    assert rep["old"] == [rep["worker"], rep["old_id"]], rep
+    assert rep["elsewhere"] == [[rep["worker"], rep["old_id"]], rep["new_id"]], rep
+    assert rep["answered"] == [1, 1, 1]
+
+
 def test_dead_local_workers_are_replaced_by_default_and_a_restartable_actor_comes_back(
     tmp_path,
 ):
