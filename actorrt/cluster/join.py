@@ -81,6 +81,7 @@ def join(
     rt.plan = setup.plan
     if directory is not None and not group.rrefs_will_work():
         rt.objects.leases = False  # a second agent here: the leases (rank 0's RRefs) cannot work
+    rt.objects.rpc_id = rank if rpc_id is None else rpc_id
     rt.install()
     try:
         if before_rpc is not None:

@@ -56,6 +56,7 @@ __all__ = [
     "rrefs_work",
     "rpc_add_member",
     "rpc_admit",
+    "rpc_id_of",
     "set_admitter",
     "start_agent",
     "wait_quiesced",
@@ -337,6 +338,14 @@ def add_members(members: Iterable[Member]) -> None:
         # for every process of the plan, at construction.
         agent._update_group_membership(rpc.WorkerInfo(name, rpc_id), devices, reverse, True)
         quick_rpc.forget(name)  # after the join: a send racing it may have kept the old id
+
+
+def rpc_id_of(name: str) -> int | None:
+    """The RPC id this agent knows under ``name`` now; None if it knows no such name."""
+    try:
+        return int(_agent().get_worker_info(name).id)
+    except Exception:  # no such member (or no agent: RPC is down)
+        return None
 
 
 def rpc_add_member(name: str, rpc_id: int, replaces: bool = True) -> None:

@@ -267,6 +267,13 @@ class ObjectStore:
         self._copies: dict[str, tuple[Any, float]] = {}
         self.fetching: dict[str, torch.futures.Future[Wire]] = {}
         self.node_of: Callable[[str], str | None] = lambda process: None
+        # This process's RPC id, and whether a process's word about its holds comes from
+        # the live process of its name (set by the runtime): a word from a dead one, late
+        # after its death freed its holds (or after a new process took its name), is
+        # not counted, or its hold would never go (or a count would go negative under
+        # a name a new process then holds under). RPC ids are never reused.
+        self.rpc_id = 0
+        self.is_current: Callable[[str, int], bool] = lambda process, rpc_id: True
         self._closed = False
         # False where rank 0 cannot keep leases (its second agent in one process, see
         # group.rrefs_work): objects then live until the cluster ends.
@@ -303,27 +310,36 @@ class ObjectStore:
             self.leased(loc.object_id, self.name)
         else:
             try:
-                rpc.rpc_async(loc.owner, rpc_leased, args=(loc.object_id, self.name))
+                args = (loc.object_id, self.name, self.rpc_id)
+                rpc.rpc_async(loc.owner, rpc_leased, args=args)
             except Exception:  # the owner is gone: the object with it
                 pass
         return loc._replace(rref=self._lease(loc.owner, loc.object_id, loan=False))
 
-    def leased(self, object_id: str, holder: str) -> None:
-        """At the owner: ``holder``'s direct hold of an object kept here became a lease."""
+    def leased(self, object_id: str, holder: str, holder_id: int | None = None) -> None:
+        """At the owner: ``holder``'s direct hold of an object kept here became a lease.
+
+        ``holder_id``: its RPC id (None: this process). The lease counts even if that
+        process died since; its hold, freed at the death, is not taken off again.
+        """
         with self._lock:
             if object_id not in self._values:
                 return
-            self._count(object_id, holder, -1)
+            if holder_id is None or self.is_current(holder, holder_id):
+                self._count(object_id, holder, -1)
             self._leases[object_id] = self._leases.get(object_id, 0) + 1
             value = self._pop_if_unheld(object_id)
         del value  # outside the lock (see _pop_if_unheld)
 
-    def hold(self, object_ids: list[str], holder: str) -> None:
-        """At the owner: ``holder`` holds these objects directly too.
+    def hold(self, object_ids: list[str], holder: str, holder_id: int) -> None:
+        """At the owner: ``holder`` (RPC id ``holder_id``) holds these objects directly too.
 
         It kept refs that were borrowed for a call; the call's caller says so, from the
-        reply (:func:`reply_of_call`), and holds them until this is done.
+        reply (:func:`reply_of_call`), and holds them until this is done. Not counted if
+        that process died meanwhile (its death came here first).
         """
+        if not self.is_current(holder, holder_id):
+            return
         with self._lock:
             for object_id in object_ids:
                 if object_id in self._values:
@@ -338,13 +354,16 @@ class ObjectStore:
         held = self._holders.setdefault(object_id, {})
         held[holder] = held.get(holder, 0) + change
 
-    def hold_for(self, callee: str, kept: list[tuple[str, str]], pins: list[Any]) -> None:
+    def hold_for(
+        self, callee: str, callee_id: int, kept: list[tuple[str, str]], pins: list[Any]
+    ) -> None:
         """At a caller: tells owners that ``callee`` kept these borrowed refs; then unpins.
 
         ``pins`` (what this process held for the call) are let go once every owner heard.
 
         Args:
             callee: The process the call ran on.
+            callee_id: Its RPC id (a process that took its name since is another).
             kept: ``(owner, object id)`` of each ref it kept past the call.
             pins: The refs the call's arguments carried, held here until the owners heard.
         """
@@ -363,11 +382,11 @@ class ObjectStore:
 
         for owner, object_ids in by_owner.items():
             if owner == self.name:
-                self.hold(object_ids, callee)
+                self.hold(object_ids, callee, callee_id)
                 told()
                 continue
             try:
-                fut = rpc.rpc_async(owner, rpc_hold, args=(object_ids, callee))
+                fut = rpc.rpc_async(owner, rpc_hold, args=(object_ids, callee, callee_id))
             except Exception:  # the owner is gone: its objects with it
                 told()
                 continue
@@ -399,11 +418,17 @@ class ObjectStore:
         elif not self._closed:
             self._outbox.put((owner, key, kind))
 
-    def release(self, key: str, kind: int, holder: str) -> None:
-        """At the owner: a hold of ``key`` went (see :meth:`let_go`); unheld, it goes."""
+    def release(self, key: str, kind: int, holder: str, holder_id: int | None = None) -> None:
+        """At the owner: a hold of ``key`` went (see :meth:`let_go`); unheld, it goes.
+
+        ``holder_id``: the RPC id of the process that let go of a direct hold (None:
+        this process, or rank 0's word on a lease); a dead one's is not counted.
+        """
         if kind == LOAN:
             self.end_loan(key)
             return
+        if kind == HELD and holder_id is not None and not self.is_current(holder, holder_id):
+            return  # its death freed its holds already
         with self._lock:
             if key not in self._values:
                 return
@@ -488,7 +513,7 @@ class ObjectStore:
                 by_owner.setdefault(owner, []).append((key, kind))
             for owner, keys in by_owner.items():
                 try:
-                    rpc.rpc_async(owner, rpc_let_go, args=(self.name, keys))
+                    rpc.rpc_async(owner, rpc_let_go, args=(self.name, self.rpc_id, keys))
                 except Exception:  # the owner is gone (its objects with it) or RPC is ending
                     pass
             last = time.monotonic()
@@ -709,21 +734,24 @@ def rpc_lease(owner: str, key: str, loan: bool) -> ObjectLease:
     return ObjectLease(context.part(ObjectStore), owner, key, loan)
 
 
-def rpc_let_go(holder: str, keys: list[tuple[str, int]]) -> None:
-    """Sent to an owner by ``holder``: these holds are gone (each ``(key, kind)``)."""
+def rpc_let_go(holder: str, holder_id: int, keys: list[tuple[str, int]]) -> None:
+    """Sent to an owner by ``holder`` (RPC id ``holder_id``): these holds are gone.
+
+    Each ``(key, kind)``.
+    """
     store = context.part(ObjectStore)
     for key, kind in keys:
-        store.release(key, kind, holder)
+        store.release(key, kind, holder, holder_id)
 
 
-def rpc_leased(object_id: str, holder: str) -> None:
+def rpc_leased(object_id: str, holder: str, holder_id: int) -> None:
     """Sent to an owner by a direct holder of its object, whose ref now travels leased."""
-    context.part(ObjectStore).leased(object_id, holder)
+    context.part(ObjectStore).leased(object_id, holder, holder_id)
 
 
-def rpc_hold(object_ids: list[str], holder: str) -> None:
+def rpc_hold(object_ids: list[str], holder: str, holder_id: int) -> None:
     """Sent to an owner by a call's caller: ``holder``, its callee, kept these refs."""
-    context.part(ObjectStore).hold(object_ids, holder)
+    context.part(ObjectStore).hold(object_ids, holder, holder_id)
 
 
 def rpc_fetch(object_id: str, requester: str, relay: bool = True) -> Wire:
@@ -847,9 +875,14 @@ def borrowed_here() -> Borrowing:
 
 
 def with_kept(wire: Wire, borrowing: Borrowing) -> Wire:
-    """A call's packed reply, saying which of its borrowed refs the callee kept."""
+    """A call's packed reply, saying which of its borrowed refs the callee kept.
+
+    With the callee's RPC id: the owners count its holds only while it lives.
+    """
     kept = borrowing.close()
-    return wire if not kept else (None, [(KEPT, (wire, kept))])
+    if not kept:
+        return wire
+    return (None, [(KEPT, (wire, kept, context.part(ObjectStore).rpc_id))])
 
 
 def reply_of_call(
@@ -871,13 +904,13 @@ def reply_of_call(
             return
         kept: list[tuple[str, str]] = []
         if wire[0] is None and type(wire[1][0]) is tuple and wire[1][0][0] == KEPT:
-            wire, kept = wire[1][0][1]
+            wire, kept, callee_id = wire[1][0][1]
         out.set_result(wire)
         if not kept:
             pins.clear()
             return
         try:
-            context.part(ObjectStore).hold_for(callee, kept, pins)
+            context.part(ObjectStore).hold_for(callee, callee_id, kept, pins)
         except Exception:  # the runtime stopped: every object goes with it
             pins.clear()
 

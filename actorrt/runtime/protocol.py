@@ -94,7 +94,8 @@ CANCELLED = 11  # actorrt.cancel() stopped the call before it ran (or while it a
 # (kill(no_restart=False)): a call with retries left is sent again, to the new instance.
 RESTARTED = 12
 # A reply whose call kept refs that were borrowed for it: payload (the reply's own wire,
-# [(owner, object id), ...]); the caller tells those owners the callee holds them now.
+# [(owner, object id), ...], the callee's RPC id); the caller tells those owners the
+# callee holds them now.
 KEPT = 13
 
 CancelTicket: TypeAlias = int | Callable[[bool], None]

@@ -172,6 +172,7 @@ class Runtime:
         self.objects = ObjectStore(name, self.pack, driver_name, directory is not None)
         self.host.watch_lease = self.objects.forks.watch
         self.objects.node_of = self._node_of
+        self.objects.is_current = self._is_current
         # The streaming calls this process made, whose values come as they are yielded.
         self.generators = Inboxes(self.objects.let_go_unread)
         # The streaming calls with backpressure running here, told what their callers took.
@@ -827,6 +828,10 @@ class Runtime:
             if status == KEEP:
                 self.objects.keep_copy(loc.object_id, unpack(wire)[1])
             result.set_result(wire)
+
+    def _is_current(self, process: str, rpc_id: int) -> bool:
+        """Whether ``rpc_id`` is the live process of the name ``process`` (as known here)."""
+        return process not in self._dead_workers and group.rpc_id_of(process) in (rpc_id, None)
 
     def _node_of(self, process: str) -> str | None:
         """The host (node id) the plan puts ``process`` on; None when it is not known."""

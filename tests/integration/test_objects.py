@@ -691,6 +691,53 @@ def test_a_result_whose_copy_came_back_travels_with_it_once_its_owner_died(tmp_p
     assert final["dead"] == final["replaced"] == [4 << 20, 4 << 20], final
 
 
+def test_a_callee_that_kept_a_borrowed_ref_and_died_before_its_owner_heard_holds_nothing(
+    tmp_path,
+):
+    """The caller tells the owner that its callee kept the ref after the reply; the
+    callee may die first, and its death may reach the owner first (here the caller's word
+    is held back until then). Was: the owner counted the dead callee's hold after its
+    death had let go of its holds, and the object stayed until the cluster ended. Words
+    now carry the process's RPC id, and the owner counts only the live process's."""
+    body = """
+    import threading
+    from actorrt.runtime.objects import ObjectStore
+
+    rt, pids, p, c = start_apart()
+    told = threading.Event()
+    hold = ObjectStore.hold
+
+    def hold_after_the_death(store, *args):  # the owner is the caller here: its own word
+        def later():
+            deadline = time.monotonic() + 60
+            while c.worker not in rt.dead_workers and time.monotonic() < deadline:
+                time.sleep(0.05)
+            hold(store, *args)
+            told.set()
+        threading.Thread(target=later, daemon=True).start()
+
+    ObjectStore.hold = hold_after_the_death
+    ref = actorrt.put(torch.ones(2 << 20, dtype=torch.uint8))
+    oid = ref._loc.object_id
+    assert actorrt.get(c.keep.remote([ref]), timeout=30)
+    os.kill(actorrt.get(c.pid.remote(), timeout=30), signal.SIGKILL)
+    in_time = told.wait(60)
+    ObjectStore.hold = hold
+    holders = dict(rt.objects._holders.get(oid, {}))
+    del ref
+    deadline = time.monotonic() + 20
+    while oid in rt.objects._values and time.monotonic() < deadline:
+        time.sleep(0.05)
+    report(pids=pids + list(rt.local_worker_pids), in_time=in_time, holders=holders,
+           freed=oid not in rt.objects._values, driver=rt.name)
+    actorrt.shutdown()
+    """
+    final = run_script(tmp_path, OWN_CLUSTER, body, timeout=180)[-1]
+    assert final["in_time"], final
+    assert final["holders"] == {final["driver"]: 1}, final
+    assert final["freed"], final
+
+
 def test_objects_of_an_owner_whose_process_was_replaced_say_that_it_died(tmp_path):
     """The new process under the dead owner's name does not blame dropped refs."""
     body = """

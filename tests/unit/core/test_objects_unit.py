@@ -244,7 +244,7 @@ def test_a_store_closed_at_shutdown_tells_no_owner(monkeypatch):
     deadline = time.monotonic() + 5
     while not sent and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert sent == [("w2", ("worker1", [("o1", objects.HELD)]))]  # an open store tells the owner
+    assert sent == [("w2", ("worker1", 0, [("o1", objects.HELD)]))]  # an open store tells the owner
 
     sent.clear()
     store.let_go("w3", "o2")
@@ -286,7 +286,7 @@ def test_the_first_let_go_after_a_quiet_while_goes_at_once_and_later_ones_togeth
         deadline = time.monotonic() + 0.3  # well before the gathering time
         while not sent and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert sent == [("w2", ("worker1", [("o1", objects.HELD)]))]
+        assert sent == [("w2", ("worker1", 0, [("o1", objects.HELD)]))]
         store.let_go("w2", "o2")
         store.let_go("w2", "o3")
         time.sleep(0.2)
@@ -294,7 +294,7 @@ def test_the_first_let_go_after_a_quiet_while_goes_at_once_and_later_ones_togeth
         deadline = time.monotonic() + 5
         while len(sent) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert sent[1:] == [("w2", ("worker1", [("o2", objects.HELD), ("o3", objects.HELD)]))]
+        assert sent[1:] == [("w2", ("worker1", 0, [("o2", objects.HELD), ("o3", objects.HELD)]))]
     finally:
         store.clear()
 
@@ -311,7 +311,7 @@ def test_an_object_goes_once_no_holder_and_no_lease_is_left_in_any_order_told():
     try:
         # a callee kept the caller's ref: the caller said so, then both let go
         oid = store.keep(torch.ones(4), 16, holder="driver")
-        store.hold([oid], "w2")
+        store.hold([oid], "w2", 2)
         store.release(oid, objects.HELD, "driver")
         assert store.stats()[0] == 1  # w2 holds it
         store.release(oid, objects.HELD, "w2")
@@ -320,7 +320,7 @@ def test_an_object_goes_once_no_holder_and_no_lease_is_left_in_any_order_told():
         oid = store.keep(torch.ones(4), 16, holder="driver")
         store.release(oid, objects.HELD, "w2")
         assert store.stats()[0] == 1  # the caller still holds it (until w2's hold is told)
-        store.hold([oid], "w2")
+        store.hold([oid], "w2", 2)
         store.release(oid, objects.HELD, "driver")
         assert store.stats()[0] == 0
         # rank 0's word that a lease ended overtook its holder's word that it made it
@@ -331,7 +331,7 @@ def test_an_object_goes_once_no_holder_and_no_lease_is_left_in_any_order_told():
         assert store.stats()[0] == 0
         # a lease and a direct holder: the object outlives the first to go
         oid = store.keep(torch.ones(4), 16, holder="driver")
-        store.hold([oid], "w2")
+        store.hold([oid], "w2", 2)
         store.leased(oid, "w2")
         store.release(oid, objects.HELD, "driver")
         assert store.stats()[0] == 1
@@ -339,11 +339,48 @@ def test_an_object_goes_once_no_holder_and_no_lease_is_left_in_any_order_told():
         assert store.stats()[0] == 0
         # a holder that died lets go of every hold it had; the others keep it
         oid = store.keep(torch.ones(4), 16, holder="driver")
-        store.hold([oid], "w2")
-        store.hold([oid], "w2")
+        store.hold([oid], "w2", 2)
+        store.hold([oid], "w2", 2)
         store.holder_died("w2")
         assert store.stats()[0] == 1
         store.release(oid, objects.HELD, "driver")
+        assert store.stats()[0] == 0
+    finally:
+        store.clear()
+
+
+def test_a_dead_processs_late_word_on_its_holds_is_not_counted():
+    """A word from a process that died (it kept a ref, its caller's word came after the
+    death had freed its holds; or it let go, the word overtaken by its death), or from
+    the dead process whose name a new one took, changes no count: a counted hold of a
+    dead process kept its object until the cluster ended, and a count taken off twice
+    freed an object under the new process of that name."""
+    live = {"driver": 0, "w2": 7}  # w2's process now has RPC id 7
+    store = _store()
+    store.is_current = lambda process, rpc_id: live.get(process) == rpc_id
+    try:
+        # the callee (id 2) kept the ref and died; its caller's word came after the death
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.holder_died("w2")
+        store.hold([oid], "w2", 2)
+        store.release(oid, objects.HELD, "driver", 0)
+        assert store.stats()[0] == 0  # freed: no hold of the dead callee was counted
+        # the dead one's let-go came after its death; the new w2 then kept a ref
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.release(oid, objects.HELD, "w2", 2)
+        store.hold([oid], "w2", 7)
+        store.release(oid, objects.HELD, "driver", 0)
+        assert store.stats()[0] == 1  # the new w2 holds it
+        store.release(oid, objects.HELD, "w2", 7)
+        assert store.stats()[0] == 0
+        # a dead holder's hold turned lease: the lease counts, the hold is not taken off
+        oid = store.keep(torch.ones(4), 16, holder="driver")
+        store.hold([oid], "w2", 7)
+        store.leased(oid, "w2", 2)
+        store.release(oid, objects.HELD, "driver", 0)
+        assert store.stats()[0] == 1
+        store.release(oid, objects.LEASED, "driver")
+        store.release(oid, objects.HELD, "w2", 7)
         assert store.stats()[0] == 0
     finally:
         store.clear()
@@ -370,7 +407,10 @@ def test_refs_inside_call_arguments_travel_borrowed_and_the_sender_pins_them():
     assert payload.call_pins() is None
 
 
-def test_a_callee_reply_names_the_borrowed_refs_it_kept_and_only_those():
+def test_a_callee_reply_names_the_borrowed_refs_it_kept_and_only_those(monkeypatch):
+    store = _store("w2")
+    store.rpc_id = 5
+    monkeypatch.setattr(context, "part", lambda kind, what="": store)
     refs = [_located_ref("A.m", None, f"r{i}", ObjectLocation(f"o{i}", "w1", MB)) for i in range(3)]
     wire, _ = _sent_borrowed(refs)
     (args, _), borrowing = objects.unpack_arguments(wire)
@@ -378,7 +418,7 @@ def test_a_callee_reply_names_the_borrowed_refs_it_kept_and_only_those():
     del args  # the method's frame went: the others die with it
     reply = (None, [(OK, 7)])
     answered = objects.with_kept(reply, borrowing)
-    assert answered == (None, [(objects.KEPT, (reply, [("w1", "o1")]))])
+    assert answered == (None, [(objects.KEPT, (reply, [("w1", "o1")], 5))])
     assert kept._direct and kept._on_call is None  # held here from now on
 
     # a call that kept none answers as any other
@@ -404,11 +444,11 @@ def test_the_caller_unpins_a_kept_ref_only_once_its_owner_heard(monkeypatch):
         sent = torch.futures.Future()
         got = objects.reply_of_call(sent, "w2", pins)
         inner = (None, [(OK, 7)])
-        sent.set_result((None, [(objects.KEPT, (inner, [("w1", "o1"), ("w3", "o3")]))]))
+        sent.set_result((None, [(objects.KEPT, (inner, [("w1", "o1"), ("w3", "o3")], 5))]))
         assert got.wait() == inner  # the caller reads its reply at once
         assert [(to, args) for to, _, args, _ in told] == [
-            ("w1", (["o1"], "w2")),
-            ("w3", (["o3"], "w2")),
+            ("w1", (["o1"], "w2", 5)),
+            ("w3", (["o3"], "w2", 5)),
         ]
         assert pins  # not while an owner has not heard
         told[0][3].set_result(None)
