@@ -46,7 +46,7 @@ import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
 from actorrt.logs import get_logger
-from actorrt.runtime import context, rref_keeper, streams, torch_threads
+from actorrt.runtime import context, rref_keeper, shm, streams, torch_threads
 from actorrt.runtime.held_forks import HeldForks
 from actorrt.runtime.payload import unpack
 from actorrt.runtime.protocol import COPY, ERROR, KEEP, KEPT, LOST, MULTI, OBJECT, OK, RELAY
@@ -125,12 +125,13 @@ class ObjectLocation(NamedTuple):
     owner: str  # RPC name of the process that keeps the value
     nbytes: int  # its tensors and pickled bytes, as measured when it was kept
     rref: Any = None  # a copy of its lease's RRef (rank 0's); None: held directly
+    sealed: shm.Sealed | None = None  # its bytes in shared memory, for the owner's host
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # The lease's RRef travels wrapped, from every sender (rank 0 too): its receiver
         # tells rank 0 which fork it holds (see ObjectStore.holder_died).
         rref = self.rref if self.rref is None else rref_keeper.Carried(self.rref, self.object_id)
-        return ObjectLocation, (self.object_id, self.owner, self.nbytes, rref)
+        return ObjectLocation, (self.object_id, self.owner, self.nbytes, rref, self.sealed)
 
 
 class Loan(NamedTuple):
@@ -251,6 +252,7 @@ class ObjectStore:
         self._prefix = uuid.uuid4().hex[:_PREFIX_LEN]
         self._values: dict[str, Any] = {}
         self._sizes: dict[str, int] = {}
+        self._sealed: dict[str, shm.Sealed] = {}  # puts whose bytes lie in shared memory
         # Per object: how many refs each process holds directly (the caller whose reply
         # it was or the process that put it; each process that kept a ref borrowed for a
         # call), and how many leases of it are out. Both signed: rank 0's word that a
@@ -299,6 +301,28 @@ class ObjectStore:
             self._sizes[object_id] = nbytes
             self._holders[object_id] = {holder: 1}
         return object_id
+
+    def keep_sealed(self, value: Any, nbytes: int, holder: str) -> ObjectLocation:
+        """:meth:`keep`, copying one large CPU tensor into shared memory first.
+
+        The object is that copy (a later change to ``value`` does not reach it, as
+        Ray's ``put`` copies), and its location carries the copy's handle: processes of
+        this host map it instead of fetching it (:func:`shm.open_sealed`). Any other
+        value is kept as :meth:`keep` keeps it.
+        """
+        object_id = self._new_id()
+        sealed = shm.seal(value, object_id) if isinstance(value, torch.Tensor) else None
+        handle = None
+        if sealed is not None:
+            value, handle = sealed
+        streams.leaving_all()
+        with self._lock:
+            self._values[object_id] = value
+            self._sizes[object_id] = nbytes
+            self._holders[object_id] = {holder: 1}
+            if handle is not None:
+                self._sealed[object_id] = handle
+        return ObjectLocation(object_id, self.name, nbytes, None, handle)
 
     def lease(self, loc: ObjectLocation) -> ObjectLocation:
         """At the direct holder of ``loc``, as its ref first travels: ``loc`` with a lease.
@@ -570,6 +594,9 @@ class ObjectStore:
 
     def _pop(self, object_id: str) -> Any:
         """Under the lock: forgets an object; its value, to be dropped outside the lock."""
+        sealed = self._sealed.pop(object_id, None)
+        if sealed is not None:  # no process maps it from now on (those that did keep it)
+            shm.unseal(sealed)
         self._sizes.pop(object_id, None)
         self._holders.pop(object_id, None)
         self._leases.pop(object_id, None)
@@ -594,6 +621,10 @@ class ObjectStore:
             self._leases.clear()
             self._relays.clear()
             copies, self._copies = self._copies, {}
+            sealed, self._sealed = self._sealed, {}
+        for handle in sealed.values():
+            shm.unseal(handle)
+        shm.drop_free_sealed()
         values.clear()  # outside the lock (see _pop_if_unheld)
         copies.clear()
         loans.clear()

@@ -752,6 +752,8 @@ class Runtime:
                 "plain data or tensors, or make such state inside the actor that needs it."
             ) from exc
         nbytes = packed if type(packed) is int else len(packed[0] or b"")  # type: ignore[index]
+        if self._shm:  # one large CPU tensor: copied once, mapped by this host's processes
+            return self.objects.keep_sealed(value, nbytes, holder=self.name)
         return ObjectLocation(self.objects.keep(value, nbytes, holder=self.name), self.name, nbytes)
 
     def fetch(self, loc: ObjectLocation) -> torch.futures.Future[Wire]:
@@ -763,6 +765,12 @@ class Runtime:
         owner = loc.owner
         if owner in self._dead_workers or self.stopped.is_set():
             raise self.lost(loc, "its owner process died" if not self.stopped.is_set() else "")
+        if loc.sealed is not None and self._shm:  # on the owner's host: mapped, not asked
+            mapped = shm.open_sealed(loc.sealed)
+            if mapped is not None:
+                done: torch.futures.Future[Wire] = torch.futures.Future()
+                done.set_result((None, [(OK, mapped)]))
+                return done
         under_way = self.objects.fetching.get(loc.object_id)
         if under_way is not None:  # another actor here asked for it: one transfer for both
             return under_way

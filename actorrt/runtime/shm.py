@@ -16,6 +16,15 @@ attach, turns any violation into an error instead of wrong data. A segment whose
 receiver died stays busy (the pool then grows up to its limit, then falls back to
 TensorPipe).
 
+Objects made by ``actorrt.put`` of one large CPU tensor take a second form of this road
+(:func:`seal`): the owner copies the tensor once into a memfd of its own, kept as long
+as the object, and the object's location carries a handle to it (:class:`Sealed`). A
+process of the same host reads the object by mapping that memfd copy-on-write
+(:func:`open_sealed`), with no request to the owner and no copy; one of another host, or
+one that cannot map it, fetches it from the owner as before. The memfd's inode and the
+object's id in its header, checked on every mapping, tell a handle whose memfd was
+closed (and its number reused) from a live one.
+
 Whether a peer can map our segments is learned once per peer by a probe call
 (same host, same PID namespace, same user: it opens ``/proc/<our pid>/fd/<fd>``);
 until the probe answers, calls go the ordinary way.
@@ -30,6 +39,7 @@ most 4) is how many threads share a large copy into the pool. It is also off whe
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import mmap
 import os
 import secrets
@@ -38,18 +48,24 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 __all__ = [
+    "Sealed",
     "ShmTensor",
+    "drop_free_sealed",
     "enabled",
     "forget_all",
     "forget_dead",
+    "open_sealed",
     "peer_ok",
     "rpc_probe",
+    "seal",
     "swap_one",
+    "unseal",
 ]
 
 _HEADER = 4096  # flag at byte 0, generation (u64) at byte 8; data is page aligned
@@ -147,14 +163,19 @@ def _put(t: torch.Tensor) -> torch.Tensor | ShmTensor:
     if seg is None:
         return t
     try:
-        if t.is_contiguous():
-            _copy(seg.address, t.data_ptr(), nbytes)
-        else:
-            seg.data[:nbytes].view(t.dtype).view(t.shape).copy_(t)
+        _fill(seg, t)
     except BaseException:
         seg.mm[0] = 0
         raise
     return ShmTensor(seg, t)
+
+
+def _fill(seg: _Segment, t: torch.Tensor) -> None:
+    """Copies ``t``'s values into ``seg``, from its first data byte."""
+    if t.is_contiguous():
+        _copy(seg.address, t.data_ptr(), t.nbytes)
+    else:
+        seg.data[: t.nbytes].view(t.dtype).view(t.shape).copy_(t)
 
 
 # Large copies are split over a few threads, each one plain memcpy with the GIL released: one
@@ -186,20 +207,208 @@ def _copy(dst: int, src: int, nbytes: int) -> None:
         helper.result()
 
 
-def swap_one(t: torch.Tensor) -> torch.Tensor | ShmTensor:
-    """A handle over a shared-memory copy of ``t`` when it is a large CPU tensor, else ``t``.
-
-    Only for a peer that :func:`peer_ok` approved.
-    """
-    if (
+def _large_cpu(t: torch.Tensor) -> bool:
+    return (
         t.device.type == "cpu"
         and t.layout == torch.strided
         and not t.requires_grad
         and not t.is_quantized
         and t.nbytes >= THRESHOLD
-    ):
+    )
+
+
+def swap_one(t: torch.Tensor) -> torch.Tensor | ShmTensor:
+    """A handle over a shared-memory copy of ``t`` when it is a large CPU tensor, else ``t``.
+
+    Only for a peer that :func:`peer_ok` approved.
+    """
+    if _large_cpu(t):
         return _put(t)
     return t
+
+
+# -- sealed objects: a memfd per object, read in place by the processes of its host ---
+#
+# Fresh shared pages cost far more than the copy into them (zeroed and faulted in one by
+# one: figures in docs/performance.md), so a freed object's memfd is used again, as the
+# pool's segments are, once nothing maps it any more. Who maps it is counted by the
+# kernel: every mapping (the owner's own value included) holds a shared ``flock`` on an
+# open file of its own, dropped with the mapping's last tensor or with its process, and
+# the owner takes a memfd again only when an exclusive ``flock`` succeeds.
+
+_TAG = slice(16, 16 + 64)  # the object's id, in a sealed memfd's header
+_sealed_bytes = 0  # capacity of every memfd made here for sealed objects, free or not
+_sealed_lock = threading.Lock()
+_sealed_free: list[_Segment] = []  # memfds of freed objects, to be used again
+_sealed_live: dict[int, _Segment] = {}  # by fd: the memfds of live objects
+_where: tuple[str, int, int] | None = None
+
+
+def _host() -> tuple[str, int, int]:
+    """This host (boot id), PID namespace and network namespace.
+
+    Within one PID namespace a ``(pid, fd)`` pair means the same memfd. The network
+    namespace is there for the plan's sake: processes in another one are placed as
+    another host (and tested as one, ``ip netns``), so they fetch as another host does.
+    """
+    global _where
+    if _where is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as boot:
+                host = boot.read().strip()
+        except OSError:
+            host = ""
+        pid_ns, net_ns = (os.stat(f"/proc/self/ns/{ns}").st_ino for ns in ("pid", "net"))
+        _where = (host, pid_ns, net_ns)
+    return _where
+
+
+class Sealed(NamedTuple):
+    """Where a sealed object's bytes lie: what its location carries (plain data)."""
+
+    where: tuple[str, int, int]  # the owner's host (boot id), PID and network namespaces
+    pid: int
+    fd: int
+    inode: int  # of the memfd: a reused fd number names another one
+    nbytes: int
+    tag: bytes  # the object's id, also in the memfd's header: a memfd used again differs
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def _unmapped(seg: _Segment) -> bool:
+    """Whether no process maps ``seg`` (it holds no shared lock); if so, it is ours."""
+    try:
+        fcntl.flock(seg.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+def _segment_for(nbytes: int, tag: bytes) -> _Segment | None:
+    """A memfd for a new sealed object, tagged ``tag``: a free one nothing maps, or new."""
+    global _sealed_bytes
+    capacity = max(_MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+    with _sealed_lock:
+        for seg in _sealed_free:
+            if seg.capacity == capacity and _unmapped(seg):
+                _sealed_free.remove(seg)
+                # Tagged while no reader can lock it: a reader of the object it held
+                # before finds the new tag and fetches from the owner instead.
+                _write_tag(seg, tag)
+                fcntl.flock(seg.fd, fcntl.LOCK_UN)
+                return seg
+        while _sealed_bytes + capacity > POOL_LIMIT and _sealed_free:
+            _drop(_sealed_free.pop(0))
+        if _sealed_bytes + capacity > POOL_LIMIT:
+            return None
+        _sealed_bytes += capacity
+    try:
+        seg = _Segment(capacity)
+    except BaseException:
+        with _sealed_lock:
+            _sealed_bytes -= capacity
+        raise
+    _write_tag(seg, tag)
+    return seg
+
+
+def _write_tag(seg: _Segment, tag: bytes) -> None:
+    seg.mm[_TAG.start : _TAG.stop] = tag.ljust(_TAG.stop - _TAG.start, b"\0")
+
+
+def _drop(seg: _Segment) -> None:
+    """Under the lock: closes a free memfd for good."""
+    global _sealed_bytes
+    _sealed_bytes -= seg.capacity
+    os.close(seg.fd)
+
+
+def seal(t: torch.Tensor, tag: str) -> tuple[torch.Tensor, Sealed] | None:
+    """Copies ``t`` into a memfd: the copy (mapped as a reader maps it), and its handle.
+
+    None when ``t`` is not a large CPU tensor, or sealed objects already hold
+    ``ACTORRT_SHM_POOL_BYTES``: the object is then fetched from its owner as before.
+    Give the handle back with :func:`unseal` when the object goes.
+    """
+    if type(t) is not torch.Tensor or not _large_cpu(t):
+        return None
+    nbytes = t.nbytes
+    mark = tag.encode()[: _TAG.stop - _TAG.start]
+    seg = _segment_for(nbytes, mark)
+    if seg is None:
+        return None
+    try:
+        _fill(seg, t)
+        inode = os.fstat(seg.fd).st_ino
+        handle = Sealed(_host(), os.getpid(), seg.fd, inode, nbytes, mark, t.dtype, tuple(t.shape))
+        copy = open_sealed(handle)  # the owner's own value is one more mapping
+    except BaseException:
+        with _sealed_lock:
+            _sealed_free.append(seg)
+        raise
+    if copy is None:  # it cannot map its own memfd (no /proc?): kept as it is instead
+        with _sealed_lock:
+            _sealed_free.append(seg)
+        return None
+    with _sealed_lock:
+        _sealed_live[seg.fd] = seg
+    return copy, handle
+
+
+def unseal(handle: Sealed) -> None:
+    """At the owner, as the object goes: its memfd is free to be used again.
+
+    Again only once no process maps it (the owner's own tensors of it included).
+    """
+    with _sealed_lock:
+        seg = _sealed_live.pop(handle.fd, None)
+        if seg is not None:
+            _write_tag(seg, b"")  # a late reader of it asks the owner, who says it is gone
+            _sealed_free.append(seg)
+
+
+def drop_free_sealed() -> None:
+    """Closes the free memfds of sealed objects (the cluster ended)."""
+    with _sealed_lock:
+        while _sealed_free:
+            _drop(_sealed_free.pop())
+
+
+def open_sealed(handle: Sealed) -> torch.Tensor | None:
+    """The sealed object's tensor, mapped copy-on-write; None if it cannot be mapped here.
+
+    Writing to it changes this process's pages only. None (fetch it from the owner
+    instead) on another host, without access to the owner's ``/proc``, or when the
+    handle's memfd no longer holds its object (freed: the owner then answers why).
+    """
+    if handle.where != _host():
+        return None
+    try:
+        local = os.open(f"/proc/{handle.pid}/fd/{handle.fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(local)
+        if info.st_ino != handle.inode or info.st_size < _HEADER + handle.nbytes:
+            raise OSError("another file")
+        fcntl.flock(local, fcntl.LOCK_SH | fcntl.LOCK_NB)  # held while it is mapped here
+        mm = mmap.mmap(
+            local,
+            _HEADER + handle.nbytes,
+            flags=mmap.MAP_PRIVATE,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+        )
+        if mm[_TAG.start : _TAG.start + len(handle.tag)] != handle.tag or (
+            len(handle.tag) < _TAG.stop - _TAG.start and mm[_TAG.start + len(handle.tag)] != 0
+        ):
+            raise OSError("another object")
+    except (OSError, ValueError):
+        os.close(local)
+        return None
+    arr = np.frombuffer(mm, dtype=np.uint8, count=handle.nbytes, offset=_HEADER)
+    weakref.finalize(arr, os.close, local)  # its lock goes with the last tensor of it
+    return torch.from_numpy(arr).view(handle.dtype).view(handle.shape)
 
 
 # -- which peers can map our segments ------------------------------------------------

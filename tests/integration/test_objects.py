@@ -140,6 +140,11 @@ class Consumer:
     def put_box(self, box):
         return actorrt.put(box)  # the put value holds it: kept here, then leased
 
+    def bump_and_total(self, refs):
+        t = actorrt.get(refs[0], timeout=60)
+        t.add_(1)  # written in place: only this process's pages change
+        return int(t.sum())
+
     def pass_on(self, box, other):
         # a borrowed ref travels on, to a third actor
         return actorrt.get(other.total.remote(box.ref), timeout=60)
@@ -242,6 +247,35 @@ def test_a_mid_size_result_comes_back_and_is_still_fetched_from_its_producer(clu
     assert actorrt.get(p.served.remote(), timeout=30) == served + 1
 
 
+def test_a_put_tensor_is_copied_once_and_read_in_place_by_the_processes_of_its_host(cluster):
+    """A put of one large CPU tensor is copied into shared memory (a later change to the
+    tensor does not reach the object, as Ray's put copies), and a process of the owner's
+    host maps that copy instead of fetching it: no fetch reaches the owner. A write to
+    the mapped tensor changes only the writer's own pages."""
+    p, c = _apart(cluster)
+    other = Consumer.remote()
+    refs = actorrt.get(p.make_refs.remote(2 * MB, 2), timeout=60)  # put by p, fills 0 and 1
+    served = actorrt.get(p.served.remote(), timeout=30)
+    assert actorrt.get(c.total_list.remote(refs), timeout=60) == [0, 2 * MB]
+    assert int(actorrt.get(refs[1], timeout=60).sum()) == 2 * MB  # the driver maps it too
+    assert actorrt.get(c.bump_and_total.remote(refs[1:]), timeout=60) == 4 * MB
+    assert actorrt.get(other.bump_and_total.remote(refs[1:]), timeout=60) == 4 * MB
+    assert int(actorrt.get(refs[1], timeout=60).sum()) == 2 * MB
+    assert actorrt.get(p.served.remote(), timeout=30) == served  # nothing was fetched
+    assert all(ref._loc.sealed is not None for ref in refs)
+
+    mine = torch.ones(2 * MB, dtype=torch.uint8)
+    ref = actorrt.put(mine)
+    mine.fill_(7)
+    assert actorrt.get(c.total_list.remote([ref]), timeout=60) == [2 * MB]
+    assert int(actorrt.get(ref).sum()) == 2 * MB  # the owner reads the object, not `mine`
+    ids = [r._loc.object_id for r in refs]
+    oid = ref._loc.object_id
+    del refs, ref
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(ids), timeout=30))
+    assert _wait_for(lambda: oid not in cluster.objects._values)
+
+
 def test_a_small_result_still_comes_back_inline(cluster):
     p = Producer.remote()
     ref = p.small.remote()
@@ -252,7 +286,9 @@ def test_a_small_result_still_comes_back_inline(cluster):
 def test_a_put_on_the_driver_serves_eight_consumers(cluster):
     value = torch.arange(4 * MB, dtype=torch.int32)
     ref = actorrt.put(value)
-    assert actorrt.get(ref) is value  # the owner reads its own object in place
+    # the object is the copy made at the put (as Ray's), which the owner reads in place
+    assert actorrt.get(ref) is not value and torch.equal(actorrt.get(ref), value)
+    assert actorrt.get(ref) is cluster.objects.value(ref._loc.object_id)
     assert cluster.objects.stats()[0] >= 1
     consumers = [Consumer.remote() for _ in range(8)]
     out = actorrt.get([c.total.remote(ref) for c in consumers], timeout=120)

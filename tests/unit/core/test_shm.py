@@ -115,3 +115,61 @@ def test_mappings_of_ended_processes_are_dropped_and_the_rest_kept():
     finally:
         shm._maps.pop(dead, None)
         shm._maps.pop(alive, None)
+
+
+def test_a_sealed_tensor_is_read_in_place_copy_on_write_and_not_once_unsealed():
+    t = torch.arange(1 << 20, dtype=torch.float32)
+    copy, handle = shm.seal(t, "obj1")
+    t.add_(1)  # the object is the copy made at the seal, as Ray's put copies
+    first = shm.open_sealed(pickle.loads(pickle.dumps(handle)))  # as its location carries it
+    assert first is not None and first.shape == t.shape and first.dtype == t.dtype
+    assert torch.equal(first, torch.arange(1 << 20, dtype=torch.float32))
+    first.add_(5)  # a reader's write stays in its own pages, and so does the owner's
+    copy[2] = -1
+    assert float(copy[0]) == 0.0 and float(first[2]) == 7.0
+    assert float(shm.open_sealed(handle)[0]) == 0.0 and float(shm.open_sealed(handle)[2]) == 2.0
+    shm.unseal(handle)
+    assert shm.open_sealed(handle) is None  # freed: the reader asks the owner instead
+    assert float(first[1]) == 6.0 and float(copy[1]) == 1.0  # tensors still mapped keep it
+
+
+def test_a_freed_objects_memfd_is_used_again_only_once_nothing_maps_it():
+    shm.drop_free_sealed()
+    first_copy, first = shm.seal(torch.ones(1 << 20, dtype=torch.uint8), "first")
+    reader = shm.open_sealed(first)
+    shm.unseal(first)
+    del first_copy
+    gc.collect()
+    # the reader still maps it: a new object gets another memfd, and the reader's is intact
+    second_copy, second = shm.seal(torch.zeros(1 << 20, dtype=torch.uint8), "second")
+    assert second.fd != first.fd and int(reader.sum()) == 1 << 20
+    del reader
+    gc.collect()
+    third_copy, third = shm.seal(torch.full((1 << 20,), 2, dtype=torch.uint8), "third")
+    assert (third.fd, third.inode) == (first.fd, first.inode)  # unmapped: used again
+    assert shm.open_sealed(first) is None  # the old handle finds another object's tag
+    assert int(shm.open_sealed(third).sum()) == 2 << 20
+    assert int(shm.open_sealed(second).sum()) == 0
+    # another host, or a tag that does not match
+    assert shm.open_sealed(third._replace(where=("another boot", 1, 1))) is None
+    assert shm.open_sealed(third._replace(tag=b"thir")) is None
+    for handle in (second, third):
+        shm.unseal(handle)
+    shm.drop_free_sealed()
+
+
+def test_only_one_large_cpu_tensor_is_sealed_within_the_budget(monkeypatch):
+    shm.drop_free_sealed()
+    big = torch.ones(shm.THRESHOLD, dtype=torch.uint8)
+    assert shm.seal(torch.ones(16), "small") is None
+    assert shm.seal(torch.ones(shm.THRESHOLD // 4, requires_grad=True), "grad") is None
+    assert shm.seal([big], "list") is None  # type: ignore[arg-type]
+    before = shm._sealed_bytes
+    monkeypatch.setattr(shm, "POOL_LIMIT", before + shm.THRESHOLD - 1)
+    assert shm.seal(big, "over") is None and shm._sealed_bytes == before
+    monkeypatch.setattr(shm, "POOL_LIMIT", before + shm.THRESHOLD)
+    _, handle = shm.seal(big, "fits")
+    assert shm._sealed_bytes == before + shm.THRESHOLD
+    shm.unseal(handle)
+    shm.drop_free_sealed()
+    assert shm._sealed_bytes == before
