@@ -303,15 +303,16 @@ class ObjectStore:
         return object_id
 
     def keep_sealed(self, value: Any, nbytes: int, holder: str) -> ObjectLocation:
-        """:meth:`keep`, copying one large CPU tensor into shared memory first.
+        """:meth:`keep`, copying the tensors of ``value`` into shared memory first.
 
-        The object is that copy (a later change to ``value`` does not reach it, as
-        Ray's ``put`` copies), and its location carries the copy's handle: processes of
-        this host map it instead of fetching it (:func:`shm.open_sealed`). Any other
-        value is kept as :meth:`keep` keeps it.
+        For a CPU tensor, or dicts, lists and tuples of them (a state dict), of at least
+        1 MiB of tensors (:func:`shm.seal`). The object is that copy (a later change to
+        ``value`` does not reach it, as Ray's ``put`` copies), and its location carries
+        the copy's handle: processes of this host map it instead of fetching it
+        (:func:`shm.open_sealed`). Any other value is kept as :meth:`keep` keeps it.
         """
         object_id = self._new_id()
-        sealed = shm.seal(value, object_id) if isinstance(value, torch.Tensor) else None
+        sealed = shm.seal(value, object_id)
         handle = None
         if sealed is not None:
             value, handle = sealed

@@ -752,7 +752,7 @@ class Runtime:
                 "plain data or tensors, or make such state inside the actor that needs it."
             ) from exc
         nbytes = packed if type(packed) is int else len(packed[0] or b"")  # type: ignore[index]
-        if self._shm:  # one large CPU tensor: copied once, mapped by this host's processes
+        if self._shm:  # large CPU tensors: copied once, mapped by this host's processes
             return self.objects.keep_sealed(value, nbytes, holder=self.name)
         return ObjectLocation(self.objects.keep(value, nbytes, holder=self.name), self.name, nbytes)
 

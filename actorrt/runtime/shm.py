@@ -16,14 +16,14 @@ attach, turns any violation into an error instead of wrong data. A segment whose
 receiver died stays busy (the pool then grows up to its limit, then falls back to
 TensorPipe).
 
-Objects made by ``actorrt.put`` of one large CPU tensor take a second form of this road
-(:func:`seal`): the owner copies the tensor once into a memfd of its own, kept as long
-as the object, and the object's location carries a handle to it (:class:`Sealed`). A
-process of the same host reads the object by mapping that memfd copy-on-write
-(:func:`open_sealed`), with no request to the owner and no copy; one of another host, or
-one that cannot map it, fetches it from the owner as before. The memfd's inode and the
-object's id in its header, checked on every mapping, tell a handle whose memfd was
-closed (and its number reused) from a live one.
+Objects made by ``actorrt.put`` of large CPU tensors (one, or a state dict) take a
+second form of this road (:func:`seal`): the owner copies the tensors once into a memfd
+of its own, kept as long as the object, and the object's location carries a handle to it
+(:class:`Sealed`). A process of the same host reads the object by mapping that memfd
+copy-on-write (:func:`open_sealed`), with no request to the owner and no copy; one of
+another host, or one that cannot map it, fetches it from the owner as before. The
+memfd's inode and the object's id in its header, checked on every mapping, tell a handle
+whose memfd was closed, or holds another object now, from a live one.
 
 Whether a peer can map our segments is learned once per peer by a probe call
 (same host, same PID namespace, same user: it opens ``/proc/<our pid>/fd/<fd>``);
@@ -38,17 +38,21 @@ most 4) is how many threads share a large copy into the pool. It is also off whe
 
 from __future__ import annotations
 
+import collections
+import copy
 import ctypes
 import fcntl
+import math
 import mmap
 import os
+import pickle
 import secrets
 import struct
 import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -170,12 +174,23 @@ def _put(t: torch.Tensor) -> torch.Tensor | ShmTensor:
     return ShmTensor(seg, t)
 
 
-def _fill(seg: _Segment, t: torch.Tensor) -> None:
-    """Copies ``t``'s values into ``seg``, from its first data byte."""
+def _fill(seg: _Segment, t: torch.Tensor, offset: int = 0) -> None:
+    """Copies ``t``'s values into ``seg``, ``offset`` bytes after its first data byte."""
     if t.is_contiguous():
-        _copy(seg.address, t.data_ptr(), t.nbytes)
+        _copy(seg.address + offset, t.data_ptr(), t.nbytes)
     else:
-        seg.data[: t.nbytes].view(t.dtype).view(t.shape).copy_(t)
+        seg.data[offset : offset + t.nbytes].view(t.dtype).view(t.shape).copy_(t)
+
+
+def _slots(layout: Any) -> list[Any]:
+    """The :class:`_Slot` s of a layout, in the order :func:`_layout` made them."""
+    if type(layout) is _Slot:
+        return [layout]
+    if type(layout) in (dict, collections.OrderedDict):
+        return [s for v in layout.values() for s in _slots(v)]
+    if type(layout) in (list, tuple):
+        return [s for v in layout for s in _slots(v)]
+    return []
 
 
 # Large copies are split over a few threads, each one plain memcpy with the GIL released: one
@@ -272,8 +287,85 @@ class Sealed(NamedTuple):
     inode: int  # of the memfd: a reused fd number names another one
     nbytes: int
     tag: bytes  # the object's id, also in the memfd's header: a memfd used again differs
+    layout: Any  # the value, each tensor in it a _Slot
+
+
+class _Slot(NamedTuple):
+    """Where one tensor of a sealed value lies in its memfd."""
+
+    offset: int  # from the first data byte; a multiple of _ALIGN
     dtype: torch.dtype
     shape: tuple[int, ...]
+
+
+_ALIGN = 64  # each tensor's offset: any dtype's alignment, and a cache line
+_ATOMS = (str, bytes, int, float, bool, type(None))
+_MAX_LAYOUT_ITEMS = 4096  # tensors and atoms of a value sealed, at most
+_MAX_LAYOUT_BYTES = 16 << 10  # its layout pickled, at most: every copy of its ref carries it
+
+
+class _Unsealable(Exception):
+    """Raised while laying out a value that is not tensors in dicts, lists and tuples."""
+
+
+def _layout(value: Any) -> tuple[Any, list[torch.Tensor], int]:
+    """``value`` with each tensor replaced by its :class:`_Slot`; the tensors; their bytes.
+
+    Raises:
+        _Unsealable: Something in it is not a dict, list, tuple, atom or a CPU tensor
+            that can be copied as bytes, or it holds too many items.
+    """
+    tensors: list[torch.Tensor] = []
+    # A plain recursive function, not a closure: a closure that calls itself is a
+    # reference cycle, which kept the tensors put until the next garbage collection.
+    counts = [0, 0]
+    layout = _lay(value, tensors, counts)
+    return layout, tensors, counts[0]
+
+
+def _lay(x: Any, tensors: list[torch.Tensor], counts: list[int]) -> Any:
+    """:func:`_layout` of ``x``; ``counts`` is [bytes laid out so far, items seen]."""
+    counts[1] += 1
+    if counts[1] > _MAX_LAYOUT_ITEMS:
+        raise _Unsealable
+    if type(x) is torch.Tensor:
+        if x.device.type != "cpu" or x.layout != torch.strided or x.requires_grad:
+            raise _Unsealable
+        if x.is_quantized or x.is_conj() or x.is_neg():  # bits its bytes do not hold
+            raise _Unsealable
+        offset = -(-counts[0] // _ALIGN) * _ALIGN
+        counts[0] = offset + x.nbytes
+        tensors.append(x)
+        return _Slot(offset, x.dtype, tuple(x.shape))
+    if type(x) in _ATOMS:
+        return x
+    if type(x) in (dict, collections.OrderedDict):
+        out = copy.copy(x)  # an OrderedDict keeps its attributes (a state dict's _metadata)
+        out.clear()
+        for k, v in x.items():
+            if type(k) not in _ATOMS:
+                raise _Unsealable
+            out[k] = _lay(v, tensors, counts)
+        return out
+    if type(x) in (list, tuple):
+        return type(x)(_lay(v, tensors, counts) for v in x)
+    raise _Unsealable
+
+
+def _rebuild(layout: Any, data: torch.Tensor) -> Any:
+    """The value ``layout`` lays out, its tensors views of ``data`` (the memfd's bytes)."""
+    if type(layout) is _Slot:
+        nbytes = math.prod(layout.shape) * layout.dtype.itemsize
+        flat = data[layout.offset : layout.offset + nbytes]
+        return flat.view(layout.dtype).view(layout.shape)
+    if type(layout) in (dict, collections.OrderedDict):
+        out = copy.copy(layout)
+        for k, v in layout.items():
+            out[k] = _rebuild(v, data)
+        return out
+    if type(layout) in (list, tuple):
+        return type(layout)(_rebuild(v, data) for v in layout)
+    return layout
 
 
 def _unmapped(seg: _Segment) -> bool:
@@ -324,24 +416,30 @@ def _drop(seg: _Segment) -> None:
     os.close(seg.fd)
 
 
-def seal(t: torch.Tensor, tag: str) -> tuple[torch.Tensor, Sealed] | None:
-    """Copies ``t`` into a memfd: the copy (mapped as a reader maps it), and its handle.
+def seal(value: Any, tag: str) -> tuple[Any, Sealed] | None:
+    """Copies ``value``'s tensors into one memfd: the copy (mapped as readers map it), a handle.
 
-    None when ``t`` is not a large CPU tensor, or sealed objects already hold
-    ``ACTORRT_SHM_POOL_BYTES``: the object is then fetched from its owner as before.
-    Give the handle back with :func:`unseal` when the object goes.
+    ``value`` is a CPU tensor, or dicts, lists and tuples of CPU tensors and atoms (a
+    state dict), whose tensors add up to at least :data:`THRESHOLD` bytes. None for
+    anything else, or when sealed objects already hold ``ACTORRT_SHM_POOL_BYTES``: the
+    object is then fetched from its owner as before. Give the handle back with
+    :func:`unseal` when the object goes.
     """
-    if type(t) is not torch.Tensor or not _large_cpu(t):
+    try:
+        layout, tensors, nbytes = _layout(value)
+    except _Unsealable:
         return None
-    nbytes = t.nbytes
+    if nbytes < THRESHOLD or len(pickle.dumps(layout)) > _MAX_LAYOUT_BYTES:
+        return None
     mark = tag.encode()[: _TAG.stop - _TAG.start]
     seg = _segment_for(nbytes, mark)
     if seg is None:
         return None
     try:
-        _fill(seg, t)
+        for t, slot in zip(tensors, _slots(layout), strict=True):
+            _fill(seg, t, slot.offset)
         inode = os.fstat(seg.fd).st_ino
-        handle = Sealed(_host(), os.getpid(), seg.fd, inode, nbytes, mark, t.dtype, tuple(t.shape))
+        handle = Sealed(_host(), os.getpid(), seg.fd, inode, nbytes, mark, layout)
         copy = open_sealed(handle)  # the owner's own value is one more mapping
     except BaseException:
         with _sealed_lock:
@@ -375,10 +473,10 @@ def drop_free_sealed() -> None:
             _drop(_sealed_free.pop())
 
 
-def open_sealed(handle: Sealed) -> torch.Tensor | None:
-    """The sealed object's tensor, mapped copy-on-write; None if it cannot be mapped here.
+def open_sealed(handle: Sealed) -> Any:
+    """The sealed value, its tensors mapped copy-on-write; None if it cannot be mapped here.
 
-    Writing to it changes this process's pages only. None (fetch it from the owner
+    Writing to its tensors changes this process's pages only. None (fetch it from the owner
     instead) on another host, without access to the owner's ``/proc``, or when the
     handle's memfd no longer holds its object (freed: the owner then answers why).
     """
@@ -408,7 +506,7 @@ def open_sealed(handle: Sealed) -> torch.Tensor | None:
         return None
     arr = np.frombuffer(mm, dtype=np.uint8, count=handle.nbytes, offset=_HEADER)
     weakref.finalize(arr, os.close, local)  # its lock goes with the last tensor of it
-    return torch.from_numpy(arr).view(handle.dtype).view(handle.shape)
+    return _rebuild(handle.layout, torch.from_numpy(arr))
 
 
 # -- which peers can map our segments ------------------------------------------------

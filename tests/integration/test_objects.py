@@ -247,11 +247,12 @@ def test_a_mid_size_result_comes_back_and_is_still_fetched_from_its_producer(clu
     assert actorrt.get(p.served.remote(), timeout=30) == served + 1
 
 
-def test_a_put_tensor_is_copied_once_and_read_in_place_by_the_processes_of_its_host(cluster):
-    """A put of one large CPU tensor is copied into shared memory (a later change to the
-    tensor does not reach the object, as Ray's put copies), and a process of the owner's
-    host maps that copy instead of fetching it: no fetch reaches the owner. A write to
-    the mapped tensor changes only the writer's own pages."""
+def test_put_tensors_are_copied_once_and_read_in_place_by_the_processes_of_their_host(cluster):
+    """A put of large CPU tensors (one, or in dicts and lists) is copied into shared
+    memory (a later change to the tensor does not reach the object, as Ray's put
+    copies), and a process of the owner's host maps that copy instead of fetching it: no
+    fetch reaches the owner. A write to the mapped tensor changes only the writer's own
+    pages."""
     p, c = _apart(cluster)
     other = Consumer.remote()
     refs = actorrt.get(p.make_refs.remote(2 * MB, 2), timeout=60)  # put by p, fills 0 and 1
@@ -267,8 +268,14 @@ def test_a_put_tensor_is_copied_once_and_read_in_place_by_the_processes_of_its_h
     mine = torch.ones(2 * MB, dtype=torch.uint8)
     ref = actorrt.put(mine)
     mine.fill_(7)
+    served_here = cluster.objects.fetches_served
     assert actorrt.get(c.total_list.remote([ref]), timeout=60) == [2 * MB]
     assert int(actorrt.get(ref).sum()) == 2 * MB  # the owner reads the object, not `mine`
+    # tensors in dicts and lists (a state dict) too: one memfd for the value
+    state = actorrt.put({"t": torch.full((2 * MB,), 3, dtype=torch.uint8), "note": "x"})
+    assert actorrt.get(c.total_dict.remote({"ref": state}), timeout=60) == 6 * MB
+    assert cluster.objects.fetches_served == served_here
+    assert state._loc.sealed is not None
     ids = [r._loc.object_id for r in refs]
     oid = ref._loc.object_id
     del refs, ref

@@ -7,6 +7,7 @@ works within one process too, so the lifetime rules are checked here without RPC
 import gc
 import os
 import pickle
+import weakref
 
 import pytest
 import torch
@@ -158,18 +159,69 @@ def test_a_freed_objects_memfd_is_used_again_only_once_nothing_maps_it():
     shm.drop_free_sealed()
 
 
-def test_only_one_large_cpu_tensor_is_sealed_within_the_budget(monkeypatch):
+def test_a_state_dict_is_sealed_into_one_memfd_and_read_back_whole():
+    net = torch.nn.Sequential(torch.nn.Linear(512, 600), torch.nn.Linear(600, 3))
+    state = net.state_dict()  # an OrderedDict with _metadata, below THRESHOLD each
+    value = {
+        "state": state,
+        "step": 7,
+        "parts": [torch.arange(10, dtype=torch.float64), (torch.ones(3, 4).t(), "x")],
+        "bytes": torch.full((1 << 20,), 5, dtype=torch.uint8),
+    }
+    copy, handle = shm.seal(value, "dict")
+    try:
+        got = shm.open_sealed(pickle.loads(pickle.dumps(handle)))
+        for v in (copy, got):
+            assert type(v["state"]) is type(state) and v["state"]._metadata == state._metadata
+            assert list(v["state"]) == list(state)
+            assert all(torch.equal(v["state"][k], state[k]) for k in state)
+            assert v["step"] == 7 and v["parts"][1][1] == "x"
+            assert torch.equal(v["parts"][0], value["parts"][0])  # float64 after uint8s
+            assert torch.equal(v["parts"][1][0], value["parts"][1][0])  # was not contiguous
+            assert int(v["bytes"].sum()) == 5 << 20
+        got["state"]["0.weight"].zero_()  # a reader's write: its own pages only
+        assert torch.equal(copy["state"]["0.weight"], state["0.weight"])
+    finally:
+        shm.unseal(handle)
+
+
+def test_only_cpu_tensors_in_plain_containers_are_sealed_within_the_budget(monkeypatch):
     shm.drop_free_sealed()
     big = torch.ones(shm.THRESHOLD, dtype=torch.uint8)
+
+    class Box:
+        t = big
+
     assert shm.seal(torch.ones(16), "small") is None
+    assert shm.seal([torch.ones(16)] * 3, "small ones") is None
     assert shm.seal(torch.ones(shm.THRESHOLD // 4, requires_grad=True), "grad") is None
-    assert shm.seal([big], "list") is None  # type: ignore[arg-type]
+    assert shm.seal([big, Box()], "an object") is None
+    assert shm.seal(torch.ones(shm.THRESHOLD, dtype=torch.complex64).conj(), "conj") is None
+    assert shm.seal({(1, 2): big}, "a tuple key") is None
+    many = {str(i): big[:1] for i in range(2000)}  # its layout would be too long to carry
+    assert shm.seal({**many, "big": big}, "many") is None
     before = shm._sealed_bytes
     monkeypatch.setattr(shm, "POOL_LIMIT", before + shm.THRESHOLD - 1)
     assert shm.seal(big, "over") is None and shm._sealed_bytes == before
     monkeypatch.setattr(shm, "POOL_LIMIT", before + shm.THRESHOLD)
-    _, handle = shm.seal(big, "fits")
+    _, handle = shm.seal([big], "fits")
     assert shm._sealed_bytes == before + shm.THRESHOLD
     shm.unseal(handle)
     shm.drop_free_sealed()
     assert shm._sealed_bytes == before
+
+
+def test_sealing_keeps_no_reference_to_the_value_put():
+    """Was: the layout's walk was a closure calling itself, a reference cycle that held
+    the tensors put until the next garbage collection (an owner putting 100 MB in a loop
+    grew by 100 MB a put)."""
+    value = {"t": torch.ones(shm.THRESHOLD, dtype=torch.uint8)}
+    gone = weakref.ref(value["t"])
+    gc.disable()
+    try:
+        copy, handle = shm.seal(value, "cycle")
+        del value
+        assert gone() is None
+    finally:
+        gc.enable()
+        shm.unseal(handle)
