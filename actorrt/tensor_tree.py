@@ -22,23 +22,26 @@ def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
     """
     import torch  # placement imports this module and must not need torch to load
 
-    def walk(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return fn(x)
-        if isinstance(x, dict):
-            new = {k: walk(v) for k, v in x.items()}
-            if all(new[k] is x[k] for k in x):
-                return x
-            out = copy.copy(x)  # keeps the dict's type (OrderedDict, defaultdict factory)
-            out.update(new)
-            return out
-        if isinstance(x, (list, tuple)):
-            items = [walk(v) for v in x]
-            if all(a is b for a, b in zip(items, x, strict=True)):
-                return x
-            if isinstance(x, tuple) and hasattr(x, "_fields"):
-                return type(x)(*items)
-            return type(x)(items) if type(x) in (list, tuple) else items
-        return x
+    # A plain recursive function, not a closure calling itself: that would be a reference
+    # cycle holding ``fn`` (and whatever it gathered) until the next garbage collection.
+    return _walk(obj, fn, torch.Tensor)
 
-    return walk(obj)
+
+def _walk(x: Any, fn: Callable[[Any], Any], tensor: type) -> Any:
+    if isinstance(x, tensor):
+        return fn(x)
+    if isinstance(x, dict):
+        new = {k: _walk(v, fn, tensor) for k, v in x.items()}
+        if all(new[k] is x[k] for k in x):
+            return x
+        out = copy.copy(x)  # keeps the dict's type (OrderedDict, defaultdict factory)
+        out.update(new)
+        return out
+    if isinstance(x, (list, tuple)):
+        items = [_walk(v, fn, tensor) for v in x]
+        if all(a is b for a, b in zip(items, x, strict=True)):
+            return x
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*items)
+        return type(x)(items) if type(x) in (list, tuple) else items
+    return x

@@ -24,3 +24,26 @@ def test_every_tensor_is_mapped_and_containers_keep_their_type():
 def test_unchanged_values_are_returned_as_they_are():
     value = {"x": [torch.ones(2), "s"], "n": 1}
     assert map_tensors(value, lambda t: t) is value
+
+
+def test_the_walk_keeps_nothing_it_was_given_without_a_collection():
+    """Was: a closure calling itself, a reference cycle that held ``fn`` (streams.py's
+    gathers the CUDA tensors of each reply) until the next garbage collection."""
+    import gc
+    import weakref
+
+    class Gather(list):
+        def __call__(self, t):
+            self.append(t)
+            return t
+
+    gather = Gather()
+    value = {"t": torch.ones(3)}
+    gone = weakref.ref(value["t"])
+    gc.disable()
+    try:
+        map_tensors(value, gather)
+        del value, gather
+        assert gone() is None
+    finally:
+        gc.enable()
