@@ -347,10 +347,11 @@ class ObjectStore:
         ``holder_id``: its RPC id (None: this process). The lease counts even if that
         process died since; its hold, freed at the death, is not taken off again.
         """
+        current = holder_id is None or self.is_current(holder, holder_id)
         with self._lock:
             if object_id not in self._values:
                 return
-            if holder_id is None or self.is_current(holder, holder_id):
+            if current:
                 self._count(object_id, holder, -1)
             self._leases[object_id] = self._leases.get(object_id, 0) + 1
             value = self._pop_if_unheld(object_id)
