@@ -30,10 +30,12 @@ Whether a peer can map our segments is learned once per peer by a probe call
 until the probe answers, calls go the ordinary way.
 
 Environment: ``ACTORRT_SHM=0`` turns this off; ``ACTORRT_SHM_THRESHOLD`` (bytes,
-default 1 MiB) is the smallest tensor that takes this road; ``ACTORRT_SHM_POOL_BYTES``
-(default 2 GiB) caps each process's pool; ``ACTORRT_SHM_COPY_THREADS`` (default: cores, at
-most 4) is how many threads share a large copy into the pool. It is also off when
-``ACTORRT_TP_TRANSPORTS`` forces transports without ``shm`` (e.g. TCP-only runs).
+default 1 MiB) is the smallest tensor that takes this road, and the fewest tensor bytes
+a put is sealed with; ``ACTORRT_SHM_POOL_BYTES`` (default 2 GiB) caps each process's
+pool, and apart from it the memfds of its sealed objects; ``ACTORRT_SHM_COPY_THREADS``
+(default: cores, at most 4) is how many threads share a large copy into the pool. It
+is also off when ``ACTORRT_TP_TRANSPORTS`` forces transports without ``shm`` (e.g.
+TCP-only runs).
 """
 
 from __future__ import annotations
