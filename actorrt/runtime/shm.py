@@ -240,6 +240,8 @@ def swap_one(t: torch.Tensor) -> torch.Tensor | ShmTensor:
     Only for a peer that :func:`peer_ok` approved.
     """
     if _large_cpu(t):
+        if t.is_conj() or t.is_neg():  # a lazy view: its bytes are not its values
+            t = t.resolve_conj().resolve_neg()
         return _put(t)
     return t
 

@@ -85,6 +85,16 @@ def test_stale_handle_is_refused_not_read():
     assert int(again.min()) == 1
 
 
+def test_a_conjugate_view_arrives_as_its_values():
+    """Was: the road copied a conj view's bytes, which are the unconjugated values, and
+    the receiver got the tensor before ``conj()``."""
+    t = torch.randn(1 << 18, dtype=torch.complex64)
+    handle = shm.swap_one(t.conj())
+    assert isinstance(handle, shm.ShmTensor)
+    got = pickle.loads(pickle.dumps(handle))
+    assert not got.is_conj() and torch.equal(got, t.conj())
+
+
 def test_swap_one_leaves_small_grad_and_non_contiguous_layouts_alone():
     small = torch.zeros(16)
     assert shm.swap_one(small) is small
