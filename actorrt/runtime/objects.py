@@ -294,13 +294,20 @@ class ObjectStore:
 
     def keep(self, value: Any, nbytes: int, holder: str) -> str:
         """Keeps ``value`` here as a new object, held directly by ``holder``; its id."""
-        streams.leaving_all()  # fetches are served on streams that do not wait for ours
         object_id = self._new_id()
+        self._add(object_id, value, nbytes, holder, None)
+        return object_id
+
+    def _add(
+        self, object_id: str, value: Any, nbytes: int, holder: str, sealed: shm.Sealed | None
+    ) -> None:
+        streams.leaving_all()  # fetches are served on streams that do not wait for ours
         with self._lock:
             self._values[object_id] = value
             self._sizes[object_id] = nbytes
             self._holders[object_id] = {holder: 1}
-        return object_id
+            if sealed is not None:
+                self._sealed[object_id] = sealed
 
     def keep_sealed(self, value: Any, nbytes: int, holder: str) -> ObjectLocation:
         """:meth:`keep`, copying the tensors of ``value`` into shared memory first.
@@ -313,16 +320,8 @@ class ObjectStore:
         """
         object_id = self._new_id()
         sealed = shm.seal(value, object_id)
-        handle = None
-        if sealed is not None:
-            value, handle = sealed
-        streams.leaving_all()
-        with self._lock:
-            self._values[object_id] = value
-            self._sizes[object_id] = nbytes
-            self._holders[object_id] = {holder: 1}
-            if handle is not None:
-                self._sealed[object_id] = handle
+        value, handle = sealed if sealed is not None else (value, None)
+        self._add(object_id, value, nbytes, holder, handle)
         return ObjectLocation(object_id, self.name, nbytes, None, handle)
 
     def lease(self, loc: ObjectLocation) -> ObjectLocation:
@@ -444,17 +443,22 @@ class ObjectStore:
         elif not self._closed:
             self._outbox.put((owner, key, kind))
 
-    def release(self, key: str, kind: int, holder: str, holder_id: int | None = None) -> None:
-        """At the owner: a hold of ``key`` went (see :meth:`let_go`); unheld, it goes.
+    def released(self, holder: str, holder_id: int, keys: list[tuple[str, int]]) -> None:
+        """At the owner: ``holder`` (RPC id ``holder_id``) says these holds went.
 
-        ``holder_id``: the RPC id of the process that let go of a direct hold (None:
-        this process, or rank 0's word on a lease); a dead one's is not counted.
+        Each ``(key, kind)`` as :meth:`release` takes it. A dead process's direct holds
+        (:data:`HELD`) are not taken off: its death freed them already.
         """
+        current = self.is_current(holder, holder_id)  # once per message, not per key
+        for key, kind in keys:
+            if current or kind != HELD:
+                self.release(key, kind, holder)
+
+    def release(self, key: str, kind: int, holder: str) -> None:
+        """At the owner: a hold of ``key`` went (see :meth:`let_go`); unheld, it goes."""
         if kind == LOAN:
             self.end_loan(key)
             return
-        if kind == HELD and holder_id is not None and not self.is_current(holder, holder_id):
-            return  # its death freed its holds already
         with self._lock:
             if key not in self._values:
                 return
@@ -772,9 +776,7 @@ def rpc_let_go(holder: str, holder_id: int, keys: list[tuple[str, int]]) -> None
 
     Each ``(key, kind)``.
     """
-    store = context.part(ObjectStore)
-    for key, kind in keys:
-        store.release(key, kind, holder, holder_id)
+    context.part(ObjectStore).released(holder, holder_id, keys)
 
 
 def rpc_leased(object_id: str, holder: str, holder_id: int) -> None:

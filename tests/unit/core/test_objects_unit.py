@@ -363,24 +363,24 @@ def test_a_dead_processs_late_word_on_its_holds_is_not_counted():
         oid = store.keep(torch.ones(4), 16, holder="driver")
         store.holder_died("w2")
         store.hold([oid], "w2", 2)
-        store.release(oid, objects.HELD, "driver", 0)
+        store.released("driver", 0, [(oid, objects.HELD)])
         assert store.stats()[0] == 0  # freed: no hold of the dead callee was counted
         # the dead one's let-go came after its death; the new w2 then kept a ref
         oid = store.keep(torch.ones(4), 16, holder="driver")
-        store.release(oid, objects.HELD, "w2", 2)
+        store.released("w2", 2, [(oid, objects.HELD)])
         store.hold([oid], "w2", 7)
-        store.release(oid, objects.HELD, "driver", 0)
+        store.released("driver", 0, [(oid, objects.HELD)])
         assert store.stats()[0] == 1  # the new w2 holds it
-        store.release(oid, objects.HELD, "w2", 7)
+        store.released("w2", 7, [(oid, objects.HELD)])
         assert store.stats()[0] == 0
         # a dead holder's hold turned lease: the lease counts, the hold is not taken off
         oid = store.keep(torch.ones(4), 16, holder="driver")
         store.hold([oid], "w2", 7)
         store.leased(oid, "w2", 2)
-        store.release(oid, objects.HELD, "driver", 0)
+        store.released("driver", 0, [(oid, objects.HELD)])
         assert store.stats()[0] == 1
         store.release(oid, objects.LEASED, "driver")
-        store.release(oid, objects.HELD, "w2", 7)
+        store.released("w2", 7, [(oid, objects.HELD)])
         assert store.stats()[0] == 0
     finally:
         store.clear()
