@@ -110,6 +110,11 @@ class _Segment:
         self.generation = 0
 
 
+def _capacity(nbytes: int) -> int:
+    """The segment size that holds ``nbytes``: a power of two, at least 1 MiB."""
+    return max(_MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+
+
 class _Pool:
     """This process's segments, lent to one outgoing tensor at a time."""
 
@@ -119,7 +124,7 @@ class _Pool:
         self._bytes = 0
 
     def acquire(self, nbytes: int) -> _Segment | None:
-        capacity = max(_MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+        capacity = _capacity(nbytes)
         with self._lock:
             for seg in self._segments:
                 if seg.capacity == capacity and seg.mm[0] == 0:
@@ -182,17 +187,6 @@ def _fill(seg: _Segment, t: torch.Tensor, offset: int = 0) -> None:
         _copy(seg.address + offset, t.data_ptr(), t.nbytes)
     else:
         seg.data[offset : offset + t.nbytes].view(t.dtype).view(t.shape).copy_(t)
-
-
-def _slots(layout: Any) -> list[Any]:
-    """The :class:`_Slot` s of a layout, in the order :func:`_layout` made them."""
-    if type(layout) is _Slot:
-        return [layout]
-    if type(layout) in (dict, collections.OrderedDict):
-        return [s for v in layout.values() for s in _slots(v)]
-    if type(layout) in (list, tuple):
-        return [s for v in layout for s in _slots(v)]
-    return []
 
 
 # Large copies are split over a few threads, each one plain memcpy with the GIL released: one
@@ -312,14 +306,14 @@ class _Unsealable(Exception):
     """Raised while laying out a value that is not tensors in dicts, lists and tuples."""
 
 
-def _layout(value: Any) -> tuple[Any, list[torch.Tensor], int]:
-    """``value`` with each tensor replaced by its :class:`_Slot`; the tensors; their bytes.
+def _layout(value: Any) -> tuple[Any, list[tuple[torch.Tensor, int]], int]:
+    """``value``, each tensor a :class:`_Slot`; each tensor and its offset; their bytes.
 
     Raises:
         _Unsealable: Something in it is not a dict, list, tuple, atom or a CPU tensor
             that can be copied as bytes, or it holds too many items.
     """
-    tensors: list[torch.Tensor] = []
+    tensors: list[tuple[torch.Tensor, int]] = []
     # A plain recursive function, not a closure: a closure that calls itself is a
     # reference cycle, which kept the tensors put until the next garbage collection.
     counts = [0, 0]
@@ -327,7 +321,7 @@ def _layout(value: Any) -> tuple[Any, list[torch.Tensor], int]:
     return layout, tensors, counts[0]
 
 
-def _lay(x: Any, tensors: list[torch.Tensor], counts: list[int]) -> Any:
+def _lay(x: Any, tensors: list[tuple[torch.Tensor, int]], counts: list[int]) -> Any:
     """:func:`_layout` of ``x``; ``counts`` is [bytes laid out so far, items seen]."""
     counts[1] += 1
     if counts[1] > _MAX_LAYOUT_ITEMS:
@@ -339,7 +333,7 @@ def _lay(x: Any, tensors: list[torch.Tensor], counts: list[int]) -> Any:
             raise _Unsealable
         offset = -(-counts[0] // _ALIGN) * _ALIGN
         counts[0] = offset + x.nbytes
-        tensors.append(x)
+        tensors.append((x, offset))
         return _Slot(offset, x.dtype, tuple(x.shape))
     if type(x) in _ATOMS:
         return x
@@ -384,7 +378,7 @@ def _unmapped(seg: _Segment) -> bool:
 def _segment_for(nbytes: int, tag: bytes) -> _Segment | None:
     """A memfd for a new sealed object, tagged ``tag``: a free one nothing maps, or new."""
     global _sealed_bytes
-    capacity = max(_MIN_SEGMENT, 1 << (nbytes - 1).bit_length())
+    capacity = _capacity(nbytes)
     with _sealed_lock:
         for seg in _sealed_free:
             if seg.capacity == capacity and _unmapped(seg):
@@ -409,8 +403,13 @@ def _segment_for(nbytes: int, tag: bytes) -> _Segment | None:
     return seg
 
 
+def _padded(tag: bytes) -> bytes:
+    """``tag`` as the header holds it: the whole field, zeros after it."""
+    return tag.ljust(_TAG.stop - _TAG.start, b"\0")
+
+
 def _write_tag(seg: _Segment, tag: bytes) -> None:
-    seg.mm[_TAG.start : _TAG.stop] = tag.ljust(_TAG.stop - _TAG.start, b"\0")
+    seg.mm[_TAG] = _padded(tag)
 
 
 def _drop(seg: _Segment) -> None:
@@ -440,8 +439,8 @@ def seal(value: Any, tag: str) -> tuple[Any, Sealed] | None:
     if seg is None:
         return None
     try:
-        for t, slot in zip(tensors, _slots(layout), strict=True):
-            _fill(seg, t, slot.offset)
+        for t, offset in tensors:
+            _fill(seg, t, offset)
         inode = os.fstat(seg.fd).st_ino
         handle = Sealed(_host(), os.getpid(), seg.fd, inode, nbytes, mark, layout)
         copy = open_sealed(handle)  # the owner's own value is one more mapping
@@ -501,9 +500,7 @@ def open_sealed(handle: Sealed) -> Any:
             flags=mmap.MAP_PRIVATE,
             prot=mmap.PROT_READ | mmap.PROT_WRITE,
         )
-        if mm[_TAG.start : _TAG.start + len(handle.tag)] != handle.tag or (
-            len(handle.tag) < _TAG.stop - _TAG.start and mm[_TAG.start + len(handle.tag)] != 0
-        ):
+        if mm[_TAG] != _padded(handle.tag):
             raise OSError("another object")
     except (OSError, ValueError):
         os.close(local)
