@@ -97,7 +97,7 @@ def enabled() -> bool:
 
 
 class _Segment:
-    __slots__ = ("fd", "capacity", "mm", "data", "address", "generation")
+    __slots__ = ("fd", "capacity", "mm", "data", "address", "generation", "filled")
 
     def __init__(self, capacity: int) -> None:
         self.fd = os.memfd_create("actorrt-shm", os.MFD_CLOEXEC)
@@ -108,6 +108,7 @@ class _Segment:
         self.data = torch.from_numpy(arr)
         self.address = self.data.data_ptr()
         self.generation = 0
+        self.filled = False  # whether it was written to yet (see _fill)
 
 
 def _capacity(nbytes: int) -> int:
@@ -178,15 +179,36 @@ def _put(t: torch.Tensor) -> torch.Tensor | ShmTensor:
     except BaseException:
         seg.mm[0] = 0
         raise
+    seg.filled = True
     return ShmTensor(seg, t)
 
 
 def _fill(seg: _Segment, t: torch.Tensor, offset: int = 0) -> None:
-    """Copies ``t``'s values into ``seg``, ``offset`` bytes after its first data byte."""
+    """Copies ``t``'s values into ``seg``, ``offset`` bytes after its first data byte.
+
+    A new segment is written with ``pwrite``: the kernel then makes its pages as it
+    copies, about twice as fast here as faulting each one in through our mapping
+    (figures in docs/performance.md). Into pages that exist, a plain copy is faster.
+    """
+    if not seg.filled and t.is_contiguous() and _written(seg, t, offset):
+        return
     if t.is_contiguous():
         _copy(seg.address + offset, t.data_ptr(), t.nbytes)
     else:
         seg.data[offset : offset + t.nbytes].view(t.dtype).view(t.shape).copy_(t)
+
+
+def _written(seg: _Segment, t: torch.Tensor, offset: int) -> bool:
+    """Writes contiguous ``t`` into ``seg`` through its file; False if numpy cannot view it."""
+    try:
+        view = memoryview(t.reshape(-1).view(torch.uint8).numpy().data)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    at = _HEADER + offset
+    while len(view):
+        done = os.pwrite(seg.fd, view, at)
+        view, at = view[done:], at + done
+    return True
 
 
 # Large copies are split over a few threads, each one plain memcpy with the GIL released: one
@@ -424,8 +446,9 @@ def seal(value: Any, tag: str) -> tuple[Any, Sealed] | None:
 
     ``value`` is a CPU tensor, or dicts, lists and tuples of CPU tensors and atoms (a
     state dict), whose tensors add up to at least :data:`THRESHOLD` bytes. None for
-    anything else, or when sealed objects already hold ``ACTORRT_SHM_POOL_BYTES``: the
-    object is then fetched from its owner as before. Give the handle back with
+    anything else, when sealed objects already hold ``ACTORRT_SHM_POOL_BYTES``, or when
+    no memfd can be made (out of file descriptors): the object is then fetched from its
+    owner as before. Give the handle back with
     :func:`unseal` when the object goes.
     """
     try:
@@ -435,12 +458,16 @@ def seal(value: Any, tag: str) -> tuple[Any, Sealed] | None:
     if nbytes < THRESHOLD or len(pickle.dumps(layout)) > _MAX_LAYOUT_BYTES:
         return None
     mark = tag.encode()[: _TAG.stop - _TAG.start]
-    seg = _segment_for(nbytes, mark)
+    try:
+        seg = _segment_for(nbytes, mark)
+    except OSError:  # no memfd to be had (EMFILE, ENOMEM): kept as it is instead
+        return None
     if seg is None:
         return None
     try:
         for t, offset in tensors:
             _fill(seg, t, offset)
+        seg.filled = True
         inode = os.fstat(seg.fd).st_ino
         handle = Sealed(_host(), os.getpid(), seg.fd, inode, nbytes, mark, layout)
         copy = open_sealed(handle)  # the owner's own value is one more mapping

@@ -235,3 +235,39 @@ def test_sealing_keeps_no_reference_to_the_value_put():
     finally:
         gc.enable()
         shm.unseal(handle)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bfloat16, torch.bool, torch.complex64])
+def test_a_value_sealed_into_a_new_or_a_used_memfd_reads_back_whole(dtype):
+    """A new memfd is written through the file (pwrite), one used again through the
+    mapping: both give every tensor at its offset, of any dtype, contiguous or not."""
+    shm.drop_free_sealed()
+    g = torch.Generator().manual_seed(7)
+    a = (torch.rand(3, 1 << 18, generator=g) * 100).to(dtype)
+    value = {"a": a, "b": a.t(), "c": [a[1], 5]}  # a transposed view: not contiguous
+    inodes = []
+    for tag in ("new", "used"):  # the second goes into the first's memfd, freed
+        copy, handle = shm.seal(value, tag)
+        read = shm.open_sealed(handle)
+        assert read is not None and read["c"][1] == 5
+        for got in (copy, read):
+            assert got["a"].dtype == dtype and torch.equal(got["a"], a)
+            assert torch.equal(got["b"], a.t()) and torch.equal(got["c"][0], a[1])
+        inodes.append(handle.inode)
+        del copy, read, got
+        gc.collect()
+        shm.unseal(handle)
+    assert inodes[0] == inodes[1] and len(shm._sealed_free) == 1  # the memfd was used again
+    shm.drop_free_sealed()
+
+
+def test_a_put_that_gets_no_memfd_is_kept_unsealed_not_failed(monkeypatch):
+    """Was: a process out of file descriptors (EMFILE) made actorrt.put raise."""
+    shm.drop_free_sealed()
+
+    def no_memfd(capacity):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(shm, "_Segment", no_memfd)
+    assert shm.seal(torch.ones(shm.THRESHOLD, dtype=torch.uint8), "emfile") is None
+    assert shm._sealed_bytes == 0  # the budget it reserved is given back
