@@ -396,11 +396,24 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
 
         The actor fetches the value before the method runs, and the caller keeps this ref
         (and so the object) until the call's reply: no lease is needed for that
-        (:func:`send_call`). A ref without a location travels as it is.
+        (:func:`send_call`). A ref whose value came back inline travels as that value,
+        as Ray sends it: the actor gets what it would have got, and the call's payload
+        stays plain (no ref to pickle, rebuild and resolve there). Any other ref without
+        a location travels as it is.
         """
         loc = self._loc
+        if loc is None and self._session == _session():
+            sent = self._sent
+            if sent is not None and sent.done():
+                try:
+                    at, value = self._reply_value(sent)
+                except Exception:  # its error travels with it (when_ready gave up before)
+                    return self
+                if at is None:
+                    return value
+                loc = at
         if loc is None or self._session != _session() or self._copy_of_lost(loc) is not _NO_COPY:
-            return self  # travels as it is (inline; a ref of a cluster shut down, failed)
+            return self  # travels as it is (a ref of a cluster shut down, failed, borrowed)
         return _located_ref(self._call, self._actor_id, self.hex(), loc._replace(rref=None))
 
     def _copy_of_lost(self, loc: ObjectLocation) -> Any:

@@ -290,6 +290,27 @@ def test_a_small_result_still_comes_back_inline(cluster):
     assert ref._loc is None  # nothing kept at the producer
 
 
+def test_a_small_result_passed_on_travels_as_its_value(cluster, monkeypatch):
+    """A top-level ref whose value came back inline is sent as that value, as Ray sends
+    it: the call's payload stays plain, and the actor rebuilds and resolves no ref."""
+    sent = []
+    pack_call = type(cluster).pack_call
+
+    def spy(self, target, worker, seq, method, args, kwargs, pins=None):
+        sent.append((str(method), args))
+        return pack_call(self, target, worker, seq, method, args, kwargs, pins)
+
+    monkeypatch.setattr(type(cluster), "pack_call", spy)
+    p, c = _apart(cluster)
+    answered = p.small.remote()
+    actorrt.wait([answered], timeout=30)
+    pending = p.make_slowly.remote(16, 5, 0.3)  # under ACTORRT_INLINE_BYTES: inline
+    assert actorrt.get(c.echo.remote(answered), timeout=30).tolist() == [0, 1, 2, 3]
+    assert int(actorrt.get(c.echo.remote(pending), timeout=30).sum()) == 80
+    echoes = [args for method, args in sent if method == "echo"]
+    assert [type(args[0]) for args in echoes] == [torch.Tensor, torch.Tensor], echoes
+
+
 def test_a_put_on_the_driver_serves_eight_consumers(cluster):
     value = torch.arange(4 * MB, dtype=torch.int32)
     ref = actorrt.put(value)
