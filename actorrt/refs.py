@@ -37,7 +37,7 @@ from actorrt.runtime.objects import (
     rpc_resolve,
 )
 from actorrt.runtime.payload import ATOMS as _ATOMS
-from actorrt.runtime.payload import call_pins, packing, snapshot, unpack
+from actorrt.runtime.payload import Aside, aside, call_pins, packing, reply_holds, snapshot, unpack
 from actorrt.runtime.protocol import (
     COPY,
     ERROR,
@@ -796,6 +796,14 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         """
         pins = call_pins()
         if pins is None:
+            holds = reply_holds()
+            loc = self._loc
+            assert loc is not None
+            if holds is not None and loc.owner == current("sending an ObjectRef").name:
+                # In a reply of its owner: the receiver holds it directly, counted here
+                # as the reply goes (Runtime._pack_result); rebuilt once on arrival.
+                holds.append(loc.object_id)
+                return aside, (Aside((_held_ref, (*head, loc._replace(rref=None)))),)
             return _located_ref, (*head, self._leased())
         pins.append(self)
         loc = self._loc
@@ -1033,6 +1041,13 @@ def _ref_for_call(
     ref = _located_ref(call, actor_id, ref_id, loc)
     borrowing = ref._on_call = borrowed_here()
     borrowing.add(ref)
+    return ref
+
+
+def _held_ref(call: str, actor_id: str | None, ref_id: str, loc: ObjectLocation) -> ObjectRef[Any]:
+    """Rebuilds a ref its owner sent in a reply: held directly here, let go when it goes."""
+    ref = _located_ref(call, actor_id, ref_id, loc)
+    ref._direct = True
     return ref
 
 

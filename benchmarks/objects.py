@@ -19,6 +19,8 @@ child process, side by side with Ray:
   (``B.unread([ref])``), or stores it in place of the last one (``B.keep([ref])``, so
   B becomes a holder); per call. With ``nested``, they take apart what a ref inside a
   value costs over a plain call (``plain``: ``B.unread(1)``).
+- ``returned``: A puts a small tensor and returns its ref in a list, and the driver gets
+  the list, then the value (fetched from A); per call.
 
 Each figure is the median of ``objects_reps`` rounds, in seconds; the report prints
 actorrt/Ray ratios (below 1: actorrt is faster) and ref/direct for the pass.
@@ -129,6 +131,7 @@ def _measure(
         ("unread", lambda: b.unread.remote([boxed])),
         ("kept", lambda: b.keep.remote([boxed])),
         ("nested", lambda: b.first.remote([boxed])),
+        ("returned", lambda: get(a.put_small.remote())[0]),  # a put's ref, from its owner
     ):
         per_round = median_time(lambda call=call: [get(call()) for _ in range(SMALL_CALLS)], reps)
         out[key] = per_round / SMALL_CALLS
@@ -145,6 +148,9 @@ def _actorrt(reps: int) -> dict:
 
         def publish(self) -> Any:
             return [actorrt.put(self.state())]
+
+        def put_small(self) -> Any:
+            return [actorrt.put(torch.ones(16))]
 
     @actorrt.actor
     class B(Sink):
@@ -169,6 +175,9 @@ def _ray(reps: int) -> dict:
 
         def publish(self) -> Any:
             return [ray.put(self.state())]
+
+        def put_small(self) -> Any:
+            return [ray.put(torch.ones(16))]
 
     @ray.remote(num_cpus=0)
     class B(Sink):
@@ -225,6 +234,7 @@ def table(doc: dict) -> str:
         ("plain", "a plain call, for the three"),
         ("unread", "ref in a list, not read"),
         ("kept", "ref in a list, kept by B"),
+        ("returned", "a put's ref returned, got"),
     ):
         # per call, under a millisecond: two more places
         row(what, ours.get(key) if ours else None, ray_.get(key) if ray_ else None, places=6)

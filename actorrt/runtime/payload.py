@@ -32,10 +32,11 @@ CPU tensor for a shared-memory handle (see :mod:`actorrt.runtime.shm`).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import CodeType
 from typing import Any
 
@@ -49,14 +50,18 @@ from actorrt.tensor_tree import map_tensors
 
 __all__ = [
     "ATOMS",
+    "Aside",
     "RoadFor",
     "Wire",
+    "aside",
+    "holds_in_reply",
     "pack",
     "call_pins",
     "pack_args",
     "pack_for",
     "pack_or_measure",
     "packing",
+    "reply_holds",
     "snapshot",
     "unpack",
 ]
@@ -143,9 +148,37 @@ _NESTED = frozenset({dict, list, tuple})
 _local = threading.local()
 
 
+class Aside:
+    """A value torch RPC's pickler carries beside the bytes, as it carries tensors.
+
+    The receiver rebuilds it once, as the message arrives, however often the packed
+    value is unpacked after: for what must exist once per copy sent (a ref that holds
+    its object, and lets it go when it goes). Pickle it inside the value as
+    ``(aside, (Aside(reduced),))``; ``reduced`` is what rebuilds it, as ``__reduce__``
+    returns it.
+    """
+
+    __slots__ = ("reduced",)
+
+    def __init__(self, reduced: tuple[Callable[..., Any], tuple[Any, ...]]) -> None:
+        self.reduced = reduced
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        return self.reduced
+
+
+def aside(value: Any) -> Any:
+    """Unpickles an :class:`Aside`'s place in a value: what was rebuilt from it."""
+    return value
+
+
 def _from_side(index: int) -> Any:
     item = _local.side[index]
     kind = type(item)
+    if kind is Aside:  # unpacked where it was packed (no message between): rebuilt once
+        built = item.reduced[0](*item.reduced[1])
+        _local.side[index] = built
+        return built
     if kind is rref_keeper.Arriving:  # an RRef that came in a message (rref_keeper.Carried)
         return item.rref()
     # An RRef unpacked where it was packed (no message between) is still wrapped.
@@ -176,7 +209,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle is unt
                 return _sendable_form(obj)  # its parts are pickled (and set aside) in turn
             self.side.append(obj if self._road is None else self._road(obj))
             return _from_side, (len(self.side) - 1,)
-        if type(obj) is rref_keeper.Carried:  # a lease's RRef (ObjectLocation, ActorHandle)
+        if type(obj) is rref_keeper.Carried or type(obj) is Aside:  # torch RPC carries them
             self.side.append(obj)
             return _from_side, (len(self.side) - 1,)
         if isinstance(obj, PyRRef):
@@ -343,14 +376,16 @@ def _pickle(value: Any, road: Callable[[torch.Tensor], Any] | None) -> Wire:
     pickler = _Pickler(buffer, road)
     outer = getattr(_local, "packing", False)
     pins = getattr(_local, "pins", None)
-    if outer:  # a value packed while packing another is no call's arguments
-        _local.pins = None
+    holds = getattr(_local, "holds", None)
+    if outer:  # a value packed while packing another is no call's arguments, nor reply
+        _local.pins = _local.holds = None
     _local.packing = True
     try:
         pickler.dump(value)
     finally:
         _local.packing = outer
         _local.pins = pins
+        _local.holds = holds
     return buffer.getvalue(), pickler.side
 
 
@@ -463,6 +498,31 @@ def call_pins() -> list[Any] | None:
     A ref packed inside them appends itself: it travels borrowed for the call.
     """
     return getattr(_local, "pins", None) if getattr(_local, "packing", False) else None
+
+
+@contextlib.contextmanager
+def holds_in_reply() -> Iterator[list[str]]:
+    """Around the packing of a reply: the list :func:`reply_holds` fills.
+
+    The caller clears it for a pack it does not send (a result measured, then kept).
+    """
+    outer = getattr(_local, "holds", None)
+    holds: list[str] = []
+    _local.holds = holds
+    try:
+        yield holds
+    finally:
+        _local.holds = outer
+
+
+def reply_holds() -> list[str] | None:
+    """While a reply is packed, the ids of this process's objects whose refs go in it.
+
+    Each once per copy, while :func:`holds_in_reply` is on; else None. A ref of an
+    object of this process appends its id and travels held directly by the reply's
+    receiver (this process counts that hold as it sends the reply), with no lease.
+    """
+    return getattr(_local, "holds", None) if getattr(_local, "packing", False) else None
 
 
 def packing() -> bool:

@@ -66,7 +66,15 @@ from actorrt.runtime.objects import (
     rpc_fetch_copy,
 )
 from actorrt.runtime.outbox import KeepAlive, coalescing_enabled
-from actorrt.runtime.payload import Wire, pack, pack_args, pack_for, pack_or_measure, unpack
+from actorrt.runtime.payload import (
+    Wire,
+    holds_in_reply,
+    pack,
+    pack_args,
+    pack_for,
+    pack_or_measure,
+    unpack,
+)
 from actorrt.runtime.protocol import (
     COPY,
     KEEP,
@@ -727,14 +735,27 @@ class Runtime:
             if reply[0] == MULTI:  # num_returns: each value packed (or kept) on its own
                 return None, [(MULTI, [self._pack_result(peer, (OK, v)) for v in reply[1]])]
             return pack_for(reply, peer, self._road)
-        packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
-        if type(packed) is not int:
-            return packed  # type: ignore[return-value]  # a Wire
-        # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
-        object_id = self.objects.keep(reply[1], packed, holder=peer)
-        if packed >= self.pull_bytes:
-            return None, [(OBJECT, (object_id, packed, self.name))]
-        return self.pack(peer, (COPY, (object_id, packed, self.name, reply[1])))
+        # Refs of this process's objects inside travel held directly by the caller, who
+        # is counted as a holder of each here as the reply goes (payload.reply_holds).
+        with holds_in_reply() as holds:
+            packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
+            if type(packed) is not int:
+                self._held_by(peer, holds)
+                return packed  # type: ignore[return-value]  # a Wire
+            holds.clear()  # measured, then kept here: those refs did not go
+            # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
+            object_id = self.objects.keep(reply[1], packed, holder=peer)
+            if packed >= self.pull_bytes:
+                return None, [(OBJECT, (object_id, packed, self.name))]
+            wire = self.pack(peer, (COPY, (object_id, packed, self.name, reply[1])))
+            self._held_by(peer, holds)
+            return wire
+
+    def _held_by(self, peer: str, object_ids: list[str]) -> None:
+        """``peer`` holds these objects of this process directly: a reply carries them."""
+        if object_ids:
+            rpc_id = group.rpc_id_of(peer)  # None: not known here yet (it is current)
+            self.objects.hold(object_ids, peer, -1 if rpc_id is None else rpc_id)
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).

@@ -86,6 +86,23 @@ class Producer:
         values = current_or_none().objects._values
         return [oid for oid in object_ids if oid in values]
 
+    def put_kept(self, nbytes):
+        """Puts a tensor, keeps its ref, and returns it in a list."""
+        self.kept_ref = actorrt.put(torch.ones(nbytes, dtype=torch.uint8))
+        return [self.kept_ref]
+
+    def give_kept(self):
+        return {"ref": self.kept_ref}
+
+    def drop_kept(self):
+        self.kept_ref = None
+        return True
+
+    @actorrt.method(num_returns="streaming")
+    def stream_puts(self, k):
+        for i in range(k):
+            yield [actorrt.put(torch.full((16,), i))]
+
     def holds(self, object_id):
         """Who holds the object directly, as its owner counts them (leases apart)."""
         store = current_or_none().objects
@@ -309,6 +326,46 @@ def test_a_small_result_passed_on_travels_as_its_value(cluster, monkeypatch):
     assert int(actorrt.get(c.echo.remote(pending), timeout=30).sum()) == 80
     echoes = [args for method, args in sent if method == "echo"]
     assert [type(args[0]) for args in echoes] == [torch.Tensor, torch.Tensor], echoes
+
+
+def test_a_ref_its_owner_returns_is_held_directly_by_the_caller(cluster):
+    """A ref that its object's owner returns in a value travels as the caller's own
+    direct hold, counted by the owner as the reply goes: no lease (a torch RRef made at
+    rank 0 and forked), and each copy the caller receives lets go once, however often
+    the reply is read. Refs the owner holds itself keep the object on their own."""
+    p = Producer.remote()
+    call = p.put_kept.remote(2 * MB)
+    (ref,) = actorrt.get(call, timeout=30)
+    assert actorrt.get(call, timeout=30)[0] is ref  # the reply read again: the same ref
+    oid = ref._loc.object_id
+    assert ref._loc.rref is None and ref._direct
+    again = actorrt.get(p.give_kept.remote(), timeout=30)["ref"]  # a second copy
+    assert again is not ref and again._loc.rref is None
+    holds = actorrt.get(p.holds.remote(oid), timeout=30)
+    assert holds == ({cluster.name: 2, p.worker: 1}, 0), holds
+    del call, ref
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oid), timeout=30)[0].get(cluster.name) == 1)
+    assert int(actorrt.get(again, timeout=30).sum()) == 2 * MB
+    assert actorrt.get(p.drop_kept.remote(), timeout=30)
+    assert actorrt.get(p.keeps_any.remote([oid]), timeout=30) == [oid]  # the driver's copy
+    del again
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote([oid]), timeout=30))
+    # Yielded in a stream, the same.
+    streamed = [actorrt.get(item, timeout=30)[0] for item in p.stream_puts.remote(2)]
+    assert [r._loc.rref for r in streamed] == [None, None] and all(r._direct for r in streamed)
+    assert [int(actorrt.get(r, timeout=30)[0]) for r in streamed] == [0, 1]
+    ids = [r._loc.object_id for r in streamed]
+    del streamed
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(ids), timeout=30))
+    # A reply nobody read still lets its refs go once it is dropped.
+    before = actorrt.get(p.kept_ids.remote(), timeout=30)
+    unread = p.put_kept.remote(16)
+    assert actorrt.wait([unread], timeout=30)[0] == [unread]
+    assert actorrt.get(p.drop_kept.remote(), timeout=30)
+    made = list(actorrt.get(p.kept_ids.remote(), timeout=30) - before)
+    assert len(made) == 1, made  # held by the reply's copy alone now
+    del unread
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(made), timeout=30))
 
 
 def test_a_put_on_the_driver_serves_eight_consumers(cluster):
