@@ -32,11 +32,10 @@ CPU tensor for a shared-memory handle (see :mod:`actorrt.runtime.shm`).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import pickle
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
@@ -500,19 +499,24 @@ def call_pins() -> list[Any] | None:
     return getattr(_local, "pins", None) if getattr(_local, "packing", False) else None
 
 
-@contextlib.contextmanager
-def holds_in_reply() -> Iterator[list[str]]:
+class holds_in_reply:  # noqa: N801  # used as a function: ``with holds_in_reply() as holds``
     """Around the packing of a reply: the list :func:`reply_holds` fills.
 
-    The caller clears it for a pack it does not send (a result measured, then kept).
+    The caller clears it for a pack it does not send (a result measured, then kept). A
+    class, not ``contextlib.contextmanager``: every reply enters it, and this costs a
+    third as much (0.4 against 1.2 us here).
     """
-    outer = getattr(_local, "holds", None)
-    holds: list[str] = []
-    _local.holds = holds
-    try:
-        yield holds
-    finally:
-        _local.holds = outer
+
+    __slots__ = ("_holds", "_outer")
+
+    def __enter__(self) -> list[str]:
+        self._outer = getattr(_local, "holds", None)
+        self._holds: list[str] = []
+        _local.holds = self._holds
+        return self._holds
+
+    def __exit__(self, *exc: object) -> None:
+        _local.holds = self._outer
 
 
 def reply_holds() -> list[str] | None:
