@@ -46,9 +46,9 @@ import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
 from actorrt.logs import get_logger
-from actorrt.runtime import context, rref_keeper, shm, streams, torch_threads
+from actorrt.runtime import context, group, rref_keeper, shm, streams, torch_threads
 from actorrt.runtime.held_forks import HeldForks
-from actorrt.runtime.payload import unpack
+from actorrt.runtime.payload import holds_in_reply, unpack
 from actorrt.runtime.protocol import COPY, ERROR, KEEP, KEPT, LOST, MULTI, OBJECT, OK, RELAY
 
 if TYPE_CHECKING:
@@ -370,6 +370,16 @@ class ObjectStore:
                 if object_id in self._values:
                     self._count(object_id, holder, 1)
 
+    def held_by(self, holder: str, object_ids: list[str]) -> None:
+        """``holder`` holds these objects of this process directly.
+
+        A reply about to be sent to it carries refs of them
+        (:func:`~actorrt.runtime.payload.reply_holds`).
+        """
+        if object_ids:
+            rpc_id = group.rpc_id_of(holder)  # None: not known here yet (it is current)
+            self.hold(object_ids, holder, -1 if rpc_id is None else rpc_id)
+
     def _count(self, object_id: str, holder: str, change: int) -> None:
         """Under the lock: ``holder``'s direct holds of an object change by ``change``.
 
@@ -679,7 +689,10 @@ class ObjectStore:
             status = KEEP
         with self._lock:
             self.fetches_served += 1
-        return self._pack(requester, (status, value))
+        with holds_in_reply() as holds:  # refs of objects of this process in the value
+            wire = self._pack(requester, (status, value))
+        self.held_by(requester, holds)
+        return wire
 
     def fetched(self, object_id: str, fut: torch.futures.Future[Wire]) -> None:
         """The fetch ``fut`` of ``object_id`` under way here is over."""

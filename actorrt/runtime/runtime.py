@@ -740,7 +740,7 @@ class Runtime:
         with holds_in_reply() as holds:
             packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
             if type(packed) is not int:
-                self._held_by(peer, holds)
+                self.objects.held_by(peer, holds)
                 return packed  # type: ignore[return-value]  # a Wire
             holds.clear()  # measured, then kept here: those refs did not go
             # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
@@ -748,14 +748,8 @@ class Runtime:
             if packed >= self.pull_bytes:
                 return None, [(OBJECT, (object_id, packed, self.name))]
             wire = self.pack(peer, (COPY, (object_id, packed, self.name, reply[1])))
-            self._held_by(peer, holds)
+            self.objects.held_by(peer, holds)
             return wire
-
-    def _held_by(self, peer: str, object_ids: list[str]) -> None:
-        """``peer`` holds these objects of this process directly: a reply carries them."""
-        if object_ids:
-            rpc_id = group.rpc_id_of(peer)  # None: not known here yet (it is current)
-            self.objects.hold(object_ids, peer, -1 if rpc_id is None else rpc_id)
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).

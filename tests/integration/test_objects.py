@@ -98,6 +98,11 @@ class Producer:
         self.kept_ref = None
         return True
 
+    def put_nested(self):
+        """A put of a list of refs of two more puts, returned in a list."""
+        inner = [actorrt.put(torch.full((16,), i)) for i in range(2)]
+        return [actorrt.put(inner)]
+
     @actorrt.method(num_returns="streaming")
     def stream_puts(self, k):
         for i in range(k):
@@ -356,6 +361,15 @@ def test_a_ref_its_owner_returns_is_held_directly_by_the_caller(cluster):
     assert [int(actorrt.get(r, timeout=30)[0]) for r in streamed] == [0, 1]
     ids = [r._loc.object_id for r in streamed]
     del streamed
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(ids), timeout=30))
+    # Inside a value fetched from the owner (a put of refs), the same.
+    (outer,) = actorrt.get(p.put_nested.remote(), timeout=30)
+    inner = actorrt.get(outer, timeout=30)
+    assert [r._loc.rref for r in inner] == [None, None] and all(r._direct for r in inner)
+    ids = [r._loc.object_id for r in inner]
+    del outer
+    assert [int(actorrt.get(r, timeout=30)[0]) for r in inner] == [0, 1]
+    del inner
     assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(ids), timeout=30))
     # A reply nobody read still lets its refs go once it is dropped.
     before = actorrt.get(p.kept_ids.remote(), timeout=30)
