@@ -781,10 +781,13 @@ class Runtime:
         if owner in self._dead_workers or self.stopped.is_set():
             raise self.lost(loc, "its owner process died" if not self.stopped.is_set() else "")
         if loc.sealed is not None and self._shm:  # on the owner's host: mapped, not asked
+            begin = _trace.clock() if _trace.ON else 0
             mapped = shm.open_sealed(loc.sealed)
             if mapped is not None:
                 done: torch.futures.Future[Wire] = torch.futures.Future()
                 done.set_result((None, [(OK, mapped)]))
+                if begin:  # a read with no message: on the timeline as the road "mapped"
+                    _trace.fetching(loc.object_id, owner, "mapped", begin, done)
                 return done
         under_way = self.objects.fetching.get(loc.object_id)
         if under_way is not None:  # another actor here asked for it: one transfer for both

@@ -29,6 +29,9 @@ class Maker:
     def make(self, n):
         time.sleep(0.02)  # as long as a ping: every run below is checked for its length
         return torch.ones(n, dtype=torch.uint8)
+    def put(self, n):
+        time.sleep(0.02)
+        return [actorrt.put(torch.ones(n, dtype=torch.uint8))]
 
 @actorrt.actor
 class Streamer:
@@ -85,8 +88,11 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
         refs = [echo.ping.remote(torch.zeros(256)) for _ in range(4)]  # queued behind each other
         actorrt.get(refs, timeout=60)
         actorrt.get(relay.relay.remote(echo, 8), timeout=60)
-        big = Maker.remote().make.remote(40 << 20)  # kept at its maker: the get fetches it
+        maker = Maker.remote()
+        big = maker.make.remote(40 << 20)  # kept at its maker: the get fetches it
         actorrt.get(big, timeout=60)
+        (sealed,) = actorrt.get(maker.put.remote(2 << 20), timeout=60)
+        assert int(actorrt.get(sealed, timeout=60).sum()) == 2 << 20  # mapped on this host
         assert len(actorrt.get(list(Streamer.remote().chunks.remote(3)), timeout=60)) == 3
         trace = actorrt.timeline(path)
         report(pids=list(rt.local_worker_pids), driver=os.getpid(), n=len(trace["traceEvents"]))
@@ -137,11 +143,15 @@ def test_timeline_names_methods_and_nests_wait_and_run_in_the_round_trip(tmp_pat
     assert sorted(ev["args"]["index"] for ev in values) == [0, 1, 2], values
     assert all(ev["name"] == "value Streamer.chunks" for ev in values)
     assert all(ev["args"]["bytes"] >= 4096 and ev["args"]["call"] in spans for ev in values)
-    # the driver's fetch of the object kept at its maker: its bytes, owner and road
+    # the driver's fetch of the object kept at its maker: its bytes, owner and road; and
+    # its read of the put, mapped from the maker's shared memory with no message
     fetches = [ev for ev in trace["traceEvents"] if ev.get("cat") == "fetch" and ev["ph"] == "b"]
-    assert len(fetches) == 1 and fetches[0]["pid"] == rep["driver"], fetches
-    assert fetches[0]["args"]["bytes"] >= 40 << 20
-    assert fetches[0]["args"]["from"].startswith("worker") and fetches[0]["args"]["road"]
+    assert len(fetches) == 2 and {ev["pid"] for ev in fetches} == {rep["driver"]}, fetches
+    fetched, mapped = sorted(fetches, key=lambda ev: ev["args"]["road"] == "mapped")
+    assert fetched["args"]["bytes"] >= 40 << 20
+    assert fetched["args"]["from"].startswith("worker") and fetched["args"]["road"] != "mapped"
+    assert mapped["args"]["road"] == "mapped" and mapped["args"]["bytes"] == 2 << 20, mapped
+    assert mapped["args"]["from"] == fetched["args"]["from"]
 
 
 def test_remote_function_calls_each_have_a_key_of_their_own(tmp_path):
