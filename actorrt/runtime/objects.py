@@ -46,7 +46,7 @@ import torch.distributed.rpc as rpc
 
 from actorrt.errors import ObjectLostError
 from actorrt.logs import get_logger
-from actorrt.runtime import context, group, rref_keeper, shm, streams, torch_threads
+from actorrt.runtime import context, rref_keeper, shm, streams, torch_threads
 from actorrt.runtime.held_forks import HeldForks
 from actorrt.runtime.payload import holds_in_reply, unpack
 from actorrt.runtime.protocol import COPY, ERROR, KEEP, KEPT, LOST, MULTI, OBJECT, OK, RELAY
@@ -275,7 +275,7 @@ class ObjectStore:
         # not counted, or its hold would never go (or a count would go negative under
         # a name a new process then holds under). RPC ids are never reused.
         self.rpc_id = 0
-        self.is_current: Callable[[str, int], bool] = lambda process, rpc_id: True
+        self.is_current: Callable[[str, int | None], bool] = lambda process, rpc_id: True
         self._closed = False
         # False where rank 0 cannot keep leases (its second agent in one process, see
         # group.rrefs_work): objects then live until the cluster ends.
@@ -356,12 +356,14 @@ class ObjectStore:
             value = self._pop_if_unheld(object_id)
         del value  # outside the lock (see _pop_if_unheld)
 
-    def hold(self, object_ids: list[str], holder: str, holder_id: int) -> None:
+    def hold(self, object_ids: list[str], holder: str, holder_id: int | None) -> None:
         """At the owner: ``holder`` (RPC id ``holder_id``) holds these objects directly too.
 
         It kept refs that were borrowed for a call; the call's caller says so, from the
-        reply (:func:`reply_of_call`), and holds them until this is done. Not counted if
-        that process died meanwhile (its death came here first).
+        reply (:func:`reply_of_call`), and holds them until this is done. Or a reply of
+        this process carries refs of them to it (:meth:`held_by`; ``holder_id`` None:
+        whichever process has that name now). Not counted if that process died
+        meanwhile (its death came here first).
         """
         if not self.is_current(holder, holder_id):
             return
@@ -377,8 +379,7 @@ class ObjectStore:
         (:func:`~actorrt.runtime.payload.reply_holds`).
         """
         if object_ids:
-            rpc_id = group.rpc_id_of(holder)  # None: not known here yet (it is current)
-            self.hold(object_ids, holder, -1 if rpc_id is None else rpc_id)
+            self.hold(object_ids, holder, None)
 
     def _count(self, object_id: str, holder: str, change: int) -> None:
         """Under the lock: ``holder``'s direct holds of an object change by ``change``.

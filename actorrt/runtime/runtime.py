@@ -855,9 +855,14 @@ class Runtime:
                 self.objects.keep_copy(loc.object_id, unpack(wire)[1])
             result.set_result(wire)
 
-    def _is_current(self, process: str, rpc_id: int) -> bool:
-        """Whether ``rpc_id`` is the live process of the name ``process`` (as known here)."""
-        return process not in self._dead_workers and group.rpc_id_of(process) in (rpc_id, None)
+    def _is_current(self, process: str, rpc_id: int | None) -> bool:
+        """Whether ``rpc_id`` is the live process of the name ``process`` (as known here).
+
+        ``rpc_id`` None: whichever process has the name now (it is not known dead).
+        """
+        if process in self._dead_workers:
+            return False
+        return rpc_id is None or group.rpc_id_of(process) in (rpc_id, None)
 
     def _node_of(self, process: str) -> str | None:
         """The host (node id) the plan puts ``process`` on; None when it is not known."""
