@@ -448,8 +448,7 @@ def seal(value: Any, tag: str) -> tuple[Any, Sealed] | None:
     state dict), whose tensors add up to at least :data:`THRESHOLD` bytes. None for
     anything else, when sealed objects already hold ``ACTORRT_SHM_POOL_BYTES``, or when
     no memfd can be made (out of file descriptors): the object is then fetched from its
-    owner as before. Give the handle back with
-    :func:`unseal` when the object goes.
+    owner as before. Give the handle back with :func:`unseal` when the object goes.
     """
     try:
         layout, tensors, nbytes = _layout(value)
