@@ -791,19 +791,32 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         Inside a call's arguments, borrowed for the call: the sender keeps this ref (and
         so its hold) until the reply, and the receiver holds the object only if it keeps
         the ref past the call (``objects.Borrowing``), as Ray's borrowers do. Most
-        refs passed to a call die with it, at no cost. Elsewhere (a reply, a put
-        value), with a lease, whose copies torch counts.
+        refs passed to a call die with it, at no cost. In a reply to another process
+        (a method's result, a streamed value, a fetched value), held directly by the
+        receiver (see :class:`~actorrt.runtime.payload.ReplyHolds`). Elsewhere (a put
+        value, a reply to this process), with a lease, whose copies torch counts.
         """
         pins = call_pins()
         if pins is None:
             holds = reply_holds()
             loc = self._loc
             assert loc is not None
-            if holds is not None and loc.owner == current("sending an ObjectRef").name:
-                # In a reply of its owner: the receiver holds it directly, counted here
-                # as the reply goes (Runtime._pack_result); rebuilt once on arrival.
-                holds.append(loc.object_id)
-                return aside, (Aside((_held_ref, (*head, loc._replace(rref=None)))),)
+            if holds is not None:
+                held = Aside((_held_ref, (*head, loc._replace(rref=None))))
+                if loc.owner == current("sending an ObjectRef").name:
+                    # Its owner's reply: the receiver's hold is counted here as the reply
+                    # goes (ObjectStore.sent_with); the ref is rebuilt once on arrival.
+                    holds.own.append(loc.object_id)
+                    return aside, (held,)
+                if holds.hand_over:
+                    # Another process's: its owner is told the receiver holds it, and
+                    # this process keeps this ref (its own hold) until the owner heard
+                    # (ObjectStore.sent_with).
+                    borrowing = self._on_call
+                    if borrowing is not None:  # a ref borrowed for a call: held here now
+                        borrowing.keep(self)
+                    holds.handed.append((self, loc.owner, loc.object_id))
+                    return aside, (held,)
             return _located_ref, (*head, self._leased())
         pins.append(self)
         loc = self._loc

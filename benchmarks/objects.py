@@ -21,6 +21,9 @@ child process, side by side with Ray:
   value costs over a plain call (``plain``: ``B.unread(1)``).
 - ``returned``: A puts a small tensor and returns its ref in a list, and the driver gets
   the list, then the value (fetched from A); per call.
+- ``sampled``: B, a replay buffer, stores the refs of 8 small puts A made, and the
+  driver gets B's list of them (``B.sample()``, refs of another process's objects
+  returned), not their values; per call.
 
 Each figure is the median of ``objects_reps`` rounds, in seconds; the report prints
 actorrt/Ray ratios (below 1: actorrt is faster) and ref/direct for the pass.
@@ -44,6 +47,7 @@ BROADCAST_TENSORS = 10  # of 10 MB: a 100 MB state dict
 WORKERS = 4
 SMALL_CALLS = 50  # chain and nested: calls per timed round (each is under a millisecond)
 NESTED_BYTES = 1 * MB
+SAMPLED = 8  # refs in a replay buffer's sample
 
 
 class Holder:
@@ -90,6 +94,13 @@ class Sink:
         self.box = box
         return 1
 
+    def fill(self, refs: list[Any]) -> int:
+        self.stored = refs
+        return len(refs)
+
+    def sample(self) -> list[Any]:
+        return list(self.stored)
+
     def pid(self) -> int:
         return os.getpid()
 
@@ -126,12 +137,14 @@ def _measure(
     )
     boxed = put(torch.ones(NESTED_BYTES, dtype=torch.uint8))
     out["chain"] = chain / SMALL_CALLS
+    get(b.fill.remote(get(a.put_many.remote(SAMPLED))))  # B holds refs of A's puts
     for key, call in (
         ("plain", lambda: b.unread.remote(1)),
         ("unread", lambda: b.unread.remote([boxed])),
         ("kept", lambda: b.keep.remote([boxed])),
         ("nested", lambda: b.first.remote([boxed])),
         ("returned", lambda: get(a.put_small.remote())[0]),  # a put's ref, from its owner
+        ("sampled", lambda: b.sample.remote()),  # refs of A's objects, from B
     ):
         per_round = median_time(lambda call=call: [get(call()) for _ in range(SMALL_CALLS)], reps)
         out[key] = per_round / SMALL_CALLS
@@ -151,6 +164,9 @@ def _actorrt(reps: int) -> dict:
 
         def put_small(self) -> Any:
             return [actorrt.put(torch.ones(16))]
+
+        def put_many(self, k: int) -> Any:
+            return [actorrt.put(torch.ones(16)) for _ in range(k)]
 
     @actorrt.actor
     class B(Sink):
@@ -178,6 +194,9 @@ def _ray(reps: int) -> dict:
 
         def put_small(self) -> Any:
             return [ray.put(torch.ones(16))]
+
+        def put_many(self, k: int) -> Any:
+            return [ray.put(torch.ones(16)) for _ in range(k)]
 
     @ray.remote(num_cpus=0)
     class B(Sink):
@@ -235,6 +254,7 @@ def table(doc: dict) -> str:
         ("unread", "ref in a list, not read"),
         ("kept", "ref in a list, kept by B"),
         ("returned", "a put's ref returned, got"),
+        ("sampled", f"{SAMPLED} refs sampled from B"),
     ):
         # per call, under a millisecond: two more places
         row(what, ours.get(key) if ours else None, ray_.get(key) if ray_ else None, places=6)

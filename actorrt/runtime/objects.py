@@ -48,7 +48,7 @@ from actorrt.errors import ObjectLostError
 from actorrt.logs import get_logger
 from actorrt.runtime import context, rref_keeper, shm, streams, torch_threads
 from actorrt.runtime.held_forks import HeldForks
-from actorrt.runtime.payload import holds_in_reply, unpack
+from actorrt.runtime.payload import ReplyHolds, holds_in_reply, unpack
 from actorrt.runtime.protocol import COPY, ERROR, KEEP, KEPT, LOST, MULTI, OBJECT, OK, RELAY
 
 if TYPE_CHECKING:
@@ -361,7 +361,7 @@ class ObjectStore:
 
         It kept refs that were borrowed for a call; the call's caller says so, from the
         reply (:func:`reply_of_call`), and holds them until this is done. Or a reply of
-        this process carries refs of them to it (:meth:`held_by`; ``holder_id`` None:
+        this process carries refs of them to it (:meth:`sent_with`; ``holder_id`` None:
         whichever process has that name now). Not counted if that process died
         meanwhile (its death came here first).
         """
@@ -372,14 +372,23 @@ class ObjectStore:
                 if object_id in self._values:
                     self._count(object_id, holder, 1)
 
-    def held_by(self, holder: str, object_ids: list[str]) -> None:
-        """``holder`` holds these objects of this process directly.
+    def sent_with(self, receiver: str, wire: Wire, holds: ReplyHolds) -> Wire:
+        """``wire``, a reply about to go to ``receiver``, once the holds its refs ask exist.
 
-        A reply about to be sent to it carries refs of them
-        (:func:`~actorrt.runtime.payload.reply_holds`).
+        ``holds`` were gathered as it was packed
+        (:func:`~actorrt.runtime.payload.reply_holds`). The receiver holds each ref in it
+        directly. Of an object of this process, counted now, before the reply goes, so
+        the receiver's let-go cannot overtake it. Of another process's object, counted
+        by its owner when told (:func:`rpc_hold`, one message per owner): this process
+        keeps its own refs of them, and so its holds, until every owner heard.
         """
-        if object_ids:
-            self.hold(object_ids, holder, None)
+        if holds.own:
+            self.hold(holds.own, receiver, None)
+        if holds.handed:
+            kept = [ref for ref, _, _ in holds.handed]
+            pairs = [(owner, object_id) for _, owner, object_id in holds.handed]
+            self._say_held(receiver, None, pairs, kept.clear)
+        return wire
 
     def _count(self, object_id: str, holder: str, change: int) -> None:
         """Under the lock: ``holder``'s direct holds of an object change by ``change``.
@@ -403,8 +412,21 @@ class ObjectStore:
             kept: ``(owner, object id)`` of each ref it kept past the call.
             pins: The refs the call's arguments carried, held here until the owners heard.
         """
+        self._say_held(callee, callee_id, kept, pins.clear)
+
+    def _say_held(
+        self,
+        holder: str,
+        holder_id: int | None,
+        pairs: list[tuple[str, str]],
+        then: Callable[[], None],
+    ) -> None:
+        """Tells the owners of ``pairs`` that ``holder`` holds them; ``then()`` once all heard.
+
+        ``holder_id``: its RPC id (None: whichever process has that name now).
+        """
         by_owner: dict[str, list[str]] = {}
-        for owner, object_id in kept:
+        for owner, object_id in pairs:
             by_owner.setdefault(owner, []).append(object_id)
         waiting = [len(by_owner)]
         lock = threading.Lock()
@@ -414,15 +436,15 @@ class ObjectStore:
                 waiting[0] -= 1
                 last = waiting[0] == 0
             if last:
-                pins.clear()
+                then()
 
         for owner, object_ids in by_owner.items():
             if owner == self.name:
-                self.hold(object_ids, callee, callee_id)
+                self.hold(object_ids, holder, holder_id)
                 told()
                 continue
             try:
-                fut = rpc.rpc_async(owner, rpc_hold, args=(object_ids, callee, callee_id))
+                fut = rpc.rpc_async(owner, rpc_hold, args=(object_ids, holder, holder_id))
             except Exception:  # the owner is gone: its objects with it
                 told()
                 continue
@@ -690,10 +712,9 @@ class ObjectStore:
             status = KEEP
         with self._lock:
             self.fetches_served += 1
-        with holds_in_reply() as holds:  # refs of objects of this process in the value
+        with holds_in_reply(requester != self.name) as holds:  # refs in the value
             wire = self._pack(requester, (status, value))
-        self.held_by(requester, holds)
-        return wire
+        return self.sent_with(requester, wire, holds)
 
     def fetched(self, object_id: str, fut: torch.futures.Future[Wire]) -> None:
         """The fetch ``fut`` of ``object_id`` under way here is over."""
@@ -723,7 +744,9 @@ class ObjectStore:
             kept = self._copies.get(object_id)
         if kept is None or kept[1] <= time.monotonic():
             return self._pack(requester, (LOST, f"{self.name!r} keeps no copy of it"))
-        return self._pack(requester, (OK, kept[0]))
+        with holds_in_reply(requester != self.name) as holds:  # refs in the value
+            wire = self._pack(requester, (OK, kept[0]))
+        return self.sent_with(requester, wire, holds)
 
 
 # -- RPC entry points --------------------------------------------------------------
@@ -798,8 +821,13 @@ def rpc_leased(object_id: str, holder: str, holder_id: int) -> None:
     context.part(ObjectStore).leased(object_id, holder, holder_id)
 
 
-def rpc_hold(object_ids: list[str], holder: str, holder_id: int) -> None:
-    """Sent to an owner by a call's caller: ``holder``, its callee, kept these refs."""
+def rpc_hold(object_ids: list[str], holder: str, holder_id: int | None) -> None:
+    """Sent to an owner: ``holder`` holds these refs directly too.
+
+    By a call's caller (its callee kept them; with the callee's RPC id), or by the
+    sender of a reply that carried them to ``holder`` (None: whichever process has
+    that name now).
+    """
     context.part(ObjectStore).hold(object_ids, holder, holder_id)
 
 

@@ -735,21 +735,19 @@ class Runtime:
             if reply[0] == MULTI:  # num_returns: each value packed (or kept) on its own
                 return None, [(MULTI, [self._pack_result(peer, (OK, v)) for v in reply[1]])]
             return pack_for(reply, peer, self._road)
-        # Refs of this process's objects inside travel held directly by the caller, who
-        # is counted as a holder of each here as the reply goes (payload.reply_holds).
-        with holds_in_reply() as holds:
+        # Refs inside travel held directly by the caller, with no lease: counted here as
+        # the reply goes, or told to their owner by the caller (ObjectStore.sent_with).
+        with holds_in_reply(peer != self.name) as holds:
             packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
             if type(packed) is not int:
-                self.objects.held_by(peer, holds)
-                return packed  # type: ignore[return-value]  # a Wire
+                return self.objects.sent_with(peer, packed, holds)  # type: ignore[arg-type]  # a Wire
             holds.clear()  # measured, then kept here: those refs did not go
             # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
             object_id = self.objects.keep(reply[1], packed, holder=peer)
             if packed >= self.pull_bytes:
                 return None, [(OBJECT, (object_id, packed, self.name))]
             wire = self.pack(peer, (COPY, (object_id, packed, self.name, reply[1])))
-            self.objects.held_by(peer, holds)
-            return wire
+            return self.objects.sent_with(peer, wire, holds)
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).

@@ -157,7 +157,11 @@ class Consumer:
 
     @actorrt.method(num_returns="streaming")
     def stream_back(self, box):
-        yield box["ref"]  # leaves in a streamed value: kept here first, then leased
+        yield box["ref"]  # leaves in a streamed value: kept here, then handed over
+
+    def sample(self, picks):
+        """Refs kept here, returned (a replay buffer's sample of its collectors' refs)."""
+        return [self.kept[i] for i in picks]
 
     def put_box(self, box):
         return actorrt.put(box)  # the put value holds it: kept here, then leased
@@ -380,6 +384,51 @@ def test_a_ref_its_owner_returns_is_held_directly_by_the_caller(cluster):
     assert len(made) == 1, made  # held by the reply's copy alone now
     del unread
     assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(made), timeout=30))
+
+
+def test_refs_another_process_returns_are_handed_over_without_a_lease(cluster):
+    """A ref of one process's object returned by another (a replay buffer's sample of
+    refs its collectors made, a ref borrowed for the call and returned) travels as the
+    caller's own direct hold: the sender tells the owner that the caller holds it, and
+    only then lets its own hold go. No lease (an RRef made at rank 0 and forked); the
+    owner's counts name the caller and, once the sender let go, only the caller."""
+    p, c = _apart(cluster)
+    refs = actorrt.get(p.make_refs.remote(MB, 3), timeout=60)
+    oids = [r._loc.object_id for r in refs]
+    for r in refs:
+        assert actorrt.get(c.keep.remote({"ref": r}), timeout=30)
+    del refs, r
+    back = actorrt.get(c.sample.remote([0, 0, 2]), timeout=30)
+    assert back[0] is back[1]  # one ref, sent once
+    assert [r._loc.rref for r in back] == [None] * 3 and all(r._direct for r in back)
+    expected = [({cluster.name: 1, c.worker: 1}, 0)] * 2
+
+    def holds():
+        return [actorrt.get(p.holds.remote(oids[i]), timeout=30) for i in (0, 2)]
+
+    assert _wait_for(lambda: holds() == expected), holds()
+    assert actorrt.get(c.drop.remote(), timeout=30)  # the buffer lets its refs go
+    assert _wait_for(
+        lambda: actorrt.get(p.keeps_any.remote(oids), timeout=30) == [oids[0], oids[2]]
+    )
+    assert [int(actorrt.get(r, timeout=30).sum()) for r in back] == [0, 0, 2 * MB]
+    # Borrowed for the call and returned: held by the caller twice (its own ref and
+    # the one that came back), and no longer by the callee once the owner heard.
+    echoed = actorrt.get(c.echo.remote({"ref": back[2]}), timeout=30)["ref"]
+    assert echoed is not back[2] and echoed._direct and echoed._loc.rref is None
+    expected = ({cluster.name: 2}, 0)
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oids[2]), timeout=30) == expected), (
+        actorrt.get(p.holds.remote(oids[2]), timeout=30)
+    )
+    # Yielded in a stream, the same.
+    streamed = actorrt.get(next(c.stream_back.remote({"ref": echoed})), timeout=30)
+    assert streamed._direct and streamed._loc.rref is None
+    expected = ({cluster.name: 3}, 0)
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oids[2]), timeout=30) == expected)
+    del back, echoed
+    assert int(actorrt.get(streamed, timeout=30).sum()) == 2 * MB
+    del streamed
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(oids), timeout=30))
 
 
 def test_a_put_on_the_driver_serves_eight_consumers(cluster):

@@ -6,6 +6,8 @@ import dataclasses
 import pickle
 import threading
 import time
+import types
+import weakref
 
 import pytest
 import torch
@@ -461,5 +463,76 @@ def test_the_caller_unpins_a_kept_ref_only_once_its_owner_heard(monkeypatch):
         got = objects.reply_of_call(sent, "w2", pins)
         sent.set_result(inner)
         assert got.wait() == inner and pins == []
+    finally:
+        store.clear()
+
+
+def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(monkeypatch):
+    """A ref of another process's object in a reply to another process travels held
+    directly by the receiver, with no lease: the sender tells the owner (one message per
+    owner) and keeps its own ref, and so its hold, until the owner heard. A ref of its
+    own object is counted as the receiver's at once."""
+    store = _store("w2")
+    sent = []
+
+    def rpc_async(to, fn, args):
+        if to == "gone":
+            raise RuntimeError("unknown destination worker gone")
+        sent.append((to, fn, args, torch.futures.Future()))
+        return sent[-1][3]
+
+    monkeypatch.setattr(objects.rpc, "rpc_async", rpc_async)
+    rt = types.SimpleNamespace(name="w2", objects=store, session=0)
+    monkeypatch.setattr(context, "installed", lambda: rt)
+
+    def ref(object_id, owner):
+        made = _located_ref("A.m", None, "", ObjectLocation(object_id, owner, MB))
+        made._direct = True
+        return made
+
+    try:
+        own_id = store.keep(torch.ones(4), 16, holder="w2")
+        theirs, mine, third, lost = (
+            ref("o1", "w1"),
+            ref(own_id, "w2"),
+            ref("o3", "w3"),
+            ref("o5", "gone"),
+        )
+        with payload.holds_in_reply(True) as holds:
+            wire = payload.pack((OK, [theirs, mine, theirs, third, ref("o4", "w1"), lost]))
+        assert holds.own == [own_id]
+        assert [(owner, oid) for _, owner, oid in holds.handed] == [
+            ("w1", "o1"),
+            ("w3", "o3"),
+            ("w1", "o4"),
+            ("gone", "o5"),
+        ]
+        assert store.sent_with("driver", wire, holds) is wire
+        assert store._holders[own_id] == {"w2": 1, "driver": 1}
+        assert [(to, fn, args) for to, fn, args, _ in sent] == [
+            ("w1", objects.rpc_hold, (["o1", "o4"], "driver", None)),
+            ("w3", objects.rpc_hold, (["o3"], "driver", None)),
+        ]
+        back = payload.unpack(wire)[1]  # the receiver's refs: direct, no lease
+        assert all(r._direct and r._loc.rref is None for r in back) and back[0] is back[2]
+        del back
+        watched = [weakref.ref(r) for r in (theirs, third, lost)]
+        del theirs, third, lost, holds
+        assert all(w() is not None for w in watched)  # kept until every owner heard
+        sent[0][3].set_result(None)
+        assert all(w() is not None for w in watched)
+        sent[1][3].set_exception(RuntimeError("w3 died"))  # an owner gone: its objects too
+        assert all(w() is None for w in watched)
+        # a relay passing on its copy of a fetched value hands its refs over the same way
+        store.keep_copy("x", [ref("o7", "w1")])
+        store.answer_copy("x", "a2")
+        assert sent[-1][:3] == ("w1", objects.rpc_hold, (["o7"], "a2", None))
+        # to this process itself (a reply unpacked where it was packed): leased as before
+        leased = []
+        monkeypatch.setattr(ObjectRef, "_leased", lambda r: leased.append(r) or r._loc)
+        theirs = ref("o6", "w1")
+        with payload.holds_in_reply(False) as holds:
+            payload.pack((OK, [theirs]))
+        assert not holds.handed and leased == [theirs]
     finally:
         store.clear()
