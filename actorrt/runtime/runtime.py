@@ -756,7 +756,11 @@ class Runtime:
             TypeError: ``value`` cannot be sent to another process.
         """
         try:
-            packed = pack_or_measure(value, self.name, lambda _: None, 0)
+            # Measured, not sent: refs inside make no lease (they travel when the value
+            # is fetched, packed then as a reply is: ObjectStore.answer_fetch).
+            with holds_in_reply() as holds:
+                packed = pack_or_measure(value, self.name, lambda _: None, 0)
+            holds.clear()
         except Exception as exc:
             raise TypeError(
                 f"actorrt.put(): the value cannot be sent to another process "

@@ -159,6 +159,11 @@ class Consumer:
     def stream_back(self, box):
         yield box["ref"]  # leaves in a streamed value: kept here, then handed over
 
+    def open_box(self, refs):
+        """Keeps the refs a put value held (fetched as this call's argument): how each came."""
+        self.kept.extend(refs)
+        return [(r._loc.rref is None, r._direct) for r in refs]
+
     def sample(self, picks):
         """Refs kept here, returned (a replay buffer's sample of its collectors' refs)."""
         return [self.kept[i] for i in picks]
@@ -429,6 +434,28 @@ def test_refs_another_process_returns_are_handed_over_without_a_lease(cluster):
     assert int(actorrt.get(streamed, timeout=30).sum()) == 2 * MB
     del streamed
     assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(oids), timeout=30))
+
+
+def test_a_put_of_refs_makes_no_lease_and_its_readers_hold_them_directly(cluster):
+    """A put value holding refs is measured, not sent, when it is put: its refs make no
+    lease there (was: a lease per ref, an RRef made at rank 0). Whoever fetches the
+    value gets them as its own direct holds, told to their owner by the putter."""
+    p, c = _apart(cluster)
+    (inner,) = actorrt.get(p.put_kept.remote(MB), timeout=30)  # p's object, ours directly
+    oid = inner._loc.object_id
+    outer = actorrt.put([inner])
+    assert inner._direct and inner._loc.rref is None
+    assert actorrt.get(c.open_box.remote(outer), timeout=30) == [(True, True)]
+    expected = ({cluster.name: 1, p.worker: 1, c.worker: 1}, 0)
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oid), timeout=30) == expected), actorrt.get(
+        p.holds.remote(oid), timeout=30
+    )
+    del inner, outer
+    assert actorrt.get(p.drop_kept.remote(), timeout=30)
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oid), timeout=30) == ({c.worker: 1}, 0))
+    assert actorrt.get(c.total_kept.remote(), timeout=30) == [MB]
+    assert actorrt.get(c.drop.remote(), timeout=30)
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote([oid]), timeout=30))
 
 
 def test_a_put_on_the_driver_serves_eight_consumers(cluster):
