@@ -37,7 +37,16 @@ from actorrt.runtime.objects import (
     rpc_resolve,
 )
 from actorrt.runtime.payload import ATOMS as _ATOMS
-from actorrt.runtime.payload import Aside, aside, call_pins, packing, reply_holds, snapshot, unpack
+from actorrt.runtime.payload import (
+    Aside,
+    aside,
+    call_pins,
+    holds_in_reply,
+    packing,
+    reply_holds,
+    snapshot,
+    unpack,
+)
 from actorrt.runtime.protocol import (
     COPY,
     ERROR,
@@ -379,11 +388,24 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     self._direct = True
                 loc = self._loc
             return (loc, None) if status == OBJECT else (None, reply[1][3])
-        if status == LOCATED:  # a lender's answer: a location with its lease
+        if status == LOCATED:  # a lender's answer: the ref it lent, held here directly
+            got: ObjectRef[Any] = reply[1]
+            if got._loc is None:  # its owner died, and a copy (or an error) came instead
+                return None, got._value()
+            loan = None
             with _hook_lock:
                 if self._loc is None:
-                    self._loc = reply[1]
+                    self._loc = got._loc
+                    if got._direct:  # its hold is this ref's now: it goes when this does
+                        got._direct = False
+                        self._direct = True
+                        # Held on its own: the loan's lease can go (dropped outside the
+                        # lock), and the loan ends once no borrower needs it.
+                        loan = self._loan
+                        if loan is not None:
+                            self._loan = loan._replace(rref=None)
                 loc = self._loc
+            del loan
             return loc, None
         if status == ERROR:
             # Its error reached someone (get, a call that needed it): not "unhandled" as
@@ -632,17 +654,25 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             return self._loc
 
     def _resolution(self, requester: str) -> Wire:
+        """The lender's answer to a borrower of this ref, packed as a reply is.
+
+        A value kept at its owner goes as this ref itself, which the borrower receives
+        as its direct hold (:meth:`_read` takes it over), as refs in replies travel.
+        """
         rt = current("resolving a lent ObjectRef")
         error = self._failure()
         if error is not None:
             return rt.pack(requester, (RAISE, error))
+        reply: tuple[int, Any]
         if self._loc is not None:  # known (_failure() read the reply)
-            return rt.pack(requester, (LOCATED, self._leased()))
-        if self._sent is not None:
-            _, value = self._reply_value(self._sent)
+            reply = (LOCATED, self)
+        elif self._sent is not None:
+            reply = (OK, self._reply_value(self._sent)[1])
         else:
-            value = self._cf.result()  # type: ignore[union-attr]  # ready: set
-        return rt.pack(requester, (OK, value))
+            reply = (OK, self._cf.result())  # type: ignore[union-attr]  # ready: set
+        with holds_in_reply(requester != rt.name) as holds:
+            wire = rt.pack(requester, reply)
+        return rt.objects.sent_with(requester, wire, holds)
 
     # -- the user's side -----------------------------------------------------------
     def done(self) -> bool:

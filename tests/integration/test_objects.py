@@ -164,6 +164,13 @@ class Consumer:
         self.kept.extend(refs)
         return [(r._loc.rref is None, r._direct) for r in refs]
 
+    def keep_lent(self, box):
+        """Gets a ref lent to it (unanswered when sent), keeps it: how it is held."""
+        ref = box["ref"]
+        total = int(actorrt.get(ref, timeout=60).sum())
+        self.kept.append(ref)
+        return total, ref._loc.rref is None, ref._direct
+
     def sample(self, picks):
         """Refs kept here, returned (a replay buffer's sample of its collectors' refs)."""
         return [self.kept[i] for i in picks]
@@ -1009,6 +1016,18 @@ def test_a_lent_ref_is_resolved_once_and_its_loan_ends(cluster):
     assert actorrt.get(total, timeout=60) == 10 * MB
     del slow, total
     assert _wait_for(lambda: token not in loans), "the loan never ended"
+    # The lender answers with the ref itself: the borrower holds it directly, no lease.
+    slow = p.make_slowly.remote(2 * MB, 5, 0.5)
+    assert actorrt.get(c.keep_lent.remote({"ref": slow}), timeout=60) == (10 * MB, True, True)
+    oid = slow._loc.object_id
+    expected = ({cluster.name: 1, c.worker: 1}, 0)
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oid), timeout=30) == expected), actorrt.get(
+        p.holds.remote(oid), timeout=30
+    )
+    del slow
+    assert _wait_for(lambda: actorrt.get(p.holds.remote(oid), timeout=30) == ({c.worker: 1}, 0))
+    assert actorrt.get(c.drop.remote(), timeout=30)
+    assert _wait_for(lambda: not actorrt.get(p.keeps.remote(oid), timeout=30))
 
 
 def test_a_ref_kept_past_shutdown_raises_a_clear_error(tmp_path):
