@@ -823,8 +823,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         the ref past the call (``objects.Borrowing``), as Ray's borrowers do. Most
         refs passed to a call die with it, at no cost. In a reply to another process
         (a method's result, a streamed value, a fetched value), held directly by the
-        receiver (see :class:`~actorrt.runtime.payload.ReplyHolds`). Elsewhere (a put
-        value, a reply to this process), with a lease, whose copies torch counts.
+        receiver (see :class:`~actorrt.runtime.payload.ReplyHolds`); a put value's refs
+        are only measured as it is put, and travel so when it is fetched. Elsewhere (a
+        reply to this process), with a lease, whose copies torch counts.
         """
         pins = call_pins()
         if pins is None:

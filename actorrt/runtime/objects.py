@@ -276,6 +276,9 @@ class ObjectStore:
         # a name a new process then holds under). RPC ids are never reused.
         self.rpc_id = 0
         self.is_current: Callable[[str, int | None], bool] = lambda process, rpc_id: True
+        # The RPC id this process knows under a name (None: none known; set by the
+        # runtime): a hold told to another owner names the holder by it.
+        self.rpc_id_of: Callable[[str], int | None] = lambda process: None
         self._closed = False
         # False where rank 0 cannot keep leases (its second agent in one process, see
         # group.rrefs_work): objects then live until the cluster ends.
@@ -373,21 +376,22 @@ class ObjectStore:
                     self._count(object_id, holder, 1)
 
     def sent_with(self, receiver: str, wire: Wire, holds: ReplyHolds) -> Wire:
-        """``wire``, a reply about to go to ``receiver``, once the holds its refs ask exist.
+        """``wire``, a reply about to go to ``receiver``, once its refs' holds are under way.
 
         ``holds`` were gathered as it was packed
         (:func:`~actorrt.runtime.payload.reply_holds`). The receiver holds each ref in it
         directly. Of an object of this process, counted now, before the reply goes, so
         the receiver's let-go cannot overtake it. Of another process's object, counted
-        by its owner when told (:func:`rpc_hold`, one message per owner): this process
-        keeps its own refs of them, and so its holds, until every owner heard.
+        by its owner when told (:func:`rpc_hold`, one message per owner, naming the
+        receiver's RPC id as known here): this process keeps its own refs of them, and
+        so its holds, until every owner heard.
         """
         if holds.own:
             self.hold(holds.own, receiver, None)
         if holds.handed:
             kept = [ref for ref, _, _ in holds.handed]
             pairs = [(owner, object_id) for _, owner, object_id in holds.handed]
-            self._say_held(receiver, None, pairs, kept.clear)
+            self._say_held(receiver, self.rpc_id_of(receiver), pairs, kept.clear)
         return wire
 
     def _count(self, object_id: str, holder: str, change: int) -> None:
@@ -824,9 +828,9 @@ def rpc_leased(object_id: str, holder: str, holder_id: int) -> None:
 def rpc_hold(object_ids: list[str], holder: str, holder_id: int | None) -> None:
     """Sent to an owner: ``holder`` holds these refs directly too.
 
-    By a call's caller (its callee kept them; with the callee's RPC id), or by the
-    sender of a reply that carried them to ``holder`` (None: whichever process has
-    that name now).
+    By a call's caller (its callee kept them), or by the sender of a reply that carried
+    them to ``holder``. With ``holder``'s RPC id (None: whichever process has that
+    name now).
     """
     context.part(ObjectStore).hold(object_ids, holder, holder_id)
 

@@ -181,6 +181,7 @@ class Runtime:
         self.host.watch_lease = self.objects.forks.watch
         self.objects.node_of = self._node_of
         self.objects.is_current = self._is_current
+        self.objects.rpc_id_of = group.rpc_id_of
         # The streaming calls this process made, whose values come as they are yielded.
         self.generators = Inboxes(self.objects.let_go_unread)
         # The streaming calls with backpressure running here, told what their callers took.
@@ -736,7 +737,7 @@ class Runtime:
                 return None, [(MULTI, [self._pack_result(peer, (OK, v)) for v in reply[1]])]
             return pack_for(reply, peer, self._road)
         # Refs inside travel held directly by the caller, with no lease: counted here as
-        # the reply goes, or told to their owner by the caller (ObjectStore.sent_with).
+        # the reply goes, or told to their owner from here (ObjectStore.sent_with).
         with holds_in_reply(peer != self.name) as holds:
             packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
             if type(packed) is not int:

@@ -176,7 +176,7 @@ class Consumer:
         return [self.kept[i] for i in picks]
 
     def put_box(self, box):
-        return actorrt.put(box)  # the put value holds it: kept here, then leased
+        return actorrt.put(box)  # the put value holds it: kept here, handed over when fetched
 
     def bump_and_total(self, refs):
         t = actorrt.get(refs[0], timeout=60)

@@ -473,6 +473,7 @@ def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(mo
     owner) and keeps its own ref, and so its hold, until the owner heard. A ref of its
     own object is counted as the receiver's at once."""
     store = _store("w2")
+    store.rpc_id_of = {"driver": 7}.get
     sent = []
 
     def rpc_async(to, fn, args):
@@ -510,8 +511,8 @@ def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(mo
         assert store.sent_with("driver", wire, holds) is wire
         assert store._holders[own_id] == {"w2": 1, "driver": 1}
         assert [(to, fn, args) for to, fn, args, _ in sent] == [
-            ("w1", objects.rpc_hold, (["o1", "o4"], "driver", None)),
-            ("w3", objects.rpc_hold, (["o3"], "driver", None)),
+            ("w1", objects.rpc_hold, (["o1", "o4"], "driver", 7)),  # its RPC id as known here
+            ("w3", objects.rpc_hold, (["o3"], "driver", 7)),
         ]
         back = payload.unpack(wire)[1]  # the receiver's refs: direct, no lease
         assert all(r._direct and r._loc.rref is None for r in back) and back[0] is back[2]
