@@ -419,6 +419,9 @@ def test_refs_another_process_returns_are_handed_over_without_a_lease(cluster):
         return [actorrt.get(p.holds.remote(oids[i]), timeout=30) for i in (0, 2)]
 
     assert _wait_for(lambda: holds() == expected), holds()
+    for _ in range(30):  # samples read and dropped: each one's holds come and go
+        assert len(actorrt.get(c.sample.remote([0, 1, 2]), timeout=30)) == 3
+    assert _wait_for(lambda: holds() == expected), holds()
     assert actorrt.get(c.drop.remote(), timeout=30)  # the buffer lets its refs go
     assert _wait_for(
         lambda: actorrt.get(p.keeps_any.remote(oids), timeout=30) == [oids[0], oids[2]]
