@@ -41,7 +41,6 @@ from actorrt.runtime.payload import (
     Aside,
     aside,
     call_pins,
-    holds_in_reply,
     packing,
     reply_holds,
     snapshot,
@@ -670,9 +669,7 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             reply = (OK, self._reply_value(self._sent)[1])
         else:
             reply = (OK, self._cf.result())  # type: ignore[union-attr]  # ready: set
-        with holds_in_reply(requester != rt.name) as holds:
-            wire = rt.pack(requester, reply)
-        return rt.objects.sent_with(requester, wire, holds)
+        return rt.objects.pack_reply(requester, reply)
 
     # -- the user's side -----------------------------------------------------------
     def done(self) -> bool:
@@ -836,13 +833,13 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                 held = Aside((_held_ref, (*head, loc._replace(rref=None))))
                 if loc.owner == current("sending an ObjectRef").name:
                     # Its owner's reply: the receiver's hold is counted here as the reply
-                    # goes (ObjectStore.sent_with); the ref is rebuilt once on arrival.
+                    # goes (ObjectStore.hold_sent); the ref is rebuilt once on arrival.
                     holds.own.append(loc.object_id)
                     return aside, (held,)
                 if holds.hand_over:
                     # Another process's: its owner is told the receiver holds it, and
                     # this process keeps this ref (its own hold) until the owner heard
-                    # (ObjectStore.sent_with).
+                    # (ObjectStore.hold_sent).
                     borrowing = self._on_call
                     if borrowing is not None:  # a ref borrowed for a call: held here now
                         borrowing.keep(self)

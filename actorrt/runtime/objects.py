@@ -364,7 +364,7 @@ class ObjectStore:
 
         It kept refs that were borrowed for a call; the call's caller says so, from the
         reply (:func:`reply_of_call`), and holds them until this is done. Or a reply of
-        this process carries refs of them to it (:meth:`sent_with`; ``holder_id`` None:
+        this process carries refs of them to it (:meth:`hold_sent`; ``holder_id`` None:
         whichever process has that name now). Not counted if that process died
         meanwhile (its death came here first).
         """
@@ -375,8 +375,19 @@ class ObjectStore:
                 if object_id in self._values:
                     self._count(object_id, holder, 1)
 
-    def sent_with(self, receiver: str, wire: Wire, holds: ReplyHolds) -> Wire:
-        """``wire``, a reply about to go to ``receiver``, once its refs' holds are under way.
+    def pack_reply(self, receiver: str, value: Any) -> Wire:
+        """``value`` packed for ``receiver`` as a reply, its refs held by ``receiver``.
+
+        For the answers of this store (a fetch, a relay's copy) and a lender's
+        (``ObjectRef._resolution``): see :meth:`hold_sent`.
+        """
+        with holds_in_reply(receiver != self.name) as holds:
+            wire = self._pack(receiver, value)
+        self.hold_sent(receiver, holds)
+        return wire
+
+    def hold_sent(self, receiver: str, holds: ReplyHolds) -> None:
+        """A reply is about to go to ``receiver``: the holds of its refs are made.
 
         ``holds`` were gathered as it was packed
         (:func:`~actorrt.runtime.payload.reply_holds`). The receiver holds each ref in it
@@ -392,7 +403,6 @@ class ObjectStore:
             kept = [ref for ref, _, _ in holds.handed]
             pairs = [(owner, object_id) for _, owner, object_id in holds.handed]
             self._say_held(receiver, self.rpc_id_of(receiver), pairs, kept.clear)
-        return wire
 
     def _count(self, object_id: str, holder: str, change: int) -> None:
         """Under the lock: ``holder``'s direct holds of an object change by ``change``.
@@ -716,9 +726,7 @@ class ObjectStore:
             status = KEEP
         with self._lock:
             self.fetches_served += 1
-        with holds_in_reply(requester != self.name) as holds:  # refs in the value
-            wire = self._pack(requester, (status, value))
-        return self.sent_with(requester, wire, holds)
+        return self.pack_reply(requester, (status, value))
 
     def fetched(self, object_id: str, fut: torch.futures.Future[Wire]) -> None:
         """The fetch ``fut`` of ``object_id`` under way here is over."""
@@ -748,9 +756,7 @@ class ObjectStore:
             kept = self._copies.get(object_id)
         if kept is None or kept[1] <= time.monotonic():
             return self._pack(requester, (LOST, f"{self.name!r} keeps no copy of it"))
-        with holds_in_reply(requester != self.name) as holds:  # refs in the value
-            wire = self._pack(requester, (OK, kept[0]))
-        return self.sent_with(requester, wire, holds)
+        return self.pack_reply(requester, (OK, kept[0]))
 
 
 # -- RPC entry points --------------------------------------------------------------

@@ -737,18 +737,20 @@ class Runtime:
                 return None, [(MULTI, [self._pack_result(peer, (OK, v)) for v in reply[1]])]
             return pack_for(reply, peer, self._road)
         # Refs inside travel held directly by the caller, with no lease: counted here as
-        # the reply goes, or told to their owner from here (ObjectStore.sent_with).
+        # the reply goes, or told to their owner from here (ObjectStore.hold_sent).
         with holds_in_reply(peer != self.name) as holds:
             packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
             if type(packed) is not int:
-                return self.objects.sent_with(peer, packed, holds)  # type: ignore[arg-type]  # a Wire
+                self.objects.hold_sent(peer, holds)
+                return packed  # type: ignore[return-value]  # a Wire
             holds.clear()  # measured, then kept here: those refs did not go
             # Held directly by the caller: no RRef unless its ref travels (ObjectStore.lease).
             object_id = self.objects.keep(reply[1], packed, holder=peer)
             if packed >= self.pull_bytes:
                 return None, [(OBJECT, (object_id, packed, self.name))]
             wire = self.pack(peer, (COPY, (object_id, packed, self.name, reply[1])))
-            return self.objects.sent_with(peer, wire, holds)
+            self.objects.hold_sent(peer, holds)
+            return wire
 
     def put(self, value: Any) -> ObjectLocation:
         """Keeps ``value`` here as an object (``actorrt.put``).
@@ -757,11 +759,11 @@ class Runtime:
             TypeError: ``value`` cannot be sent to another process.
         """
         try:
-            # Measured, not sent: refs inside make no lease (they travel when the value
-            # is fetched, packed then as a reply is: ObjectStore.answer_fetch).
-            with holds_in_reply() as holds:
+            # Measured, not sent: refs inside make no lease, and the holds they ask for
+            # are never made (they travel when the value is fetched, packed then as a
+            # reply is: ObjectStore.answer_fetch).
+            with holds_in_reply():
                 packed = pack_or_measure(value, self.name, lambda _: None, 0)
-            holds.clear()
         except Exception as exc:
             raise TypeError(
                 f"actorrt.put(): the value cannot be sent to another process "

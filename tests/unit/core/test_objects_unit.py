@@ -508,7 +508,7 @@ def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(mo
             ("w1", "o4"),
             ("gone", "o5"),
         ]
-        assert store.sent_with("driver", wire, holds) is wire
+        store.hold_sent("driver", holds)
         assert store._holders[own_id] == {"w2": 1, "driver": 1}
         assert [(to, fn, args) for to, fn, args, _ in sent] == [
             ("w1", objects.rpc_hold, (["o1", "o4"], "driver", 7)),  # its RPC id as known here
