@@ -818,11 +818,12 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         Inside a call's arguments, borrowed for the call: the sender keeps this ref (and
         so its hold) until the reply, and the receiver holds the object only if it keeps
         the ref past the call (``objects.Borrowing``), as Ray's borrowers do. Most
-        refs passed to a call die with it, at no cost. In a reply to another process
-        (a method's result, a streamed value, a fetched value), held directly by the
-        receiver (see :class:`~actorrt.runtime.payload.ReplyHolds`); a put value's refs
-        are only measured as it is put, and travel so when it is fetched. Elsewhere (a
-        reply to this process), with a lease, whose copies torch counts.
+        refs passed to a call die with it, at no cost. In a reply (a method's result, a
+        streamed value, a fetched value), held directly by the receiver (see
+        :class:`~actorrt.runtime.payload.ReplyHolds`), this process too; a put value's
+        refs are only measured as it is put, and travel so when it is fetched.
+        Elsewhere (an actor's constructor arguments), with a lease, whose copies torch
+        counts.
         """
         pins = call_pins()
         if pins is None:
@@ -836,15 +837,14 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
                     # goes (ObjectStore.hold_sent); the ref is rebuilt once on arrival.
                     holds.own.append(loc.object_id)
                     return aside, (held,)
-                if holds.hand_over:
-                    # Another process's: its owner is told the receiver holds it, and
-                    # this process keeps this ref (its own hold) until the owner heard
-                    # (ObjectStore.hold_sent).
-                    borrowing = self._on_call
-                    if borrowing is not None:  # a ref borrowed for a call: held here now
-                        borrowing.keep(self)
-                    holds.handed.append((self, loc.owner, loc.object_id))
-                    return aside, (held,)
+                # Another process's: its owner is told the receiver holds it, and this
+                # process keeps this ref (its own hold) until the owner heard
+                # (ObjectStore.hold_sent).
+                borrowing = self._on_call
+                if borrowing is not None:  # a ref borrowed for a call: held here now
+                    borrowing.keep(self)
+                holds.handed.append((self, loc.owner, loc.object_id))
+                return aside, (held,)
             return _located_ref, (*head, self._leased())
         pins.append(self)
         loc = self._loc

@@ -111,6 +111,10 @@ LET_GO_GATHER_S = 0.02
 """How often, at most, a process tells owners of the refs gone (one message each): what
 goes within that while travels together; the first after a quiet while goes at once."""
 
+HANDING_WAIT_S = 10.0
+"""How long a ref that came back to this process in its own reply waits, before it travels
+leased, for its owner to count it (a message's round trip; a dead owner ends it)."""
+
 
 _holding = threading.Lock()
 """Taken while a process converts refs borrowed for a call into holds of its own."""
@@ -291,6 +295,15 @@ class ObjectStore:
         self._outbox: queue.SimpleQueue[tuple[str, str, int]] = queue.SimpleQueue()
         # Replies dropped unread, read on that thread (see let_go_unread_later).
         self._unread: queue.SimpleQueue[tuple[Wire, int]] = queue.SimpleQueue()
+        # Objects of other processes whose refs a reply of this process to itself carried,
+        # per id how many such replies their owners have not yet counted (hold_sent), and
+        # the let-gos of them held back meanwhile (_tell_owners). Both holds go under
+        # this process's name: a let-go of the ref that came back, overtaking the
+        # owner's count of it, would take off the sender's own hold instead, the last
+        # one perhaps, and the object would go while the sender still held it.
+        self._handing: dict[str, int] = {}
+        self._held_back: list[tuple[str, str, int]] = []
+        self._handed_here = threading.Condition()
         # Which process holds which fork of the leases made here (see held_forks).
         self.forks = HeldForks(name, lambda: self._outbox.put(_HOLDING), tells=True)
         torch_threads.start(self._tell_owners, name="actorrt-objects")
@@ -336,6 +349,10 @@ class ObjectStore:
         if loc.owner == self.name:
             self.leased(loc.object_id, self.name)
         else:
+            with self._handed_here:  # this hold's word must not overtake the owner's count
+                self._handed_here.wait_for(
+                    lambda: loc.object_id not in self._handing, timeout=HANDING_WAIT_S
+                )
             try:
                 args = (loc.object_id, self.name, self.rpc_id)
                 rpc.rpc_async(loc.owner, rpc_leased, args=args)
@@ -381,7 +398,7 @@ class ObjectStore:
         For the answers of this store (a fetch, a relay's copy) and a lender's
         (``ObjectRef._resolution``): see :meth:`hold_sent`.
         """
-        with holds_in_reply(receiver != self.name) as holds:
+        with holds_in_reply() as holds:
             wire = self._pack(receiver, value)
         self.hold_sent(receiver, holds)
         return wire
@@ -395,14 +412,34 @@ class ObjectStore:
         the receiver's let-go cannot overtake it. Of another process's object, counted
         by its owner when told (:func:`rpc_hold`, one message per owner, naming the
         receiver's RPC id as known here): this process keeps its own refs of them, and
-        so its holds, until every owner heard.
+        so its holds, until every owner heard. A reply to this process itself holds back
+        its let-gos of those objects until then too (see ``_handing``).
         """
         if holds.own:
             self.hold(holds.own, receiver, None)
-        if holds.handed:
-            kept = [ref for ref, _, _ in holds.handed]
-            pairs = [(owner, object_id) for _, owner, object_id in holds.handed]
+        if not holds.handed:
+            return
+        kept = [ref for ref, _, _ in holds.handed]
+        pairs = [(owner, object_id) for _, owner, object_id in holds.handed]
+        if receiver != self.name:
             self._say_held(receiver, self.rpc_id_of(receiver), pairs, kept.clear)
+            return
+        ids = [object_id for _, object_id in pairs]
+        with self._handed_here:
+            for object_id in ids:
+                self._handing[object_id] = self._handing.get(object_id, 0) + 1
+
+        def counted() -> None:
+            with self._handed_here:
+                for object_id in ids:
+                    left = self._handing.pop(object_id) - 1
+                    if left:
+                        self._handing[object_id] = left
+                self._handed_here.notify_all()
+            self._outbox.put(_HANDED)  # let-gos held back for them may go now
+            kept.clear()
+
+        self._say_held(self.name, self.rpc_id, pairs, counted)
 
     def _count(self, object_id: str, holder: str, change: int) -> None:
         """Under the lock: ``holder``'s direct holds of an object change by ``change``.
@@ -585,6 +622,8 @@ class ObjectStore:
                         self.release(kept[1], HELD, self.name)
                     elif kept is not None:
                         batch.append((*kept, HELD))
+            if _HANDED in batch or self._handing or self._held_back:  # see __init__
+                batch = self._hold_back([item for item in batch if item != _HANDED])
             by_owner: dict[str, list[tuple[str, int]]] = {}
             for owner, key, kind in batch:
                 by_owner.setdefault(owner, []).append((key, kind))
@@ -594,6 +633,19 @@ class ObjectStore:
                 except Exception:  # the owner is gone (its objects with it) or RPC is ending
                     pass
             last = time.monotonic()
+
+    def _hold_back(self, batch: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        """The let-gos of ``batch`` and those held back that may go now; holds the rest.
+
+        A direct hold's let-go of an object a reply of this process to itself carried
+        waits until its owner counted that reply's hold (see ``_handing``).
+        """
+        with self._handed_here:
+            waiting = self._held_back + batch
+            self._held_back = [
+                item for item in waiting if item[2] == HELD and item[1] in self._handing
+            ]
+        return [item for item in waiting if item[2] != HELD or item[1] not in self._handing]
 
     def holder_died(self, process: str) -> None:
         """Lets go of the objects ``process`` held directly (it died holding them).
@@ -770,6 +822,9 @@ _CLOSED = ("", "closed", HELD)
 
 _HOLDING = ("", "holding", HELD)
 """Put on a store's outbox: forks of leases it came to hold wait in its ``forks``."""
+
+_HANDED = ("", "handed", HELD)
+"""Put on a store's outbox: an owner counted a hold this process handed itself."""
 
 
 IGNORE_UNHANDLED = "ACTORRT_IGNORE_UNHANDLED_ERRORS"

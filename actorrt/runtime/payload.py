@@ -509,16 +509,13 @@ class ReplyHolds:
         handed: ``(ref, owner, object id)`` of each ref of another process's object in
             it: the receiver holds each directly too, and this process keeps ``ref``
             (and so its own hold) until the owner heard so.
-        hand_over: Whether refs of other processes' objects may go as :attr:`handed`
-            (the reply goes to another process); else they travel leased.
     """
 
-    __slots__ = ("own", "handed", "hand_over")
+    __slots__ = ("own", "handed")
 
-    def __init__(self, hand_over: bool) -> None:
+    def __init__(self) -> None:
         self.own: list[str] = []
         self.handed: list[tuple[Any, str, str]] = []
-        self.hand_over = hand_over
 
     def clear(self) -> None:
         """Forgets them all: the pack they were gathered in was not sent."""
@@ -529,16 +526,15 @@ class ReplyHolds:
 class holds_in_reply:  # noqa: N801  # used as a function: ``with holds_in_reply() as holds``
     """Around the packing of a reply: the :class:`ReplyHolds` that :func:`reply_holds` fills.
 
-    ``hand_over``: whether the reply goes to another process (see
-    :attr:`ReplyHolds.hand_over`). The caller clears it for a pack it does not send (a
-    result measured, then kept). A class, not ``contextlib.contextmanager``: every reply
-    enters it, and this costs a third as much (0.4 against 1.2 us here).
+    The caller clears it for a pack it does not send (a result measured, then kept). A
+    class, not ``contextlib.contextmanager``: every reply enters it, and this costs a
+    third as much (0.4 against 1.2 us here).
     """
 
     __slots__ = ("_holds", "_outer")
 
-    def __init__(self, hand_over: bool = True) -> None:
-        self._holds = ReplyHolds(hand_over)
+    def __init__(self) -> None:
+        self._holds = ReplyHolds()
 
     def __enter__(self) -> ReplyHolds:
         self._outer = getattr(_local, "holds", None)

@@ -738,7 +738,7 @@ class Runtime:
             return pack_for(reply, peer, self._road)
         # Refs inside travel held directly by the caller, with no lease: counted here as
         # the reply goes, or told to their owner from here (ObjectStore.hold_sent).
-        with holds_in_reply(peer != self.name) as holds:
+        with holds_in_reply() as holds:
             packed = pack_or_measure(reply, peer, self._road, self.inline_bytes)
             if type(packed) is not int:
                 self.objects.hold_sent(peer, holds)

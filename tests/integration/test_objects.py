@@ -175,6 +175,20 @@ class Consumer:
         """Refs kept here, returned (a replay buffer's sample of its collectors' refs)."""
         return [self.kept[i] for i in picks]
 
+    def sample_from(self, buffer, picks):
+        """Keeps a sample of ``buffer``'s refs: how each came (no lease, held directly)."""
+        got = actorrt.get(buffer.sample.remote(picks), timeout=60)
+        self.kept.extend(got)
+        return [(r._loc.rref is None, r._direct) for r in got]
+
+    def sample_and_drop(self, buffer, picks, rounds):
+        """``rounds`` samples of ``buffer``'s refs, each dropped once read: how each came."""
+        came = []
+        for _ in range(rounds):
+            got = actorrt.get(buffer.sample.remote(picks), timeout=60)
+            came.extend((r._loc.rref is None, r._direct) for r in got)
+        return came
+
     def put_box(self, box):
         return actorrt.put(box)  # the put value holds it: kept here, handed over when fetched
 
@@ -443,6 +457,55 @@ def test_refs_another_process_returns_are_handed_over_without_a_lease(cluster):
     del back, echoed
     assert int(actorrt.get(streamed, timeout=30).sum()) == 2 * MB
     del streamed
+    assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(oids), timeout=30))
+
+
+def _together():
+    """Two consumers on one worker process, and a producer on another."""
+    seen = {}
+    for _ in range(8):
+        c = Consumer.remote()
+        pid = actorrt.get(c.pid.remote(), timeout=60)
+        if pid in seen:
+            break
+        seen[pid] = c
+    else:
+        pytest.fail("the placer put eight consumers on eight processes")
+    for _ in range(6):
+        p = Producer.remote()
+        if actorrt.get(p.pid.remote(), timeout=60) != pid:
+            return p, seen[pid], c
+    pytest.fail("the placer kept putting the producer with the consumers")
+
+
+def test_refs_returned_within_one_process_are_handed_over_without_a_lease(cluster):
+    """A buffer and a learner on one process: the refs of a third process's objects the
+    buffer returns come to the learner as direct holds too (was: a lease per ref, as a
+    reply a process sent itself). Their owner counts both holds under that process's
+    name, and neither one's going frees an object the other still holds."""
+    p, learner, buffer = _together()
+    refs = actorrt.get(p.make_refs.remote(MB, 2), timeout=60)
+    oids = [r._loc.object_id for r in refs]
+    for r in refs:
+        assert actorrt.get(buffer.keep.remote({"ref": r}), timeout=30)
+    del refs, r
+
+    def holds():
+        return [actorrt.get(p.holds.remote(oid), timeout=30) for oid in oids]
+
+    assert _wait_for(lambda: [len(h[0]) for h in holds()] == [1, 1]), holds()
+    ((worker, _),) = holds()[0][0].items()  # the buffer's process, alone now
+    got = actorrt.get(learner.sample_from.remote(buffer, [0, 0, 1]), timeout=30)
+    assert got == [(True, True)] * 3  # no lease; held directly
+    expected = [({worker: 2}, 0)] * 2  # the buffer's ref and the learner's
+    assert _wait_for(lambda: holds() == expected), holds()
+    churn = actorrt.get(learner.sample_and_drop.remote(buffer, [1, 0], 30), timeout=60)
+    assert churn == [(True, True)] * 60
+    assert _wait_for(lambda: holds() == expected), holds()
+    assert actorrt.get(buffer.drop.remote(), timeout=30)
+    assert _wait_for(lambda: holds() == [({worker: 1}, 0)] * 2), holds()
+    assert actorrt.get(learner.total_kept.remote(), timeout=60) == [0, 0, MB]
+    assert actorrt.get(learner.drop.remote(), timeout=30)
     assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote(oids), timeout=30))
 
 

@@ -468,10 +468,10 @@ def test_the_caller_unpins_a_kept_ref_only_once_its_owner_heard(monkeypatch):
 
 
 def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(monkeypatch):
-    """A ref of another process's object in a reply to another process travels held
-    directly by the receiver, with no lease: the sender tells the owner (one message per
-    owner) and keeps its own ref, and so its hold, until the owner heard. A ref of its
-    own object is counted as the receiver's at once."""
+    """A ref of another process's object in a reply travels held directly by the
+    receiver, with no lease: the sender tells the owner (one message per owner) and
+    keeps its own ref, and so its hold, until the owner heard. A ref of its own object
+    is counted as the receiver's at once."""
     store = _store("w2")
     store.rpc_id_of = {"driver": 7}.get
     sent = []
@@ -499,7 +499,7 @@ def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(mo
             ref("o3", "w3"),
             ref("o5", "gone"),
         )
-        with payload.holds_in_reply(True) as holds:
+        with payload.holds_in_reply() as holds:
             wire = payload.pack((OK, [theirs, mine, theirs, third, ref("o4", "w1"), lost]))
         assert holds.own == [own_id]
         assert [(owner, oid) for _, owner, oid in holds.handed] == [
@@ -528,12 +528,63 @@ def test_a_reply_hands_over_refs_of_other_processes_and_keeps_them_until_told(mo
         store.keep_copy("x", [ref("o7", "w1")])
         store.answer_copy("x", "a2")
         assert sent[-1][:3] == ("w1", objects.rpc_hold, (["o7"], "a2", None))
-        # to this process itself (a reply unpacked where it was packed): leased as before
+    finally:
+        store.clear()
+
+
+def test_a_reply_to_itself_hands_over_and_holds_its_let_go_back_until_counted(monkeypatch):
+    """A reply a process sends itself (an actor's call to another actor of its process)
+    hands refs of other processes' objects over too, with no lease. The owner counts
+    both holds under one name, so the let-go of the ref that came back, and a lease made
+    of it, wait until the owner counted it: overtaking, either would take off the
+    sender's own hold, perhaps the last, and the object would go while still held."""
+    monkeypatch.setattr(objects, "LET_GO_GATHER_S", 0.0)
+    store = _store("w2")
+    store.rpc_id = 4
+    sent = []
+
+    def rpc_async(to, fn, args):
+        sent.append((to, fn, args, torch.futures.Future()))
+        return sent[-1][3]
+
+    monkeypatch.setattr(objects.rpc, "rpc_async", rpc_async)
+    monkeypatch.setattr(store, "_lease", lambda owner, key, loan: "lease")
+    rt = types.SimpleNamespace(name="w2", objects=store, session=0)
+    monkeypatch.setattr(context, "installed", lambda: rt)
+
+    def to(fn):
+        return [(where, args) for where, f, args, _ in sent if f is fn]
+
+    try:
+        theirs = _located_ref("A.m", None, "", ObjectLocation("o6", "w1", MB))
+        theirs._direct = True
+        with payload.holds_in_reply() as holds:
+            wire = payload.pack((OK, [theirs, theirs]))
+        store.hold_sent("w2", holds)
+        assert to(objects.rpc_hold) == [("w1", (["o6"], "w2", 4))]  # no lease asked
+        back = payload.unpack(wire)[1]
+        assert back[0] is back[1] and back[0]._direct and back[0]._loc.rref is None
         leased = []
-        monkeypatch.setattr(ObjectRef, "_leased", lambda r: leased.append(r) or r._loc)
-        theirs = ref("o6", "w1")
-        with payload.holds_in_reply(False) as holds:
-            payload.pack((OK, [theirs]))
-        assert not holds.handed and leased == [theirs]
+        loc = back[0]._loc
+        leasing = threading.Thread(target=lambda: leased.append(store.lease(loc)))
+        leasing.start()
+        watched = weakref.ref(theirs)
+        del back, theirs, holds, wire
+        time.sleep(0.3)
+        assert leasing.is_alive() and not to(objects.rpc_leased)  # the lease waits
+        assert not to(objects.rpc_let_go) and watched() is not None  # so does the let-go
+        sent[0][3].set_result(None)  # the owner counted it
+        leasing.join(5)
+        assert leased and leased[0].rref == "lease"
+        assert to(objects.rpc_leased) == [("w1", ("o6", "w2", 4))]
+        assert watched() is None  # the sender's own ref went once the owner heard
+
+        def let_gos():
+            return [key for where, (_, _, keys) in to(objects.rpc_let_go) for key in keys]
+
+        deadline = time.monotonic() + 5
+        while len(let_gos()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert let_gos() == [("o6", objects.HELD)] * 2  # the ref that came back, and it
     finally:
         store.clear()
