@@ -333,6 +333,10 @@ def test_calls_to_a_restarted_actor_never_hang_while_workers_are_replaced(tmp_pa
         tmp_path,
         HEADER,
         """
+        import actorrt.cluster.driver
+        # The race is under test, not the backoff between a rank's young deaths (its
+        # own test): at its 10 s bound, the waits took most of three minutes.
+        actorrt.cluster.driver.BACKOFF_MAX_S = 1.0
         rt = actorrt.start(num_workers=3, timeout=90, shutdown_timeout=10,
                            max_worker_restarts=12)
         pids = set(rt.local_worker_pids)
