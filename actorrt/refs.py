@@ -496,6 +496,10 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
         borrowing = self._on_call
         if borrowing is not None:
             borrowing.keep(self)
+        loc = self._loc
+        assert loc is not None
+        if self._direct:  # outside the lock: it may wait a round trip
+            current("sending an ObjectRef").objects.counted(loc.object_id)
         with _hook_lock:
             loc = self._loc
             assert loc is not None

@@ -349,16 +349,25 @@ class ObjectStore:
         if loc.owner == self.name:
             self.leased(loc.object_id, self.name)
         else:
-            with self._handed_here:  # this hold's word must not overtake the owner's count
-                self._handed_here.wait_for(
-                    lambda: loc.object_id not in self._handing, timeout=HANDING_WAIT_S
-                )
             try:
                 args = (loc.object_id, self.name, self.rpc_id)
                 rpc.rpc_async(loc.owner, rpc_leased, args=args)
             except Exception:  # the owner is gone: the object with it
                 pass
         return loc._replace(rref=self._lease(loc.owner, loc.object_id, loan=False))
+
+    def counted(self, object_id: str) -> None:
+        """Waits until the owners counted what this process handed itself of ``object_id``.
+
+        Called before a ref of it becomes a lease, whose word would take a hold off that
+        may not be counted yet (see ``_handing``). At once, but for a ref leased as it
+        arrives; at most :data:`HANDING_WAIT_S`.
+        """
+        if object_id in self._handing:
+            with self._handed_here:
+                self._handed_here.wait_for(
+                    lambda: object_id not in self._handing, timeout=HANDING_WAIT_S
+                )
 
     def leased(self, object_id: str, holder: str, holder_id: int | None = None) -> None:
         """At the owner: ``holder``'s direct hold of an object kept here became a lease.

@@ -555,36 +555,43 @@ def test_a_reply_to_itself_hands_over_and_holds_its_let_go_back_until_counted(mo
     def to(fn):
         return [(where, args) for where, f, args, _ in sent if f is fn]
 
+    def ref(object_id):
+        made = _located_ref("A.m", None, "", ObjectLocation(object_id, "w1", MB))
+        made._direct = True
+        return made
+
     try:
-        theirs = _located_ref("A.m", None, "", ObjectLocation("o6", "w1", MB))
-        theirs._direct = True
+        theirs, other = ref("o6"), ref("o7")
         with payload.holds_in_reply() as holds:
-            wire = payload.pack((OK, [theirs, theirs]))
+            wire = payload.pack((OK, [theirs, theirs, other]))
         store.hold_sent("w2", holds)
-        assert to(objects.rpc_hold) == [("w1", (["o6"], "w2", 4))]  # no lease asked
+        assert to(objects.rpc_hold) == [("w1", (["o6", "o7"], "w2", 4))]  # no lease asked
         back = payload.unpack(wire)[1]
-        assert back[0] is back[1] and back[0]._direct and back[0]._loc.rref is None
+        assert back[0] is back[1] and all(r._direct and r._loc.rref is None for r in back)
+        # One ref that came back travels leased (an actor's constructor arguments), the
+        # other is dropped: both wait for the owner's count.
         leased = []
-        loc = back[0]._loc
-        leasing = threading.Thread(target=lambda: leased.append(store.lease(loc)))
+        leasing = threading.Thread(target=lambda: leased.append(back[0]._leased()))
         leasing.start()
-        watched = weakref.ref(theirs)
-        del back, theirs, holds, wire
+        watched = [weakref.ref(theirs), weakref.ref(other)]
+        del theirs, other, holds, wire, back[1:]
         time.sleep(0.3)
         assert leasing.is_alive() and not to(objects.rpc_leased)  # the lease waits
-        assert not to(objects.rpc_let_go) and watched() is not None  # so does the let-go
-        sent[0][3].set_result(None)  # the owner counted it
+        assert not to(objects.rpc_let_go)  # so does the let-go of the one dropped
+        assert all(w() is not None for w in watched)  # the sender's refs are kept
+        sent[0][3].set_result(None)  # the owner counted them
         leasing.join(5)
-        assert leased and leased[0].rref == "lease"
+        assert leased and leased[0].rref == "lease" and not back[0]._direct
         assert to(objects.rpc_leased) == [("w1", ("o6", "w2", 4))]
-        assert watched() is None  # the sender's own ref went once the owner heard
+        assert all(w() is None for w in watched)  # the sender's refs went once it heard
 
         def let_gos():
-            return [key for where, (_, _, keys) in to(objects.rpc_let_go) for key in keys]
+            return sorted(key for _, (_, _, keys) in to(objects.rpc_let_go) for key in keys)
 
         deadline = time.monotonic() + 5
-        while len(let_gos()) < 2 and time.monotonic() < deadline:
+        while len(let_gos()) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert let_gos() == [("o6", objects.HELD)] * 2  # the ref that came back, and it
+        # the sender's two refs, and the one that came back and was dropped
+        assert let_gos() == [("o6", objects.HELD)] + [("o7", objects.HELD)] * 2
     finally:
         store.clear()
