@@ -552,8 +552,8 @@ def test_a_reply_to_itself_hands_over_and_holds_its_let_go_back_until_counted(mo
     rt = types.SimpleNamespace(name="w2", objects=store, session=0)
     monkeypatch.setattr(context, "installed", lambda: rt)
 
-    def to(fn):
-        return [(where, args) for where, f, args, _ in sent if f is fn]
+    def to(fn):  # this store's messages (another test's store may still be sending)
+        return [(where, args) for where, f, args, _ in sent if f is fn and "w2" in args]
 
     def ref(object_id):
         made = _located_ref("A.m", None, "", ObjectLocation(object_id, "w1", MB))
