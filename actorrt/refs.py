@@ -812,6 +812,9 @@ class ObjectRef(ObjectRefBase, Generic[R_co]):
             return _inline_ref, (*head, value)
         if self._loan is not None:  # still unanswered: the receiver borrows from our lender
             return _borrowed_ref, (*head, self._loan)
+        holds = reply_holds()
+        if holds is not None and holds.measuring:  # a put measured: lent once fetched
+            return _inline_ref, (*head, None)  # of a loan's size; never unpacked
         return _borrowed_ref, (*head, current("sending an ObjectRef").objects.lend(self))
 
     def _located(

@@ -509,13 +509,17 @@ class ReplyHolds:
         handed: ``(ref, owner, object id)`` of each ref of another process's object in
             it: the receiver holds each directly too, and this process keeps ``ref``
             (and so its own hold) until the owner heard so.
+        measuring: The value is only measured (``actorrt.put``), never sent: a ref whose
+            call has not answered is not lent for it (it is lent when the value is
+            fetched).
     """
 
-    __slots__ = ("own", "handed")
+    __slots__ = ("own", "handed", "measuring")
 
-    def __init__(self) -> None:
+    def __init__(self, measuring: bool = False) -> None:
         self.own: list[str] = []
         self.handed: list[tuple[Any, str, str]] = []
+        self.measuring = measuring
 
     def clear(self) -> None:
         """Forgets them all: the pack they were gathered in was not sent."""
@@ -533,8 +537,8 @@ class holds_in_reply:  # noqa: N801  # used as a function: ``with holds_in_reply
 
     __slots__ = ("_holds", "_outer")
 
-    def __init__(self) -> None:
-        self._holds = ReplyHolds()
+    def __init__(self, measuring: bool = False) -> None:
+        self._holds = ReplyHolds(measuring)
 
     def __enter__(self) -> ReplyHolds:
         self._outer = getattr(_local, "holds", None)

@@ -759,10 +759,10 @@ class Runtime:
             TypeError: ``value`` cannot be sent to another process.
         """
         try:
-            # Measured, not sent: refs inside make no lease, and the holds they ask for
-            # are never made (they travel when the value is fetched, packed then as a
-            # reply is: ObjectStore.answer_fetch).
-            with holds_in_reply():
+            # Measured, not sent: refs inside make no lease nor loan, and the holds they
+            # ask for are never made (they travel when the value is fetched, packed then
+            # as a reply is: ObjectStore.answer_fetch).
+            with holds_in_reply(measuring=True):
                 packed = pack_or_measure(value, self.name, lambda _: None, 0)
         except Exception as exc:
             raise TypeError(

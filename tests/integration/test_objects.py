@@ -531,6 +531,21 @@ def test_a_put_of_refs_makes_no_lease_and_its_readers_hold_them_directly(cluster
     assert _wait_for(lambda: not actorrt.get(p.keeps_any.remote([oid]), timeout=30))
 
 
+def test_a_put_of_an_unanswered_ref_lends_it_only_when_fetched(cluster, monkeypatch):
+    """A put only measures its value: a ref inside whose call has not answered is not lent
+    then (was: a loan, with its lease RRef, made and dropped for nothing), only when a
+    consumer fetches the value."""
+    lent = []
+    lend = cluster.objects.lend
+    monkeypatch.setattr(cluster.objects, "lend", lambda ref: lent.append(ref) or lend(ref))
+    p, c = _apart(cluster)
+    slow = p.make_slowly.remote(16, 7, 3.0)
+    box = actorrt.put([slow])
+    assert lent == []
+    assert actorrt.get(c.total_list.remote(box), timeout=60) == [16 * 7]
+    assert lent == [slow]  # lent once, as the consumer fetched the put value
+
+
 def test_a_put_on_the_driver_serves_eight_consumers(cluster):
     value = torch.arange(4 * MB, dtype=torch.int32)
     ref = actorrt.put(value)
