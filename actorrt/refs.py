@@ -27,7 +27,7 @@ import torch
 
 from actorrt.errors import ActorDiedError, ActorError, GetTimeoutError, ObjectLostError
 from actorrt.runtime import lineage, quick_rpc
-from actorrt.runtime.exits import in_actor
+from actorrt.runtime.exits import in_actor, in_method
 from actorrt.runtime.objects import (
     Borrowing,
     Loan,
@@ -1226,10 +1226,16 @@ def get(refs: ObjectRef[Any] | Sequence[ObjectRef[Any]], *, timeout: float | Non
         ActorDiedError: The actor was killed, ended itself or its process died.
         TypeError: ``timeout`` is not a number.
         ValueError: ``timeout`` is negative, other than ``-1``.
+        RuntimeError: Inside an actor's method, a result of a call to the same actor
+            that cannot run until the method returns (the actor runs one call at a
+            time, or this blocks its event loop): the wait would never end.
     """
     timeout = _minus_one_is_none(timeout)
-    if in_actor.get() is not None and asyncio._get_running_loop() is not None:
-        _blocking_an_event_loop()
+    actor_id = in_actor.get()
+    if actor_id is not None:
+        if asyncio._get_running_loop() is not None:
+            _blocking_an_event_loop()
+        _not_waiting_on_itself(refs, actor_id)
     pool = lender()
     if pool is not None and not _all_done(refs):  # in a remote function: lend its thread
         with pool.lending():
@@ -1288,6 +1294,38 @@ def _ready_in_slices(refs: object, timeout: object) -> Any:
             return 0.0  # get raises the failure, as it does outside a function
         raise _not_ready(refs, timeout)
     return max(0.0, left)
+
+
+def _not_waiting_on_itself(refs: object, actor_id: str) -> None:
+    """Raises where an actor's method would wait for ever on a call to its own actor.
+
+    Ray's ``get`` hangs there (or times out): the call waits in the actor's queue for
+    the thread (or event loop) that waits for it. Asked only of refs of calls to this
+    actor that are not ready, so other gets pay one comparison per ref.
+    """
+    items = refs if isinstance(refs, (list, tuple)) else (refs,)
+    for ref in items:
+        if type(ref) is not ObjectRef or ref._actor_id != actor_id:
+            continue
+        seq = ref._ticket
+        if type(seq) is not int or ref.done():  # a call with retries: not judged here
+            continue
+        rt = current_or_none()
+        if rt is None or not rt.host.waits_on_itself(actor_id, rt.name, seq):
+            continue
+        here = in_method.get() or "this method"
+        how = (
+            "blocks its actor's event loop, where that call would run: await the ref "
+            "instead (await ref)"
+            if asyncio._get_running_loop() is not None
+            else "holds its actor's only thread (max_concurrency=1), which that call "
+            "needs: call the method directly (self.method(...)), or let the actor run "
+            "two calls at once (max_concurrency=2, or a concurrency group for the method)"
+        )
+        raise RuntimeError(
+            f"actorrt.get() in {here} waits on {ref!r}, a call to its own actor that "
+            f"cannot run until {here} returns, so the wait would never end: {here} {how}."
+        )
 
 
 _warned_blocking = False

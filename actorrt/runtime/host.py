@@ -317,6 +317,11 @@ class ActorHost:
         if gone is not None and self._on_actor_end is not None:
             self._on_actor_end(actor_id, reason)
 
+    def waits_on_itself(self, actor_id: str, caller: str, seq: int) -> bool:
+        """Whether this thread, running the actor, waits for ever on its call (see Mailbox)."""
+        box = self._mailboxes.get(actor_id)
+        return box is not None and box.waits_on_itself(caller, seq)
+
     def calls_in_flight(self) -> dict[str, int]:
         """Per actor living here, the calls it received and has not answered yet."""
         with self._lock:

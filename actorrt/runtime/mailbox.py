@@ -65,7 +65,7 @@ from actorrt.runtime.protocol import (
     unreadable,
     unsendable_reply,
 )
-from actorrt.runtime.threads import ActorThreads
+from actorrt.runtime.threads import ActorThreads, current_pool
 
 __all__ = ["Call", "Mailbox", "PackReply"]
 
@@ -787,6 +787,30 @@ class Mailbox:
     def opened(self) -> bool:
         """Whether the constructor is queued (calls may follow it)."""
         return self._opened
+
+    def waits_on_itself(self, caller: str, seq: int) -> bool:
+        """Whether the calling thread, waiting for call ``seq`` of ``caller``, waits for ever.
+
+        True when the thread runs this actor's calls and no other thread can run that
+        one: a sync actor's only thread (one call at a time, no concurrency groups), or
+        an async actor's event loop, blocked in ``get``. And only while the call has not
+        finished here: it may have answered already, its reply still on its way.
+        """
+        with self._lock:
+            if self._loop is not None:
+                if asyncio._get_running_loop() is not self._loop:
+                    return False
+            elif (
+                self._threads is None
+                or self._groups
+                or self._threads.size != 1
+                or current_pool() is not self._threads
+            ):
+                return False
+            if seq < self._next_seq.get(caller, 0):  # released: queued, or run already
+                queued = _find(self._accepted, caller, seq) or _find(self._before_open, caller, seq)
+                return queued is not None
+            return True  # not arrived yet, or held behind an earlier call of its caller
 
     def calls_in_flight(self) -> int:
         """Calls received and not yet answered: held for order, queued or running."""

@@ -25,11 +25,16 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ActorThreads", "lender", "may_lend"]
+__all__ = ["ActorThreads", "current_pool", "lender", "may_lend"]
 
 _STOP = object()
 
 _local = threading.local()  # .pool: whose thread this is; .lends: may lend it now
+
+
+def current_pool() -> ActorThreads | None:
+    """The pool whose thread this is; None on any other thread."""
+    return getattr(_local, "pool", None)
 
 
 def lender() -> ActorThreads | None:
@@ -71,6 +76,11 @@ class ActorThreads:
         # starts waiting, so it counts as idle from the start.
         self._idle = 1
         self._start()
+
+    @property
+    def size(self) -> int:
+        """How many threads may run at once (one more while one of them is lent)."""
+        return self._count
 
     def submit(self, fn: Callable[[Any], None], arg: Any) -> None:
         """Queues ``fn(arg)``; raises ``RuntimeError`` once :meth:`close` was called."""

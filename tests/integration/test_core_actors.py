@@ -686,3 +686,60 @@ def test_bad_start_arguments():
         actorrt.start(transport="carrier-pigeon")
     with pytest.raises(ValueError, match="tcp://HOST:PORT"):
         actorrt.start(init_method="http://x", world_size=2)
+
+
+class _CallsItself:
+    def g(self):
+        return 2
+
+    def via_handle(self):
+        me = actorrt.get_runtime_context().current_actor
+        return actorrt.get([me.g.remote()], timeout=30)[0]
+
+    def send_later(self):
+        self.pending = actorrt.get_runtime_context().current_actor.g.remote()
+        return True
+
+    def read_later(self):
+        return actorrt.get(self.pending, timeout=30)
+
+
+CallsItself = actorrt.actor(_CallsItself)
+
+
+class _RoomyCallsItself(_CallsItself):
+    pass
+
+
+RoomyCallsItself = actorrt.actor(max_concurrency=2)(_RoomyCallsItself)
+
+
+@actorrt.actor
+class AsyncCallsItself:
+    async def g(self):
+        return 2
+
+    async def blocking(self):
+        return actorrt.get(actorrt.get_runtime_context().current_actor.g.remote(), timeout=30)
+
+    async def awaiting(self):
+        return await actorrt.get_runtime_context().current_actor.g.remote()
+
+
+def test_a_method_that_gets_a_call_to_its_own_busy_actor_fails_at_once(cluster):
+    """Was (as in Ray): it waited for ever, or until its timeout, for a call queued behind
+    itself. Now get raises, naming the fix; where that call can run (two threads, an
+    await, a call that already ran) get waits and returns as before."""
+    a = CallsItself.remote()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="would never end.*only thread.*self.method"):
+        actorrt.get(a.via_handle.remote(), timeout=60)
+    assert time.monotonic() - start < 20  # not the 30 s of its own get's timeout
+    assert actorrt.get(a.g.remote(), timeout=30) == 2  # the actor lives on
+    assert actorrt.get(a.send_later.remote(), timeout=30)
+    assert actorrt.get(a.read_later.remote(), timeout=30) == 2  # it ran before: no error
+    assert actorrt.get(RoomyCallsItself.remote().via_handle.remote(), timeout=60) == 2
+    s = AsyncCallsItself.remote()
+    with pytest.raises(RuntimeError, match="event loop.*await the ref"):
+        actorrt.get(s.blocking.remote(), timeout=60)
+    assert actorrt.get(s.awaiting.remote(), timeout=30) == 2
