@@ -45,6 +45,11 @@ class Log:
         gate.wait(10)
         return "done"
 
+    def ask(self, box, questions, gate):
+        """Whether a get here of each ``(caller, seq)`` call would wait for ever."""
+        gate.wait(10)
+        return [box.waits_on_itself(caller, seq) for caller, seq in questions]
+
     def wait_on_child(self, gate):
         gate.wait(10)  # then its get() of a child call cancelled with it raises
         raise actorrt.TaskCancelledError("Log.add was cancelled (actorrt.cancel) while it ran")
@@ -98,6 +103,33 @@ def test_calls_run_in_seq_order_whatever_order_they_arrive_in():
         box.deliver(call)
     assert [c.future.wait() for c in calls] == [(OK, i) for i in range(50)]
     assert box._instance.seen == list(range(50))
+
+
+def test_only_the_actors_own_thread_waits_on_itself_and_only_for_calls_still_to_run():
+    """What get asks before it waits on a call to its own actor (refs.get): a one-thread
+    actor's thread waits for ever on a call not yet run (held for its caller's order,
+    queued behind it, or not arrived), not on one that ran (its reply on its way); no
+    other thread does, nor a thread of an actor that runs two calls at once."""
+    box, _ = _box()
+    ran = _call(0, "add", 1, caller="ran")
+    box.deliver(ran)
+    assert ran.future.wait() == (OK, 1)
+    box.deliver(_call(1, "add", 2, caller="held"))  # its caller's call 0 never came
+    gate = threading.Event()
+    questions = [("ran", 0), ("held", 1), ("c", 1), ("unsent", 0)]
+    asking = _call(0, "ask", box, questions, gate)
+    box.deliver(asking)
+    queued = _call(1, "add", 3)  # behind the asking call
+    box.deliver(queued)
+    gate.set()
+    assert asking.future.wait() == (OK, [False, True, True, True])
+    assert queued.future.wait() == (OK, 3)
+    assert not box.waits_on_itself("unsent", 0)  # asked from another thread
+    roomy, _ = _box(max_concurrency=2)
+    gate.set()
+    asking = _call(0, "ask", roomy, [("unsent", 0)], gate)
+    roomy.deliver(asking)
+    assert asking.future.wait() == (OK, [False])
 
 
 def test_a_number_given_up_after_its_call_came_is_answered_and_holds_nothing():
