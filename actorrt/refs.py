@@ -1305,27 +1305,36 @@ def _not_waiting_on_itself(refs: object, actor_id: str) -> None:
     """
     items = refs if isinstance(refs, (list, tuple)) else (refs,)
     for ref in items:
-        if type(ref) is not ObjectRef or ref._actor_id != actor_id:
-            continue
-        seq = ref._ticket
-        if type(seq) is not int or ref.done():  # a call with retries: not judged here
-            continue
-        rt = current_or_none()
-        if rt is None or not rt.host.waits_on_itself(actor_id, rt.name, seq):
-            continue
-        here = in_method.get() or "this method"
-        how = (
-            "blocks its actor's event loop, where that call would run: await the ref "
-            "instead (await ref)"
-            if asyncio._get_running_loop() is not None
-            else "holds its actor's only thread (max_concurrency=1), which that call "
-            "needs: call the method directly (self.method(...)), or let the actor run "
-            "two calls at once (max_concurrency=2, or a concurrency group for the method)"
-        )
-        raise RuntimeError(
-            f"actorrt.get() in {here} waits on {ref!r}, a call to its own actor that "
-            f"cannot run until {here} returns, so the wait would never end: {here} {how}."
-        )
+        if _waits_on_itself(ref, actor_id):
+            raise _waiting_on_itself("actorrt.get()", ref)
+
+
+def _waits_on_itself(ref: object, actor_id: str) -> bool:
+    """Whether ``ref`` is of a call to this actor that cannot run until this method returns."""
+    if type(ref) is not ObjectRef or ref._actor_id != actor_id:
+        return False
+    seq = ref._ticket
+    if type(seq) is not int or ref.done():  # a call with retries: not judged here
+        return False
+    rt = current_or_none()
+    return rt is not None and rt.host.waits_on_itself(actor_id, rt.name, seq)
+
+
+def _waiting_on_itself(what: str, ref: ObjectRef[Any]) -> RuntimeError:
+    """The error of ``what`` (``get``, ``wait``) waiting for ever on ``ref`` (see above)."""
+    here = in_method.get() or "this method"
+    how = (
+        "blocks its actor's event loop, where that call would run: await the ref "
+        "instead (await ref)"
+        if asyncio._get_running_loop() is not None
+        else "holds its actor's only thread (max_concurrency=1), which that call "
+        "needs: call the method directly (self.method(...)), or let the actor run "
+        "two calls at once (max_concurrency=2, or a concurrency group for the method)"
+    )
+    return RuntimeError(
+        f"{what} in {here} waits on {ref!r}, a call to its own actor that cannot run "
+        f"until {here} returns, so the wait would never end: {here} {how}."
+    )
 
 
 _warned_blocking = False
@@ -1529,6 +1538,9 @@ def wait(
         TypeError: ``timeout`` is not a number.
         ValueError: ``timeout`` is negative, ``num_returns`` is out of range, or a ref
             appears twice.
+        RuntimeError: Without a timeout, inside an actor's method, too few of ``refs``
+            can ever be ready: the others are calls to the same actor that cannot run
+            until the method returns (see :func:`get`).
     """
     if not isinstance(refs, (list, tuple)):
         if _is_generator(refs):
@@ -1548,6 +1560,11 @@ def wait(
     if not isinstance(fetch_local, bool):
         raise TypeError(f"fetch_local={fetch_local!r} must be True or False.")
     is_ready = _is_here if fetch_local else _is_ready
+    actor_id = in_actor.get()
+    if timeout is None and actor_id is not None:
+        blocked = [r for r in refs if _waits_on_itself(r, actor_id)]
+        if blocked and len(refs) - len(blocked) < num_returns:  # too few of them can come
+            raise _waiting_on_itself("actorrt.wait()", blocked[0])
     pool = lender()
     if pool is not None and sum(1 for r in refs if is_ready(r)) < num_returns:
         with pool.lending():  # in a remote function: lend its thread while it waits

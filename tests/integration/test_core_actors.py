@@ -703,6 +703,14 @@ class _CallsItself:
     def read_later(self):
         return actorrt.get(self.pending, timeout=30)
 
+    def wait_on_itself(self):
+        return actorrt.wait([actorrt.get_runtime_context().current_actor.g.remote()])
+
+    def wait_for_either(self, other):
+        me = actorrt.get_runtime_context().current_actor
+        ready, _ = actorrt.wait([me.g.remote(), other.g.remote()], num_returns=1)
+        return len(ready)
+
 
 CallsItself = actorrt.actor(_CallsItself)
 
@@ -736,6 +744,10 @@ def test_a_method_that_gets_a_call_to_its_own_busy_actor_fails_at_once(cluster):
         actorrt.get(a.via_handle.remote(), timeout=60)
     assert time.monotonic() - start < 20  # not the 30 s of its own get's timeout
     assert actorrt.get(a.g.remote(), timeout=30) == 2  # the actor lives on
+    with pytest.raises(RuntimeError, match=r"actorrt.wait\(\) in .* would never end"):
+        actorrt.get(a.wait_on_itself.remote(), timeout=60)
+    # another actor's call can come: wait waits for it
+    assert actorrt.get(a.wait_for_either.remote(CallsItself.remote()), timeout=60) == 1
     assert actorrt.get(a.send_later.remote(), timeout=30)
     assert actorrt.get(a.read_later.remote(), timeout=30) == 2  # it ran before: no error
     assert actorrt.get(RoomyCallsItself.remote().via_handle.remote(), timeout=60) == 2
