@@ -1,6 +1,7 @@
-"""The Python of the README, the home page and docs/getting-started.md runs as written,
-each page's blocks in one fresh driver with clusters of their own, and prints what its
-comments say. Blocks that need GPUs or several machines are left out by their index."""
+"""The Python of the README, the home page, docs/getting-started.md and the remote
+functions page runs as written, each page's blocks in one fresh driver with clusters of
+their own, and prints what its comments say. Blocks that need GPUs or several machines
+are left out by their index."""
 
 import re
 import subprocess
@@ -50,6 +51,7 @@ def _printed(tmp_path, source, timeout=150):
         # a first actor; many calls, many results; options (block 3 asks for a GPU,
         # block 4 for a multi-node cluster)
         ("docs/getting-started.md", [0, 1, 2], ["11", "[0, 1, 2, 3]", "1"]),
+        ("docs/concepts/functions.md", [0], ["torch.Size([16, 4, 84, 84])"]),
     ],
 )
 def test_a_pages_examples_run_as_written(tmp_path, page, blocks, expected):
