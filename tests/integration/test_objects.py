@@ -493,8 +493,11 @@ def test_refs_returned_within_one_process_are_handed_over_without_a_lease(cluste
     def holds():
         return [actorrt.get(p.holds.remote(oid), timeout=30) for oid in oids]
 
-    assert _wait_for(lambda: [len(h[0]) for h in holds()] == [1, 1]), holds()
-    ((worker, _),) = holds()[0][0].items()  # the buffer's process, alone now
+    def the_buffers_alone():  # once the owner heard the buffer kept them, and we let go
+        return all(len(h[0]) == 1 and cluster.name not in h[0] for h in holds())
+
+    assert _wait_for(the_buffers_alone), holds()
+    ((worker, _),) = holds()[0][0].items()
     got = actorrt.get(learner.sample_from.remote(buffer, [0, 0, 1]), timeout=30)
     assert got == [(True, True)] * 3  # no lease; held directly
     expected = [({worker: 2}, 0)] * 2  # the buffer's ref and the learner's
