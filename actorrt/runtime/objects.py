@@ -649,12 +649,13 @@ class ObjectStore:
         A direct hold's let-go of an object a reply of this process to itself carried
         waits until its owner counted that reply's hold (see ``_handing``).
         """
-        with self._handed_here:
-            waiting = self._held_back + batch
-            self._held_back = [
-                item for item in waiting if item[2] == HELD and item[1] in self._handing
-            ]
-        return [item for item in waiting if item[2] != HELD or item[1] not in self._handing]
+        going: list[tuple[str, str, int]] = []
+        held: list[tuple[str, str, int]] = []
+        with self._handed_here:  # one pass: an owner's answer may change _handing meanwhile
+            for item in self._held_back + batch:
+                (held if item[2] == HELD and item[1] in self._handing else going).append(item)
+            self._held_back = held
+        return going
 
     def holder_died(self, process: str) -> None:
         """Lets go of the objects ``process`` held directly (it died holding them).
